@@ -1,0 +1,177 @@
+"""Run configuration: layered resolution, typed validation, and the TOML form of a run.
+
+A run's configuration has four sections:
+
+* ``[run]``: what to run (method, benchmark, seed, device, class order, data root, preset,
+  validation fraction);
+* ``[train]``: the loop's :class:`xder_methods.TrainingSchedule`;
+* ``[backbone]``: ``name`` plus the backbone's keyword options;
+* ``[method]``: the method's config dataclass.
+
+Layers, lowest first: the method's dataclass defaults, the benchmark's protocol, the preset,
+the command-line flags, then ``--set section.key=value``. Unknown keys and ill-typed values are
+errors (:class:`UsageError`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from xder_cli.errors import UsageError
+
+__all__ = [
+    "SECTIONS",
+    "RunSettings",
+    "coerce",
+    "parse_assignment",
+    "validate_section",
+]
+
+SECTIONS = ("run", "train", "backbone", "method")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """The ``[run]`` section.
+
+    Attributes:
+        method: registered method name.
+        benchmark: registered benchmark name.
+        seed: seeds the network's initialisation and the run's generator.
+        device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda``, ``cuda:N``.
+        class_order: ``natural``, ``reversed``, ``random`` (drawn from the seed) or a permutation.
+        data_root: folder the benchmark's files sit under.
+        preset: the preset applied (``none``: protocol + method defaults).
+        validation: fraction of train held out for model selection (0: none).
+    """
+
+    method: str
+    benchmark: str
+    seed: int = 0
+    device: str = "auto"
+    class_order: str | list[int] = "natural"
+    data_root: str = "data"
+    preset: str = "none"
+    validation: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.validation < 1.0:
+            raise UsageError(f"run.validation must be in [0, 1), got {self.validation}")
+
+
+def parse_assignment(text: str) -> tuple[str, str, Any]:
+    """Split ``section.key=value``; the value is read as a TOML value (``0.2``, ``true``,
+    ``[35, 45]``, ``"text"``), or taken as a bare string when it is not one."""
+    if "=" not in text:
+        raise UsageError(f"--set {text!r} needs the form section.key=value, e.g. --set method.alpha=0.2")
+    dotted, raw = text.split("=", 1)
+    section, _, key = dotted.strip().partition(".")
+    if section not in SECTIONS or not key:
+        raise UsageError(
+            f"--set {text!r}: the key must be section.name with section one of {', '.join(SECTIONS)}"
+        )
+    raw = raw.strip()
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return section, key, value
+
+
+def _describe(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return " or ".join(repr(a) for a in typing.get_args(hint))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(hint))
+    if origin in (tuple, list):
+        return f"a list of {_describe(typing.get_args(hint)[0])}"
+    return getattr(hint, "__name__", str(hint))
+
+
+def coerce(value: Any, hint: Any, name: str) -> Any:
+    """Check ``value`` against the type ``hint`` and convert it (int -> float, list -> tuple).
+
+    Raises:
+        UsageError: naming ``name``, the value and the expected type.
+    """
+    origin = typing.get_origin(hint)
+    fail = UsageError(f"{name} = {value!r} is not valid: expected {_describe(hint)}")
+    if hint is Any:
+        return value
+    if origin is Literal:
+        if value in typing.get_args(hint):
+            return value
+        raise fail
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(hint):
+            return None
+        for option in typing.get_args(hint):
+            if option is type(None):
+                continue
+            try:
+                return coerce(value, option, name)
+            except UsageError:
+                continue
+        raise fail
+    if origin in (tuple, list):
+        if not isinstance(value, list | tuple):
+            raise fail
+        (item,) = typing.get_args(hint)[:1] or (Any,)
+        items = [coerce(v, item, name) for v in value]
+        return tuple(items) if origin is tuple else items
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise fail
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise fail
+    if hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise fail
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise fail
+    if isinstance(hint, type) and isinstance(value, hint):
+        return value
+    raise fail
+
+
+def _field_hints(target: Any) -> dict[str, Any]:
+    """Field name -> type hint, for a dataclass or a factory's keyword-only parameters."""
+    if dataclasses.is_dataclass(target):
+        hints = typing.get_type_hints(target)
+        return {f.name: hints[f.name] for f in dataclasses.fields(target) if f.init}
+    hints = typing.get_type_hints(target)
+    params = inspect.signature(target).parameters
+    return {p.name: hints.get(p.name, Any) for p in params.values() if p.kind is p.KEYWORD_ONLY}
+
+
+def validate_section(section: str, values: Mapping[str, Any], target: Any, *, what: str) -> dict[str, Any]:
+    """Check every key of ``values`` against ``target``'s fields and coerce its value.
+
+    Args:
+        section: the section name, for messages.
+        values: the section's resolved key/values.
+        target: a dataclass (run/train/method) or a backbone factory.
+        what: how to name the target in messages (e.g. "method 'derpp'").
+    """
+    hints = _field_hints(target)
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in hints:
+            known = ", ".join(sorted(hints)) or "no settings"
+            raise UsageError(f"{section}.{key} is not a setting of {what}: it takes {known}")
+        out[key] = coerce(value, hints[key], f"{section}.{key}")
+    return out

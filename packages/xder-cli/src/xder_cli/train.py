@@ -1,0 +1,493 @@
+"""``xder-run train``: resolve a run's configuration, build it, train it, record it."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+from xder_data import benchmark_defaults, load_benchmark
+from xder_eval import (
+    average_accuracy_curve,
+    backward_transfer,
+    final_average_accuracy,
+    final_forgetting,
+    forward_transfer,
+    plot_accuracy_curves,
+    plot_accuracy_matrix,
+)
+from xder_methods import (
+    Callback,
+    ContinualSetting,
+    EpochRecord,
+    History,
+    Loop,
+    NonFiniteLossError,
+    TaskRecord,
+    TrainingSchedule,
+    Transforms,
+    create_method,
+    fit,
+    method_config_class,
+)
+from xder_models import backbone_factory, backbone_options, create_backbone
+
+from xder_cli import rundir
+from xder_cli.config import RunSettings, validate_section
+from xder_cli.errors import UsageError
+from xder_cli.presets import default_preset, preset_values
+
+__all__ = ["RunPlan", "build_plan", "resolve_config", "run_training", "summarize"]
+
+PROTOCOL_TRAIN_KEYS = (
+    "epochs",
+    "batch_size",
+    "lr",
+    "momentum",
+    "weight_decay",
+    "lr_schedule",
+    "milestones",
+    "lr_gamma",
+    "warmup_epochs",
+)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A run's validated configuration, as typed objects and as the TOML sections."""
+
+    settings: RunSettings
+    schedule: TrainingSchedule
+    method_config: Any
+    backbone: dict[str, Any]
+    config: dict[str, dict[str, Any]]
+
+    @property
+    def buffer_size(self) -> int:
+        return int(getattr(self.method_config, "buffer_size", 0))
+
+
+def resolve_config(
+    *,
+    method: str,
+    benchmark: str,
+    preset: str | None,
+    run: dict[str, Any],
+    train: dict[str, Any],
+    method_values: dict[str, Any],
+    sets: list[tuple[str, str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """Layer the configuration: method defaults < benchmark protocol < preset < flags < --set.
+
+    Args:
+        run, train, method_values: values from explicit command-line flags.
+        sets: ``(section, key, value)`` from ``--set``, applied last.
+    """
+    config_cls = method_config_class(method)
+    protocol = benchmark_defaults(benchmark)
+    preset = preset or default_preset(benchmark, method)
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    config: dict[str, dict[str, Any]] = {
+        "run": {"method": method, "benchmark": benchmark, "preset": preset},
+        "train": {k: getattr(protocol, k) for k in PROTOCOL_TRAIN_KEYS},
+        "backbone": {"name": protocol.backbone, **protocol.backbone_options},
+        "method": {k: getattr(protocol, k) for k in ("buffer_size", "minibatch_size") if k in fields},
+    }
+    chosen_backbone: dict[str, Any] = {}
+    layers: list[tuple[str, str, Any]] = [
+        (section, key, value)
+        for section, values in preset_values(preset, benchmark, method).items()
+        for key, value in values.items()
+    ]
+    layers += [("run", k, v) for k, v in run.items()]
+    layers += [("train", k, v) for k, v in train.items()]
+    layers += [("method", k, v) for k, v in method_values.items()]
+    layers += sets
+    for section, key, value in layers:
+        if section == "run" and key in ("method", "benchmark", "preset"):
+            raise UsageError(f"run.{key} cannot be set with --set: use --{key}")
+        if section not in config:
+            raise UsageError(f"unknown section {section!r}: use run, train, backbone or method")
+        config[section][key] = value
+        if section == "backbone":
+            chosen_backbone[key] = value
+    if config["backbone"]["name"] != protocol.backbone:  # the protocol's options fit its own net
+        config["backbone"] = {"name": protocol.backbone, **chosen_backbone}
+    return config
+
+
+def build_plan(config: dict[str, dict[str, Any]]) -> RunPlan:
+    """Validate every section of a configuration and build the typed objects.
+
+    Raises:
+        UsageError: unknown section or key, ill-typed value.
+        MethodConfigError, UnknownMethodError, UnknownBackboneError, DataError: from the packages.
+    """
+    unknown = sorted(set(config) - {"run", "train", "backbone", "method"})
+    if unknown:
+        raise UsageError(f"unknown section {unknown[0]!r}: use run, train, backbone or method")
+    run = validate_section("run", config.get("run", {}), RunSettings, what="[run]")
+    for required in ("method", "benchmark"):
+        if required not in run:
+            raise UsageError(f"the configuration has no run.{required}")
+    settings = RunSettings(**run)
+    schedule = TrainingSchedule(
+        **validate_section("train", config.get("train", {}), TrainingSchedule, what="[train]")
+    )
+    config_cls = method_config_class(settings.method)
+    method_config = config_cls(
+        **validate_section(
+            "method", config.get("method", {}), config_cls, what=f"method {settings.method!r}"
+        )
+    )
+    backbone_values = dict(config.get("backbone", {}))
+    name = backbone_values.pop("name", None)
+    if not isinstance(name, str):
+        raise UsageError("backbone.name must be the name of a registered backbone")
+    options = validate_section(
+        "backbone", backbone_values, backbone_factory(name), what=f"backbone {name!r}"
+    )
+    defaults = {k: v for k, v in backbone_options(name).items() if v is not inspect.Parameter.empty}
+    backbone = {"name": name, **defaults, **options}
+    resolved = {
+        "run": dataclasses.asdict(settings),
+        "train": dataclasses.asdict(schedule),
+        "backbone": backbone,
+        "method": dataclasses.asdict(method_config),
+    }
+    return RunPlan(settings, schedule, method_config, backbone, resolved)
+
+
+def resolve_device(spec: str) -> torch.device:
+    """``auto`` -> CUDA when available, else CPU; anything else is checked."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(spec)
+    except RuntimeError as error:
+        raise UsageError(f"run.device {spec!r} is not a device: use auto, cpu, cuda or cuda:N") from error
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"run.device {spec!r}: no CUDA device is available here; use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise UsageError(f"run.device {spec!r}: only {torch.cuda.device_count()} CUDA device(s)")
+    elif device.type != "cpu":
+        raise UsageError(f"run.device {spec!r} is not supported: use auto, cpu, cuda or cuda:N")
+    return device
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+def _matrix_metrics(matrix: list[list[float]], prefix: str) -> dict[str, Any]:
+    out: dict[str, Any] = {f"{prefix}faa": None, f"{prefix}ff": None, f"{prefix}bwt": None}
+    if matrix:
+        out[f"{prefix}faa"] = final_average_accuracy(matrix)
+        out[f"{prefix}average_accuracy"] = average_accuracy_curve(matrix)
+    if len(matrix) >= 2:
+        out[f"{prefix}ff"] = final_forgetting(matrix)
+        out[f"{prefix}bwt"] = backward_transfer(matrix)
+    return out
+
+
+def summarize(history: History) -> dict[str, Any]:
+    """The metrics of ``results.json`` from the accuracy matrices (in %).
+
+    Keys: ``accuracy_matrix``/``faa``/``ff``/``bwt``/``average_accuracy`` (Class-IL),
+    ``task_il_accuracy_matrix`` (square: every task after each task) with ``task_il_faa``,
+    ``task_il_ff``, ``task_il_bwt`` and ``fwt`` (Task-IL forward transfer against the untrained
+    network), and the same with a ``val_`` prefix when there is a validation split.
+    """
+    out: dict[str, Any] = {
+        "accuracy_matrix": history.class_il,
+        "task_il_accuracy_matrix": history.task_il,
+        "random_init_task_il_accuracy": history.random_init_task_il,
+        "tasks_done": len(history.class_il),
+    }
+    out |= _matrix_metrics(history.class_il, "")
+    out |= _matrix_metrics(history.task_il, "task_il_")
+    out["fwt"] = None
+    if len(history.task_il) >= 2 and history.random_init_task_il is not None:
+        out["fwt"] = forward_transfer(history.task_il, history.random_init_task_il)
+    if history.val_class_il:
+        out["val_accuracy_matrix"] = history.val_class_il
+        out["val_task_il_accuracy_matrix"] = history.val_task_il
+        out |= _matrix_metrics(history.val_class_il, "val_")
+        out |= _matrix_metrics(history.val_task_il, "val_task_il_")
+    return out
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Callbacks
+
+
+class RunRecorder(Callback):
+    """Keeps the run directory current: events, checkpoint, results, plots."""
+
+    def __init__(self, run_dir: Path, plan: RunPlan, device: torch.device, elapsed_before: float) -> None:
+        self.run_dir = run_dir
+        self.plan = plan
+        self.device = device
+        self.events = rundir.EventLog(run_dir / rundir.EVENTS)
+        self.elapsed_before = elapsed_before
+        self.started = time.perf_counter()
+        self.results: dict[str, Any] = {}
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.started
+
+    def checkpoint(self, loop: Loop) -> None:
+        state = loop.snapshot()
+        state["run"] = {"events": self.events.count, "elapsed_s": self.elapsed()}
+        rundir.save_checkpoint(self.run_dir / rundir.CHECKPOINT, state)
+
+    def write_results(self, loop: Loop, *, complete: bool) -> None:
+        settings = self.plan.settings
+        self.results = {
+            "method": settings.method,
+            "benchmark": settings.benchmark,
+            "seed": settings.seed,
+            "buffer_size": self.plan.buffer_size,
+            "n_tasks": loop.n_tasks,
+            "complete": complete,
+            **summarize(loop.history),
+            "wall_time_s": self.elapsed(),
+            "environment": {
+                "device": str(self.device),
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+            },
+        }
+        rundir.write_json(self.run_dir / rundir.RESULTS, self.results)
+
+    def on_fit_start(self, loop: Loop) -> None:
+        kind = "resume" if self.elapsed_before else "start"
+        self.events.append(
+            {"event": kind, "task": loop.task, "epoch": loop.epoch, "time": datetime.now(timezone.utc).isoformat()}
+        )
+
+    def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None:
+        self.events.append({"event": "epoch", **dataclasses.asdict(record)})
+        self.checkpoint(loop)
+
+    def on_task_end(self, loop: Loop, record: TaskRecord) -> None:
+        self.events.append({"event": "task", **dataclasses.asdict(record)})
+        self.write_results(loop, complete=False)
+        self.checkpoint(loop)
+
+    def on_fit_end(self, loop: Loop) -> None:
+        self.write_results(loop, complete=True)
+        self.events.append({"event": "end", "wall_time_s": self.elapsed()})
+        plots = self.run_dir / rundir.PLOTS
+        plots.mkdir(exist_ok=True)
+        history = loop.history
+        name = f"{self.plan.settings.method} on {self.plan.settings.benchmark}"
+        if history.class_il:
+            plot_accuracy_curves(
+                {
+                    "Class-IL": average_accuracy_curve(history.class_il),
+                    "Task-IL": average_accuracy_curve(history.task_il),
+                },
+                plots / "accuracy.png",
+                title=f"{name}: average accuracy on seen tasks",
+            )
+            plot_accuracy_matrix(
+                history.class_il, plots / "accuracy_matrix.png", title=f"{name}: Class-IL accuracy (%)"
+            )
+            plot_accuracy_matrix(
+                history.task_il, plots / "task_il_matrix.png", title=f"{name}: Task-IL accuracy (%)"
+            )
+
+
+class Progress(Callback):
+    """A tqdm bar per task (on a terminal) and one printed line per finished task."""
+
+    def __init__(self) -> None:
+        self.bar: tqdm | None = None
+
+    def on_task_start(self, loop: Loop) -> None:
+        total = (loop.schedule.epochs - loop.epoch) * loop.steps_per_epoch
+        self.bar = tqdm(
+            total=total, desc=f"task {loop.task + 1}/{loop.n_tasks}", unit="step", leave=False, disable=None
+        )
+
+    def on_step(self, loop: Loop) -> None:
+        if self.bar is not None:
+            self.bar.update()
+
+    def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix(epoch=record.epoch + 1, loss=f"{record.losses.get('loss', float('nan')):.3f}")
+
+    def on_task_end(self, loop: Loop, record: TaskRecord) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        cil = " ".join(f"{a:5.1f}" for a in record.class_il)
+        til_seen = record.task_il[: record.task + 1]
+        print(
+            f"task {record.task + 1}/{loop.n_tasks} | class-il [{cil}] avg {sum(record.class_il) / len(record.class_il):.2f}"
+            f" | task-il avg {sum(til_seen) / len(til_seen):.2f} | {record.seconds:.1f} s",
+            flush=True,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+
+
+def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[str, Any]:
+    """Train the planned run inside ``run_dir`` (continuing from its checkpoint if ``resume``).
+
+    Returns:
+        The final ``results.json`` payload.
+    """
+    settings = plan.settings
+    device = resolve_device(settings.device)
+    state: dict[str, Any] | None = None
+    elapsed = 0.0
+    checkpoint = run_dir / rundir.CHECKPOINT
+    if resume and checkpoint.exists():
+        state = rundir.load_checkpoint(checkpoint, device)
+        elapsed = float(state.get("run", {}).get("elapsed_s", 0.0))
+    events = rundir.EventLog(run_dir / rundir.EVENTS)
+    events.truncate(int(state["run"]["events"]) if state is not None else 0)
+
+    bench = load_benchmark(
+        settings.benchmark,
+        settings.data_root,
+        class_order=settings.class_order,
+        seed=settings.seed,
+        validation=settings.validation,
+        device=device,
+    )
+    torch.manual_seed(settings.seed)
+    options = {k: v for k, v in plan.backbone.items() if k != "name"}
+    net = create_backbone(plan.backbone["name"], bench.num_classes, **options).to(device)
+    generator = torch.Generator(device=device).manual_seed(settings.seed)
+    method = create_method(
+        settings.method,
+        net=net,
+        setting=ContinualSetting(bench.classes_per_task, bench.input_shape, bench.train_x.dtype),
+        transforms=Transforms(bench.train_transform, bench.test_transform, getattr(bench, "strong_transform", None)),
+        config=plan.method_config,
+        generator=generator,
+    )
+    recorder = RunRecorder(run_dir, plan, device, elapsed)
+    try:
+        fit(method, bench, plan.schedule, generator=generator, callbacks=[recorder, Progress()], resume=state)
+    except NonFiniteLossError as error:
+        raise NonFiniteLossError(f"{error}; last good state: {run_dir / rundir.CHECKPOINT}") from error
+    return recorder.results
+
+
+def print_summary(results: dict[str, Any], run_dir: Path) -> None:
+    print(
+        f"FAA {_fmt(results['faa'])}  FF {_fmt(results['ff'])}  |  Task-IL FAA {_fmt(results['task_il_faa'])}"
+        f"  |  wall time {results['wall_time_s']:.1f} s"
+    )
+    print(f"results: {run_dir / rundir.RESULTS}  plots: {run_dir / rundir.PLOTS}")
+
+
+def command_train(args: Any) -> int:
+    """Entry point of ``xder-run train`` (``args`` from the argument parser)."""
+    if args.resume is not None:
+        given = [flag for flag, value in _train_flags(args).items() if value is not None]
+        if given:
+            raise UsageError(
+                f"--resume takes no other settings (got {given[0]}): the run continues with its own config.toml"
+            )
+        run_dir = rundir.check_run_dir(Path(args.resume))
+        plan = build_plan(rundir.read_config(run_dir / rundir.CONFIG))
+        results_path = run_dir / rundir.RESULTS
+        if results_path.exists():
+            results = json.loads(results_path.read_text())
+            if results.get("complete"):
+                print(f"{run_dir} is already complete.")
+                print_summary(results, run_dir)
+                return 0
+        _announce(plan, run_dir, "resuming")
+        results = run_training(plan, run_dir, resume=True)
+        print_summary(results, run_dir)
+        return 0
+
+    method_values: dict[str, Any] = {}
+    if args.buffer_size is not None:
+        if args.buffer_size < 0:
+            raise UsageError(f"--buffer-size must be >= 0, got {args.buffer_size}")
+        fields = {f.name for f in dataclasses.fields(method_config_class(args.method))}
+        if "buffer_size" in fields:
+            method_values["buffer_size"] = args.buffer_size
+        else:
+            print(f"note: method {args.method!r} keeps no buffer; --buffer-size is ignored", file=sys.stderr)
+    run = {
+        key: value
+        for key, value in {
+            "seed": args.seed,
+            "device": args.device,
+            "class_order": args.class_order,
+            "data_root": args.data_root,
+            "validation": args.validation,
+        }.items()
+        if value is not None
+    }
+    train = {} if args.epochs is None else {"epochs": args.epochs}
+    config = resolve_config(
+        method=args.method,
+        benchmark=args.benchmark,
+        preset=args.preset,
+        run=run,
+        train=train,
+        method_values=method_values,
+        sets=list(args.set or []),
+    )
+    plan = build_plan(config)
+    resolve_device(plan.settings.device)  # fail before creating anything
+    run_dir = rundir.new_run_dir(
+        Path(args.out), plan.settings.method, plan.settings.benchmark, plan.buffer_size, plan.settings.seed
+    )
+    rundir.write_config(run_dir / rundir.CONFIG, plan.config)
+    _announce(plan, run_dir, "training")
+    results = run_training(plan, run_dir)
+    print_summary(results, run_dir)
+    return 0
+
+
+def _announce(plan: RunPlan, run_dir: Path, verb: str) -> None:
+    s = plan.settings
+    print(
+        f"{verb} {s.method} on {s.benchmark} (buffer {plan.buffer_size}, seed {s.seed}, preset {s.preset},"
+        f" {plan.schedule.epochs} epochs/task) -> {run_dir}",
+        flush=True,
+    )
+
+
+def _train_flags(args: Any) -> dict[str, Any]:
+    return {
+        "--method": args.method_given,
+        "--benchmark": args.benchmark_given,
+        "--buffer-size": args.buffer_size,
+        "--seed": args.seed,
+        "--epochs": args.epochs,
+        "--class-order": args.class_order,
+        "--data-root": args.data_root,
+        "--device": args.device,
+        "--validation": args.validation,
+        "--preset": args.preset,
+        "--set": args.set or None,
+        "--out": args.out_given,
+    }

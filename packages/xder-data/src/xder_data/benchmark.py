@@ -1,0 +1,351 @@
+"""The benchmark type, its registry, and the pure functions that shape a benchmark.
+
+A :class:`Benchmark` holds a whole class-incremental benchmark as tensors (images stay uint8,
+labels already mapped through the class order) plus the protocol the paper trains it with.
+Tasks are index views (:meth:`Benchmark.task`); nothing rewrites the data in place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from xder_data.augment import Transform
+from xder_data.errors import ClassOrderError, UnknownBenchmarkError
+
+__all__ = [
+    "Benchmark",
+    "BenchmarkDefaults",
+    "TaskSplit",
+    "benchmark_defaults",
+    "list_benchmarks",
+    "load_benchmark",
+    "register_benchmark",
+    "remap_labels",
+    "resolve_class_order",
+    "task_indices",
+    "validation_split",
+    "with_class_order",
+    "with_validation",
+]
+
+ClassOrderSpec = Literal["natural", "reversed", "random"] | Sequence[int]
+VALIDATION_SEED = 0
+"""Seed of the validation split: fixed, so that every trial of a grid search sees the same split."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchmarkDefaults:
+    """The training protocol a benchmark is run with (the paper's, or the one fixed for it).
+
+    The CLI turns these into the loop's schedule and the methods' buffer settings; presets and
+    ``--set`` override them.
+    """
+
+    epochs: int
+    batch_size: int
+    minibatch_size: int
+    lr: float
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    lr_schedule: Literal["none", "multistep", "cosine"] = "none"
+    milestones: tuple[int, ...] = ()
+    lr_gamma: float = 0.1
+    warmup_epochs: int = 0
+    buffer_size: int = 0
+    backbone: str = "resnet18-cifar"
+    backbone_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaskSplit:
+    """Index views of one task. ``train``/``test``/``val`` index the benchmark's tensors.
+
+    Attributes:
+        task: the task index t.
+        class_start, class_end: the task's classes are ``[class_start, class_end)``.
+        train, test: (N,) int64 row indices into ``train_x``/``test_x``.
+        val: (N,) row indices into ``val_x``, or None without a validation split.
+    """
+
+    task: int
+    class_start: int
+    class_end: int
+    train: Tensor
+    test: Tensor
+    val: Tensor | None = None
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Benchmark:
+    """A class-incremental benchmark, held as tensors.
+
+    Attributes:
+        name: registry name, e.g. ``"seq-digits"``.
+        n_tasks: number of tasks T.
+        classes_per_task: classes of each task; task t holds the labels
+            ``[sum(classes_per_task[:t]), sum(classes_per_task[:t+1]))``.
+        class_order: ``class_order[i]`` is the original class id that became label i.
+        input_shape: shape of one example, e.g. ``(3, 32, 32)``.
+        mean, std: per-channel normalisation constants (of [0, 1]-scaled inputs).
+        train_x, train_y, test_x, test_y: examples (uint8 images) and mapped labels (int64).
+        val_x, val_y: the held-out validation split, when one was requested.
+        coarse_labels: (num_classes,) super-class of each mapped class, where the data has them.
+        class_names: names in mapped label order, where the data has them.
+        defaults: the training protocol.
+        train_transform: augmentation + normalisation for training batches.
+        test_transform: normalisation for evaluation.
+    """
+
+    name: str
+    n_tasks: int
+    classes_per_task: tuple[int, ...]
+    class_order: tuple[int, ...]
+    input_shape: tuple[int, ...]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    train_x: Tensor
+    train_y: Tensor
+    test_x: Tensor
+    test_y: Tensor
+    defaults: BenchmarkDefaults
+    train_transform: Transform
+    test_transform: Transform
+    val_x: Tensor | None = None
+    val_y: Tensor | None = None
+    coarse_labels: Tensor | None = None
+    class_names: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.classes_per_task) != self.n_tasks:
+            raise ValueError("classes_per_task needs one entry per task")
+        if sorted(self.class_order) != list(range(self.num_classes)):
+            raise ValueError("class_order must be a permutation of range(num_classes)")
+
+    @property
+    def num_classes(self) -> int:
+        return sum(self.classes_per_task)
+
+    @property
+    def device(self) -> torch.device:
+        return self.train_x.device
+
+    def class_range(self, t: int) -> tuple[int, int]:
+        """The labels ``[start, end)`` of task t."""
+        if not 0 <= t < self.n_tasks:
+            raise IndexError(f"task {t} out of range for {self.n_tasks} tasks")
+        start = sum(self.classes_per_task[:t])
+        return start, start + self.classes_per_task[t]
+
+    def task(self, t: int) -> TaskSplit:
+        """Index views of task t's train, test and (if any) validation rows."""
+        start, end = self.class_range(t)
+        val = None if self.val_y is None else task_indices(self.val_y, start, end)
+        return TaskSplit(
+            task=t,
+            class_start=start,
+            class_end=end,
+            train=task_indices(self.train_y, start, end),
+            test=task_indices(self.test_y, start, end),
+            val=val,
+        )
+
+    def to(self, device: torch.device | str) -> Benchmark:
+        """The same benchmark with every tensor on ``device``."""
+        moved = {
+            f.name: getattr(self, f.name).to(device)
+            for f in dataclasses.fields(self)
+            if isinstance(getattr(self, f.name), Tensor)
+        }
+        return dataclasses.replace(self, **moved)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure functions
+
+
+def resolve_class_order(spec: ClassOrderSpec, n_classes: int, seed: int = 0) -> tuple[int, ...]:
+    """Turn a class-order spec into an explicit permutation.
+
+    Args:
+        spec: ``"natural"`` (0..C-1), ``"reversed"``, ``"random"`` (a permutation drawn from
+            ``numpy.random.default_rng(seed)``), or an explicit permutation of ``range(C)``.
+        n_classes: C.
+        seed: used by ``"random"`` only.
+
+    Returns:
+        ``order`` with ``order[i]`` = the original class that becomes label i.
+    """
+    if isinstance(spec, str):
+        if spec == "natural":
+            return tuple(range(n_classes))
+        if spec == "reversed":
+            return tuple(range(n_classes - 1, -1, -1))
+        if spec == "random":
+            return tuple(int(c) for c in np.random.default_rng(seed).permutation(n_classes))
+        raise ClassOrderError(
+            f"unknown class order {spec!r}: use natural, reversed, random or a permutation "
+            f"such as [{', '.join(map(str, range(min(n_classes, 3))))}, ...]"
+        )
+    order = tuple(int(c) for c in spec)
+    if sorted(order) != list(range(n_classes)):
+        raise ClassOrderError(
+            f"class order {list(order)} is not a permutation of 0..{n_classes - 1}: "
+            f"list each of the {n_classes} classes exactly once"
+        )
+    return order
+
+
+def remap_labels(labels: Tensor, class_order: Sequence[int]) -> Tensor:
+    """Map original labels to positions in ``class_order`` (label ``class_order[i]`` -> i)."""
+    inverse = torch.empty(len(class_order), dtype=torch.int64)
+    inverse[torch.as_tensor(class_order, dtype=torch.int64)] = torch.arange(len(class_order))
+    return inverse.to(labels.device)[labels.long()]
+
+
+def task_indices(labels: Tensor, class_start: int, class_end: int) -> Tensor:
+    """Row indices (ascending) whose label lies in ``[class_start, class_end)``."""
+    mask = (labels >= class_start) & (labels < class_end)
+    return torch.nonzero(mask, as_tuple=False).flatten()
+
+
+def validation_split(
+    labels: Tensor, fraction: float, seed: int = VALIDATION_SEED
+) -> tuple[Tensor, Tensor]:
+    """Stratified hold-out: for each class, ``round(fraction * n_c)`` of its rows go to validation.
+
+    Per class (ascending label), the class's row indices in ascending order are permuted by one
+    ``numpy.random.default_rng(seed)``; the first ``round(fraction * n_c)`` are validation.
+
+    Returns:
+        ``(train_rows, val_rows)``, each sorted ascending.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"validation fraction must be in (0, 1), got {fraction}")
+    labels_np = labels.cpu().numpy()
+    rng = np.random.default_rng(seed)
+    train_rows, val_rows = [], []
+    for c in np.unique(labels_np):
+        rows = rng.permutation(np.flatnonzero(labels_np == c))
+        n_val = round(fraction * len(rows))
+        val_rows.append(rows[:n_val])
+        train_rows.append(rows[n_val:])
+    train = torch.from_numpy(np.sort(np.concatenate(train_rows))).to(labels.device)
+    val = torch.from_numpy(np.sort(np.concatenate(val_rows))).to(labels.device)
+    return train, val
+
+
+def with_class_order(bench: Benchmark, spec: ClassOrderSpec, seed: int = 0) -> Benchmark:
+    """The benchmark relabelled so that task t holds the classes ``order[start_t:end_t]``.
+
+    ``bench`` must be in natural order (as the readers return it).
+    """
+    order = resolve_class_order(spec, bench.num_classes, seed)
+    if order == bench.class_order:
+        return bench
+    if bench.class_order != tuple(range(bench.num_classes)):
+        raise ValueError("with_class_order expects a benchmark in natural order")
+    changes: dict[str, Any] = {
+        "class_order": order,
+        "train_y": remap_labels(bench.train_y, order),
+        "test_y": remap_labels(bench.test_y, order),
+    }
+    if bench.val_y is not None:
+        changes["val_y"] = remap_labels(bench.val_y, order)
+    if bench.coarse_labels is not None:
+        changes["coarse_labels"] = bench.coarse_labels[torch.as_tensor(order)]
+    if bench.class_names is not None:
+        changes["class_names"] = tuple(bench.class_names[c] for c in order)
+    return dataclasses.replace(bench, **changes)
+
+
+def with_validation(bench: Benchmark, fraction: float = 0.1) -> Benchmark:
+    """Hold out a stratified ``fraction`` of the training rows as the validation split."""
+    train_rows, val_rows = validation_split(bench.train_y, fraction)
+    return dataclasses.replace(
+        bench,
+        train_x=bench.train_x[train_rows],
+        train_y=bench.train_y[train_rows],
+        val_x=bench.train_x[val_rows],
+        val_y=bench.train_y[val_rows],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry
+
+BenchmarkLoader = Callable[..., Benchmark]
+_REGISTRY: dict[str, tuple[BenchmarkLoader, BenchmarkDefaults]] = {}
+
+
+def register_benchmark(
+    name: str, *, defaults: BenchmarkDefaults
+) -> Callable[[BenchmarkLoader], BenchmarkLoader]:
+    """Register ``loader(root: Path | None, **options) -> Benchmark`` (natural class order).
+
+    ``defaults`` is the benchmark's training protocol, readable without loading any data
+    (:func:`benchmark_defaults`); the loader must put the same object in ``Benchmark.defaults``.
+    """
+
+    def decorator(loader: BenchmarkLoader) -> BenchmarkLoader:
+        if name in _REGISTRY:
+            raise ValueError(f"benchmark {name!r} is already registered")
+        _REGISTRY[name] = (loader, defaults)
+        return loader
+
+    return decorator
+
+
+def list_benchmarks() -> list[str]:
+    """Registered benchmark names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def _lookup(name: str) -> tuple[BenchmarkLoader, BenchmarkDefaults]:
+    if name not in _REGISTRY:
+        raise UnknownBenchmarkError(
+            f"unknown benchmark {name!r}: choose one of {', '.join(list_benchmarks())}"
+        )
+    return _REGISTRY[name]
+
+
+def benchmark_defaults(name: str) -> BenchmarkDefaults:
+    """The training protocol of benchmark ``name``, without loading its data."""
+    return _lookup(name)[1]
+
+
+def load_benchmark(
+    name: str,
+    root: str | Path | None = None,
+    *,
+    class_order: ClassOrderSpec = "natural",
+    seed: int = 0,
+    validation: float = 0.0,
+    device: torch.device | str = "cpu",
+    **options: Any,
+) -> Benchmark:
+    """Read a registered benchmark and prepare it for a run.
+
+    Args:
+        name: registry name (see :func:`list_benchmarks`).
+        root: the data root the benchmark's files sit under (unused by ``seq-digits``).
+        class_order: see :func:`resolve_class_order`; ``"random"`` draws from ``seed``.
+        seed: the run's seed.
+        validation: if > 0, hold out this stratified fraction of train as the validation split
+            (for model selection; the test set is never used to select).
+        device: where the tensors live during training.
+        **options: passed to the benchmark's reader.
+    """
+    loader, _ = _lookup(name)
+    bench = loader(None if root is None else Path(root), **options)
+    if validation:
+        bench = with_validation(bench, validation)
+    bench = with_class_order(bench, class_order, seed)
+    return bench.to(device)

@@ -1,0 +1,34 @@
+"""Exceptions for problems a user can cause with data: each message names the problem and the fix."""
+
+from __future__ import annotations
+
+__all__ = [
+    "BenchmarkFormatError",
+    "ClassOrderError",
+    "DataError",
+    "DataNotFoundError",
+    "UnknownBenchmarkError",
+]
+
+
+class DataError(Exception):
+    """Base class: a mistake in the user's data or data options, reported in one line."""
+
+
+class DataNotFoundError(DataError):
+    """A file or folder a benchmark needs is missing or unreadable."""
+
+
+class BenchmarkFormatError(DataError):
+    """A file exists but is not in the expected on-disk format (wrong key, shape, layout)."""
+
+
+class UnknownBenchmarkError(DataError, KeyError):
+    """No benchmark is registered under the requested name."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
+        return str(self.args[0]) if self.args else ""
+
+
+class ClassOrderError(DataError, ValueError):
+    """A class order that is not a known name nor a permutation of the classes."""

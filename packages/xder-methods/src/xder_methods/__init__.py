@@ -1,0 +1,97 @@
+"""xder-methods: continual learners, the replay buffer and the class-incremental training loop.
+
+Methods register by name (:func:`create_method`); each is one module with a frozen config
+dataclass whose defaults are the paper's values. The package imports only torch: backbones and
+data reach it through the protocols in :mod:`xder_methods.protocols`.
+"""
+
+from xder_methods import der as _der  # noqa: F401  (registers der)
+from xder_methods import derpp as _derpp  # noqa: F401  (registers derpp)
+from xder_methods import er as _er  # noqa: F401  (registers er)
+from xder_methods import joint as _joint  # noqa: F401  (registers joint)
+from xder_methods import sgd as _sgd  # noqa: F401  (registers sgd)
+from xder_methods._registry import (
+    create_method,
+    list_methods,
+    method_class,
+    method_config_class,
+    register_method,
+)
+from xder_methods.base import MethodBase
+from xder_methods.buffer import Buffer, BufferSample, reservoir_slots
+from xder_methods.der import DER, DERConfig
+from xder_methods.derpp import DERpp, DERppConfig
+from xder_methods.er import ER, ReplayConfig
+from xder_methods.errors import MethodConfigError, MethodError, NonFiniteLossError, UnknownMethodError
+from xder_methods.joint import Joint, JointConfig
+from xder_methods.loop import (
+    CHECKPOINT_FORMAT,
+    Callback,
+    EpochRecord,
+    History,
+    Loop,
+    TaskRecord,
+    TrainingSchedule,
+    batch_bounds,
+    evaluate,
+    fit,
+    learning_rate,
+)
+from xder_methods.protocols import (
+    Backbone,
+    Batch,
+    ContinualMethod,
+    ContinualSetting,
+    StepOutput,
+    TaskData,
+    TaskStream,
+    Transform,
+    Transforms,
+)
+from xder_methods.sgd import SGD, SGDConfig
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "DER",
+    "ER",
+    "SGD",
+    "Backbone",
+    "Batch",
+    "Buffer",
+    "BufferSample",
+    "Callback",
+    "ContinualMethod",
+    "ContinualSetting",
+    "DERConfig",
+    "DERpp",
+    "DERppConfig",
+    "EpochRecord",
+    "History",
+    "Joint",
+    "JointConfig",
+    "Loop",
+    "MethodBase",
+    "MethodConfigError",
+    "MethodError",
+    "NonFiniteLossError",
+    "ReplayConfig",
+    "SGDConfig",
+    "StepOutput",
+    "TaskData",
+    "TaskRecord",
+    "TaskStream",
+    "TrainingSchedule",
+    "Transform",
+    "Transforms",
+    "UnknownMethodError",
+    "batch_bounds",
+    "create_method",
+    "evaluate",
+    "fit",
+    "learning_rate",
+    "list_methods",
+    "method_class",
+    "method_config_class",
+    "register_method",
+    "reservoir_slots",
+]

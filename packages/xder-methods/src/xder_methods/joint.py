@@ -1,0 +1,50 @@
+"""JT (``joint``): joint training on the union of all tasks, the upper bound of Table 1."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from xder_methods._registry import register_method
+from xder_methods.base import MethodBase
+from xder_methods.errors import MethodConfigError
+from xder_methods.losses import seen_class_cross_entropy
+from xder_methods.protocols import Batch, StepOutput
+
+__all__ = ["Joint", "JointConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class JointConfig:
+    """Attributes:
+    mode: ``final`` (the paper's JT and the authors' code): no training until the last task,
+        then the benchmark's epochs over the union of all tasks, from the untrained network.
+        ``cumulative``: at every task t, train on the union of tasks 0..t (continuing from the
+        current weights), so that every row of the accuracy matrix is a joint model; it costs
+        about (T + 1) / 2 times more.
+    """
+
+    mode: Literal["final", "cumulative"] = "final"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("final", "cumulative"):
+            raise MethodConfigError(f"method.mode must be final or cumulative, got {self.mode!r}")
+
+
+@register_method("joint", JointConfig)
+class Joint(MethodBase):
+    """Joint training (JT), X-DER paper Sec. 5.2: the i.i.d. upper bound.
+
+    With ``mode="final"`` the rows of the accuracy matrix before the last task come from the
+    untrained network; only the last row (FAA) is meaningful, as in the paper (FF is "-").
+    """
+
+    @property
+    def training_data(self) -> Literal["task", "cumulative", "none"]:  # type: ignore[override]
+        if self.config.mode == "cumulative" or self.current_task == self.setting.n_tasks - 1:
+            return "cumulative"
+        return "none"
+
+    def observe(self, batch: Batch) -> StepOutput:
+        loss = seen_class_cross_entropy(self.net(batch.x), batch.y, self.seen_classes(batch.task))
+        return StepOutput(loss, {"ce": loss.detach()})

@@ -1,0 +1,450 @@
+"""The class-incremental training loop: tasks, epochs, evaluation, callbacks, resume.
+
+``fit`` follows the paper's protocol (Sec. 5.1): tasks arrive one at a time; for each, a fresh SGD
+optimizer is built (the per-task lr schedule restarts), the method observes shuffled stream
+batches for the benchmark's number of epochs, ``end_task`` runs, and every task is evaluated:
+Class-IL (argmax over the classes seen so far; optionally over all outputs) and Task-IL (argmax
+inside the task's own classes). Batches are drawn by index from device-resident tensors and
+augmented on the device; loss terms are read back once per epoch, never per step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from xder_methods.errors import MethodConfigError, NonFiniteLossError
+from xder_methods.protocols import (
+    Batch,
+    ContinualMethod,
+    ContinualSetting,
+    TaskData,
+    TaskStream,
+    Transform,
+)
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "Callback",
+    "EpochRecord",
+    "History",
+    "Loop",
+    "TaskRecord",
+    "TrainingSchedule",
+    "batch_bounds",
+    "evaluate",
+    "fit",
+    "learning_rate",
+]
+
+CHECKPOINT_FORMAT = "xder-checkpoint-v1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingSchedule:
+    """How each task is trained (the benchmark's protocol; identical for every method).
+
+    Attributes:
+        epochs: epochs per task.
+        batch_size: stream batch size.
+        lr, momentum, weight_decay: SGD settings (a fresh optimizer per task).
+        lr_schedule: ``none``; ``multistep`` (lr times ``lr_gamma`` at each of ``milestones``,
+            counted in epochs); ``cosine`` (linear warm-up over ``warmup_epochs``, then cosine
+            decay to 0 over the remaining epochs).
+        eval_batch_size: batch size of evaluation passes.
+        class_il_outputs: Class-IL argmax over the ``seen`` classes (default) or ``all`` outputs
+            (the authors' code of 2022).
+    """
+
+    epochs: int = 1
+    batch_size: int = 32
+    lr: float = 0.1
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    lr_schedule: Literal["none", "multistep", "cosine"] = "none"
+    milestones: tuple[int, ...] = ()
+    lr_gamma: float = 0.1
+    warmup_epochs: int = 0
+    eval_batch_size: int = 512
+    class_il_outputs: Literal["seen", "all"] = "seen"
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.epochs >= 0, "epochs must be >= 0"),
+            (self.batch_size >= 1, "batch_size must be >= 1"),
+            (self.eval_batch_size >= 1, "eval_batch_size must be >= 1"),
+            (self.lr > 0, "lr must be > 0"),
+            (self.momentum >= 0, "momentum must be >= 0"),
+            (self.weight_decay >= 0, "weight_decay must be >= 0"),
+            (self.warmup_epochs >= 0, "warmup_epochs must be >= 0"),
+            (self.lr_schedule in ("none", "multistep", "cosine"), "lr_schedule must be none, multistep or cosine"),
+            (self.class_il_outputs in ("seen", "all"), "class_il_outputs must be seen or all"),
+            (list(self.milestones) == sorted(self.milestones), "milestones must be increasing"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise MethodConfigError(f"train: {message}")
+
+
+def learning_rate(schedule: TrainingSchedule, epoch: int) -> float:
+    """The learning rate of 0-based ``epoch`` within a task (the schedule restarts every task).
+
+    ``multistep`` equals ``torch.optim.lr_scheduler.MultiStepLR`` stepped once per epoch;
+    ``cosine`` is ``lr * (epoch + 1) / warmup_epochs`` during warm-up, then
+    ``lr * (1 + cos(pi * (epoch - warmup) / (epochs - warmup))) / 2``.
+    """
+    lr = schedule.lr
+    if schedule.lr_schedule == "multistep":
+        return lr * schedule.lr_gamma ** sum(1 for m in schedule.milestones if m <= epoch)
+    if schedule.lr_schedule == "cosine":
+        warmup = schedule.warmup_epochs
+        if epoch < warmup:
+            return lr * (epoch + 1) / warmup
+        span = max(schedule.epochs - warmup, 1)
+        return lr * 0.5 * (1.0 + math.cos(math.pi * (epoch - warmup) / span))
+    return lr
+
+
+def batch_bounds(n: int, batch_size: int) -> list[tuple[int, int]]:
+    """``[start, end)`` of each batch over n shuffled rows.
+
+    The last partial batch is kept (as a DataLoader with ``drop_last=False``), except that a
+    final batch of ONE row joins the previous batch: BatchNorm cannot normalise a single
+    example whose feature map is 1x1.
+    """
+    bounds = [(s, min(s + batch_size, n)) for s in range(0, n, batch_size)]
+    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] == 1:
+        bounds[-2] = (bounds[-2][0], n)
+        bounds.pop()
+    return bounds
+
+
+@torch.no_grad()
+def evaluate(
+    method: ContinualMethod,
+    x: Tensor,
+    y: Tensor,
+    setting: ContinualSetting,
+    *,
+    seen_tasks: int,
+    transform: Transform,
+    batch_size: int = 512,
+    class_il_outputs: Literal["seen", "all"] = "seen",
+) -> tuple[list[float], list[float]]:
+    """Accuracy (%) per task of ``method.predict`` on ``(x, y)``.
+
+    Args:
+        seen_tasks: tasks trained so far; Class-IL is reported for tasks ``0..seen_tasks-1``.
+        class_il_outputs: argmax over the seen classes or over all outputs.
+
+    Returns:
+        ``(class_il, task_il)``: Class-IL accuracy of each seen task, and Task-IL accuracy
+        (argmax inside the task's own classes) of every task, seen or not.
+    """
+    n_tasks = setting.n_tasks
+    device = y.device
+    task_of_class = setting.task_of_class(device)
+    seen_end = setting.class_range(seen_tasks - 1)[1] if seen_tasks else setting.num_classes
+    if class_il_outputs == "all":
+        seen_end = setting.num_classes
+    correct_cil = torch.zeros(n_tasks, dtype=torch.int64, device=device)
+    correct_til = torch.zeros(n_tasks, dtype=torch.int64, device=device)
+    counts = torch.zeros(n_tasks, dtype=torch.int64, device=device)
+    for start in range(0, y.shape[0], batch_size):
+        xb = transform(x[start : start + batch_size])
+        yb = y[start : start + batch_size]
+        logits = method.predict(xb).float()
+        tasks = task_of_class[yb]
+        pred_cil = logits[:, :seen_end].argmax(dim=1)
+        own = task_of_class[None, : logits.shape[1]] == tasks[:, None]
+        pred_til = logits.masked_fill(~own, -math.inf).argmax(dim=1)
+        counts.index_add_(0, tasks, torch.ones_like(yb))
+        correct_cil.index_add_(0, tasks, (pred_cil == yb).long())
+        correct_til.index_add_(0, tasks, (pred_til == yb).long())
+    # One read-back; percentages from exact counts (a task without rows gives NaN).
+    n_cil, n_til, n = torch.stack([correct_cil, correct_til, counts]).tolist()
+    cil = [100.0 * c / m if m else math.nan for c, m in zip(n_cil, n, strict=True)]
+    til = [100.0 * c / m if m else math.nan for c, m in zip(n_til, n, strict=True)]
+    return cil[:seen_tasks], til
+
+
+@dataclass
+class History:
+    """Accuracy matrices in %, one row appended after each task.
+
+    ``class_il[t]`` holds tasks 0..t after training task t (a lower-triangular list of rows);
+    ``task_il[t]`` holds every task (those after t are unseen: forward transfer reads them).
+    ``random_init_task_il`` is the Task-IL accuracy of the untrained model (FWT's baseline).
+    The ``val_*`` fields mirror these on the validation split, when there is one.
+    """
+
+    class_il: list[list[float]] = field(default_factory=list)
+    task_il: list[list[float]] = field(default_factory=list)
+    random_init_task_il: list[float] | None = None
+    val_class_il: list[list[float]] = field(default_factory=list)
+    val_task_il: list[list[float]] = field(default_factory=list)
+    val_random_init_task_il: list[float] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> History:
+        return cls(**state)
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """One finished epoch: mean of each loss term over the epoch's steps."""
+
+    task: int
+    epoch: int
+    lr: float
+    steps: int
+    seconds: float
+    losses: dict[str, float]
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """One finished task and its evaluation (accuracies in %)."""
+
+    task: int
+    class_il: list[float]
+    task_il: list[float]
+    val_class_il: list[float] | None
+    val_task_il: list[float] | None
+    seconds: float
+
+
+class Callback:
+    """Hooks the loop calls; override what you need. Each receives the running :class:`Loop`."""
+
+    def on_fit_start(self, loop: Loop) -> None: ...
+
+    def on_task_start(self, loop: Loop) -> None: ...
+
+    def on_step(self, loop: Loop) -> None: ...
+
+    def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None: ...
+
+    def on_task_end(self, loop: Loop, record: TaskRecord) -> None: ...
+
+    def on_fit_end(self, loop: Loop) -> None: ...
+
+
+class Loop:
+    """The state of a running :func:`fit`, as callbacks see it.
+
+    ``task``/``epoch`` give the position: the next thing to run is epoch ``epoch`` of task
+    ``task`` (``epoch == schedule.epochs``: only ``end_task`` and evaluation are left).
+    """
+
+    def __init__(
+        self,
+        method: ContinualMethod,
+        stream: TaskStream,
+        schedule: TrainingSchedule,
+        generator: torch.Generator,
+    ) -> None:
+        self.method = method
+        self.stream = stream
+        self.schedule = schedule
+        self.generator = generator
+        self.setting = ContinualSetting(tuple(stream.classes_per_task), tuple(stream.train_x.shape[1:]))
+        self.history = History()
+        self.task = 0
+        self.epoch = 0
+        self.steps_per_epoch = 0
+        self.optimizer: torch.optim.Optimizer | None = None
+
+    @property
+    def n_tasks(self) -> int:
+        return self.stream.n_tasks
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything needed to continue exactly from the current position (weights-only safe)."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "position": {"task": self.task, "epoch": self.epoch},
+            "method": self.method.state_dict(),
+            "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],
+            "history": self.history.state_dict(),
+        }
+
+    def restore_rng(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"]:
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+
+
+def _training_rows(stream: TaskStream, task: int, mode: str) -> Tensor:
+    if mode == "cumulative":
+        return torch.cat([stream.task(t).train for t in range(task + 1)])
+    rows = stream.task(task).train
+    return rows[:0] if mode == "none" else rows
+
+
+def _make_optimizer(method: ContinualMethod, schedule: TrainingSchedule) -> torch.optim.Optimizer:
+    return torch.optim.SGD(
+        list(method.optimizer_parameters()),
+        lr=schedule.lr,
+        momentum=schedule.momentum,
+        weight_decay=schedule.weight_decay,
+    )
+
+
+def _evaluate_all(loop: Loop, seen_tasks: int) -> tuple[list[float], list[float], list[float] | None, list[float] | None]:
+    stream, schedule, method = loop.stream, loop.schedule, loop.method
+    kwargs = {
+        "seen_tasks": seen_tasks,
+        "transform": method.transforms.test,
+        "batch_size": schedule.eval_batch_size,
+        "class_il_outputs": schedule.class_il_outputs,
+    }
+    method.train(False)
+    cil, til = evaluate(method, stream.test_x, stream.test_y, loop.setting, **kwargs)
+    val_cil = val_til = None
+    if stream.val_x is not None and stream.val_y is not None:
+        val_cil, val_til = evaluate(method, stream.val_x, stream.val_y, loop.setting, **kwargs)
+    method.train(True)
+    return cil, til, val_cil, val_til
+
+
+def fit(
+    method: ContinualMethod,
+    stream: TaskStream,
+    schedule: TrainingSchedule,
+    *,
+    generator: torch.Generator,
+    callbacks: Sequence[Callback] = (),
+    resume: dict[str, Any] | None = None,
+) -> History:
+    """Train ``method`` on every task of ``stream`` in order and evaluate after each task.
+
+    Args:
+        method: the learner (its network already on the stream's device).
+        stream: the benchmark (tensors on the training device).
+        schedule: epochs, batch size, optimizer and lr schedule, evaluation settings.
+        generator: the one source of randomness of the run (batch order, augmentation, buffer
+            draws), on the training device.
+        callbacks: logging, progress and checkpoint hooks.
+        resume: a :meth:`Loop.snapshot`; the run continues from its position and, on the same
+            device, ends with the same results as an uninterrupted run.
+
+    Returns:
+        The accuracy matrices (:class:`History`).
+
+    Raises:
+        NonFiniteLossError: a loss term was NaN or infinite at the end of an epoch (no checkpoint
+            is taken of that epoch, so the last checkpoint is the last good state).
+    """
+    loop = Loop(method, stream, schedule, generator)
+    calls: Iterable[Callback] = tuple(callbacks)
+    start_task, start_epoch = 0, 0
+    if resume is not None:
+        if resume.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError("not an xder checkpoint")
+        start_task, start_epoch = resume["position"]["task"], resume["position"]["epoch"]
+        if start_epoch > 0:
+            method.begin_task(start_task)  # set up the task as the original run did, then restore
+        method.load_state_dict(resume["method"])
+        loop.history = History.from_state_dict(resume["history"])
+        loop.restore_rng(resume)
+        loop.task, loop.epoch = start_task, start_epoch
+    else:
+        _, til, _, val_til = _evaluate_all(loop, 0)
+        loop.history.random_init_task_il = til
+        loop.history.val_random_init_task_il = val_til
+
+    for callback in calls:
+        callback.on_fit_start(loop)
+    for task in range(start_task, stream.n_tasks):
+        task_started = time.perf_counter()
+        resumed_mid_task = resume is not None and task == start_task and start_epoch > 0
+        if not resumed_mid_task:
+            method.begin_task(task)
+            loop.task, loop.epoch = task, 0
+        loop.optimizer = _make_optimizer(method, schedule)
+        if resumed_mid_task and resume is not None and resume["optimizer"] is not None:
+            loop.optimizer.load_state_dict(resume["optimizer"])
+        rows = _training_rows(stream, task, method.training_data)
+        bounds = batch_bounds(rows.shape[0], schedule.batch_size)
+        loop.steps_per_epoch = len(bounds)
+        for callback in calls:
+            callback.on_task_start(loop)
+        for epoch in range(loop.epoch, schedule.epochs):
+            record = _run_epoch(loop, task, epoch, rows, bounds, calls)
+            loop.epoch = epoch + 1
+            for callback in calls:
+                callback.on_epoch_end(loop, record)
+        task_rows = stream.task(task).train
+        method.end_task(task, TaskData(stream.train_x[task_rows], stream.train_y[task_rows], task))
+        cil, til, val_cil, val_til = _evaluate_all(loop, task + 1)
+        history = loop.history
+        history.class_il.append(cil)
+        history.task_il.append(til)
+        if val_cil is not None and val_til is not None:
+            history.val_class_il.append(val_cil)
+            history.val_task_il.append(val_til)
+        loop.task, loop.epoch, loop.optimizer = task + 1, 0, None
+        record = TaskRecord(task, cil, til, val_cil, val_til, time.perf_counter() - task_started)
+        for callback in calls:
+            callback.on_task_end(loop, record)
+    for callback in calls:
+        callback.on_fit_end(loop)
+    return loop.history
+
+
+def _run_epoch(
+    loop: Loop,
+    task: int,
+    epoch: int,
+    rows: Tensor,
+    bounds: list[tuple[int, int]],
+    calls: Iterable[Callback],
+) -> EpochRecord:
+    method, stream, generator = loop.method, loop.stream, loop.generator
+    optimizer = loop.optimizer
+    assert optimizer is not None
+    lr = learning_rate(loop.schedule, epoch)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    started = time.perf_counter()
+    method.train(True)
+    order = rows[torch.randperm(rows.shape[0], generator=generator, device=rows.device)]
+    sums: dict[str, Tensor] = {}
+    for start, end in bounds:
+        index = order[start:end]
+        x_raw, y = stream.train_x[index], stream.train_y[index]
+        out = method.observe(Batch(method.transforms.train(x_raw, generator), y, x_raw, task))
+        if out.loss is not None:
+            optimizer.zero_grad(set_to_none=True)
+            out.loss.backward()
+            optimizer.step()
+            sums["loss"] = sums.get("loss", 0) + out.loss.detach()
+        for name, value in out.terms.items():
+            sums[name] = sums.get(name, 0) + value.detach()
+        for callback in calls:
+            callback.on_step(loop)
+    steps = len(bounds)
+    names = list(sums)
+    values = torch.stack([sums[n].float() for n in names]).div(max(steps, 1)).tolist() if names else []
+    losses = dict(zip(names, values, strict=True))
+    bad = [n for n, v in losses.items() if not math.isfinite(v)]
+    if bad:
+        raise NonFiniteLossError(
+            f"loss term {bad[0]!r} became {losses[bad[0]]} in task {task} epoch {epoch}: "
+            "lower the learning rate or the loss weights (the run's checkpoint keeps the last good state)"
+        )
+    return EpochRecord(task, epoch, lr, steps, time.perf_counter() - started, losses)
