@@ -4,4 +4,12 @@ from xder_cli.config import RunSettings, coerce, parse_assignment, validate_sect
 from xder_cli.errors import UsageError
 from xder_cli.main import build_parser, main
 
-__all__ = ["RunSettings", "UsageError", "build_parser", "coerce", "main", "parse_assignment", "validate_section"]
+__all__ = [
+    "RunSettings",
+    "UsageError",
+    "build_parser",
+    "coerce",
+    "main",
+    "parse_assignment",
+    "validate_section",
+]

@@ -8,12 +8,11 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from xder_cli.config import parse_assignment
+from xder_cli.errors import UsageError
 from xder_data import DataError, list_benchmarks
 from xder_methods import MethodError, list_methods
 from xder_models import UnknownBackboneError
-
-from xder_cli.config import parse_assignment
-from xder_cli.errors import UsageError
 
 __all__ = ["build_parser", "main"]
 
@@ -70,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser(
         "train",
-        help="train one run (default: %s on %s) and record it in a run directory" % (DEFAULT_METHOD, DEFAULT_BENCHMARK),
+        help=f"train one run (default: {DEFAULT_METHOD} on {DEFAULT_BENCHMARK}) into a run directory",
         description=(
             "Train a continual learner on a class-incremental benchmark, evaluating every seen task "
             "after each task. The run directory OUT/<date>-<method>-<benchmark>-m<buffer>-s<seed>/ "
@@ -79,44 +78,73 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     train.add_argument(
-        "--method", dest="method_given", metavar="NAME",
+        "--method",
+        dest="method_given",
+        metavar="NAME",
         help=f"continual method: {', '.join(list_methods())} (default: {DEFAULT_METHOD})",
     )
     train.add_argument(
-        "--benchmark", dest="benchmark_given", metavar="NAME",
+        "--benchmark",
+        dest="benchmark_given",
+        metavar="NAME",
         help=f"benchmark: {', '.join(list_benchmarks())} (default: {DEFAULT_BENCHMARK})",
     )
-    train.add_argument("--buffer-size", type=int, metavar="N", help="replay buffer size (default: the benchmark's)")
-    train.add_argument("--seed", type=int, metavar="N", help="seed of initialisation and of every random draw (default: 0)")
+    train.add_argument(
+        "--buffer-size", type=int, metavar="N", help="replay buffer size (default: the benchmark's)"
+    )
+    train.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="seed of initialisation and of every random draw (default: 0)",
+    )
     train.add_argument("--epochs", type=int, metavar="N", help="epochs per task (default: the benchmark's)")
     train.add_argument(
-        "--class-order", type=_class_order, metavar="ORDER",
-        help="natural (default), reversed, random (from the seed) or a permutation such as 9,8,7,6,5,4,3,2,1,0",
+        "--class-order",
+        type=_class_order,
+        metavar="ORDER",
+        help="natural (default), reversed, random (from the seed) or a permutation such as 9,8,7,...,0",
     )
     train.add_argument("--data-root", metavar="DIR", help="folder holding the datasets (default: data)")
     train.add_argument("--device", metavar="DEV", help="auto (default: CUDA if available), cpu, cuda, cuda:N")
     train.add_argument(
-        "--validation", type=_fraction, metavar="FRACTION",
+        "--validation",
+        type=_fraction,
+        metavar="FRACTION",
         help="hold out this stratified fraction of train for model selection, e.g. 0.1 (default: 0)",
     )
-    train.add_argument("--out", dest="out_given", metavar="DIR", help=f"where run directories go (default: {DEFAULT_OUT})")
     train.add_argument(
-        "--set", action="append", type=_assignment, metavar="KEY=VALUE",
+        "--out",
+        dest="out_given",
+        metavar="DIR",
+        help=f"where run directories go (default: {DEFAULT_OUT})",
+    )
+    train.add_argument(
+        "--set",
+        action="append",
+        type=_assignment,
+        metavar="KEY=VALUE",
         help="override any setting, e.g. --set method.alpha=0.2 --set train.lr=0.03 (repeatable)",
     )
     train.add_argument(
-        "--preset", metavar="NAME",
+        "--preset",
+        metavar="NAME",
         help="hyperparameter preset; none = benchmark protocol + the method's own defaults "
         "(default: the preset shipped for this benchmark and method, else none)",
     )
-    train.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its last checkpoint")
+    train.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue an interrupted run from its last checkpoint"
+    )
     train.set_defaults(handler="train")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``xder-run``; returns the exit status (2 for every user mistake)."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # --help, or a usage error already printed in one line
+        return exit_.code if isinstance(exit_.code, int) else 2
     try:
         if args.handler == "train":
             from xder_cli.train import command_train

@@ -29,7 +29,11 @@ DEFAULT_ORDER = ("tuned", "paper")
 def list_presets() -> list[str]:
     """``none`` and every preset file shipped with xder-cli."""
     folder = resources.files("xder_cli") / "presets"
-    names = [p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml")] if folder.is_dir() else []
+    names = (
+        [p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml")]
+        if folder.is_dir()
+        else []
+    )
     return ["none", *sorted(names)]
 
 

@@ -9,12 +9,17 @@ import platform
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm import tqdm
+
+from xder_cli import rundir
+from xder_cli.config import RunSettings, validate_section
+from xder_cli.errors import UsageError
+from xder_cli.presets import default_preset, preset_values
 from xder_data import benchmark_defaults, load_benchmark
 from xder_eval import (
     average_accuracy_curve,
@@ -40,11 +45,6 @@ from xder_methods import (
     method_config_class,
 )
 from xder_models import backbone_factory, backbone_options, create_backbone
-
-from xder_cli import rundir
-from xder_cli.config import RunSettings, validate_section
-from xder_cli.errors import UsageError
-from xder_cli.presets import default_preset, preset_values
 
 __all__ = ["RunPlan", "build_plan", "resolve_config", "run_training", "summarize"]
 
@@ -145,17 +145,13 @@ def build_plan(config: dict[str, dict[str, Any]]) -> RunPlan:
     )
     config_cls = method_config_class(settings.method)
     method_config = config_cls(
-        **validate_section(
-            "method", config.get("method", {}), config_cls, what=f"method {settings.method!r}"
-        )
+        **validate_section("method", config.get("method", {}), config_cls, what=f"method {settings.method!r}")
     )
     backbone_values = dict(config.get("backbone", {}))
     name = backbone_values.pop("name", None)
     if not isinstance(name, str):
         raise UsageError("backbone.name must be the name of a registered backbone")
-    options = validate_section(
-        "backbone", backbone_values, backbone_factory(name), what=f"backbone {name!r}"
-    )
+    options = validate_section("backbone", backbone_values, backbone_factory(name), what=f"backbone {name!r}")
     defaults = {k: v for k, v in backbone_options(name).items() if v is not inspect.Parameter.empty}
     backbone = {"name": name, **defaults, **options}
     resolved = {
@@ -277,7 +273,12 @@ class RunRecorder(Callback):
     def on_fit_start(self, loop: Loop) -> None:
         kind = "resume" if self.elapsed_before else "start"
         self.events.append(
-            {"event": kind, "task": loop.task, "epoch": loop.epoch, "time": datetime.now(timezone.utc).isoformat()}
+            {
+                "event": kind,
+                "task": loop.task,
+                "epoch": loop.epoch,
+                "time": datetime.now(UTC).isoformat(),
+            }
         )
 
     def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None:
@@ -306,7 +307,9 @@ class RunRecorder(Callback):
                 title=f"{name}: average accuracy on seen tasks",
             )
             plot_accuracy_matrix(
-                history.class_il, plots / "accuracy_matrix.png", title=f"{name}: Class-IL accuracy (%)"
+                history.class_il,
+                plots / "accuracy_matrix.png",
+                title=f"{name}: Class-IL accuracy (%)",
             )
             plot_accuracy_matrix(
                 history.task_il, plots / "task_il_matrix.png", title=f"{name}: Task-IL accuracy (%)"
@@ -322,7 +325,11 @@ class Progress(Callback):
     def on_task_start(self, loop: Loop) -> None:
         total = (loop.schedule.epochs - loop.epoch) * loop.steps_per_epoch
         self.bar = tqdm(
-            total=total, desc=f"task {loop.task + 1}/{loop.n_tasks}", unit="step", leave=False, disable=None
+            total=total,
+            desc=f"task {loop.task + 1}/{loop.n_tasks}",
+            unit="step",
+            leave=False,
+            disable=None,
         )
 
     def on_step(self, loop: Loop) -> None:
@@ -331,16 +338,19 @@ class Progress(Callback):
 
     def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None:
         if self.bar is not None:
-            self.bar.set_postfix(epoch=record.epoch + 1, loss=f"{record.losses.get('loss', float('nan')):.3f}")
+            self.bar.set_postfix(
+                epoch=record.epoch + 1, loss=f"{record.losses.get('loss', float('nan')):.3f}"
+            )
 
     def on_task_end(self, loop: Loop, record: TaskRecord) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
         cil = " ".join(f"{a:5.1f}" for a in record.class_il)
+        cil_mean = sum(record.class_il) / len(record.class_il)
         til_seen = record.task_il[: record.task + 1]
         print(
-            f"task {record.task + 1}/{loop.n_tasks} | class-il [{cil}] avg {sum(record.class_il) / len(record.class_il):.2f}"
+            f"task {record.task + 1}/{loop.n_tasks} | class-il [{cil}] avg {cil_mean:.2f}"
             f" | task-il avg {sum(til_seen) / len(til_seen):.2f} | {record.seconds:.1f} s",
             flush=True,
         )
@@ -383,13 +393,22 @@ def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[
         settings.method,
         net=net,
         setting=ContinualSetting(bench.classes_per_task, bench.input_shape, bench.train_x.dtype),
-        transforms=Transforms(bench.train_transform, bench.test_transform, getattr(bench, "strong_transform", None)),
+        transforms=Transforms(
+            bench.train_transform, bench.test_transform, getattr(bench, "strong_transform", None)
+        ),
         config=plan.method_config,
         generator=generator,
     )
     recorder = RunRecorder(run_dir, plan, device, elapsed)
     try:
-        fit(method, bench, plan.schedule, generator=generator, callbacks=[recorder, Progress()], resume=state)
+        fit(
+            method,
+            bench,
+            plan.schedule,
+            generator=generator,
+            callbacks=[recorder, Progress()],
+            resume=state,
+        )
     except NonFiniteLossError as error:
         raise NonFiniteLossError(f"{error}; last good state: {run_dir / rundir.CHECKPOINT}") from error
     return recorder.results
@@ -409,7 +428,8 @@ def command_train(args: Any) -> int:
         given = [flag for flag, value in _train_flags(args).items() if value is not None]
         if given:
             raise UsageError(
-                f"--resume takes no other settings (got {given[0]}): the run continues with its own config.toml"
+                f"--resume takes no other settings (got {given[0]}): "
+                "the run continues with its own config.toml"
             )
         run_dir = rundir.check_run_dir(Path(args.resume))
         plan = build_plan(rundir.read_config(run_dir / rundir.CONFIG))
@@ -433,7 +453,10 @@ def command_train(args: Any) -> int:
         if "buffer_size" in fields:
             method_values["buffer_size"] = args.buffer_size
         else:
-            print(f"note: method {args.method!r} keeps no buffer; --buffer-size is ignored", file=sys.stderr)
+            print(
+                f"note: method {args.method!r} keeps no buffer; --buffer-size is ignored",
+                file=sys.stderr,
+            )
     run = {
         key: value
         for key, value in {
@@ -458,7 +481,11 @@ def command_train(args: Any) -> int:
     plan = build_plan(config)
     resolve_device(plan.settings.device)  # fail before creating anything
     run_dir = rundir.new_run_dir(
-        Path(args.out), plan.settings.method, plan.settings.benchmark, plan.buffer_size, plan.settings.seed
+        Path(args.out),
+        plan.settings.method,
+        plan.settings.benchmark,
+        plan.buffer_size,
+        plan.settings.seed,
     )
     rundir.write_config(run_dir / rundir.CONFIG, plan.config)
     _announce(plan, run_dir, "training")

@@ -120,10 +120,7 @@ class Normalize:
 
     def __call__(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
         mean, std = self._constants(x)
-        if x.dtype == torch.uint8:
-            x = x.to(torch.float32).mul_(1 / 255)
-        else:
-            x = x.to(torch.float32)
+        x = x.to(torch.float32).mul_(1 / 255) if x.dtype == torch.uint8 else x.to(torch.float32)
         return (x - mean) / std
 
     def __repr__(self) -> str:

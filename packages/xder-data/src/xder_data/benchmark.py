@@ -216,9 +216,7 @@ def task_indices(labels: Tensor, class_start: int, class_end: int) -> Tensor:
     return torch.nonzero(mask, as_tuple=False).flatten()
 
 
-def validation_split(
-    labels: Tensor, fraction: float, seed: int = VALIDATION_SEED
-) -> tuple[Tensor, Tensor]:
+def validation_split(labels: Tensor, fraction: float, seed: int = VALIDATION_SEED) -> tuple[Tensor, Tensor]:
     """Stratified hold-out: for each class, ``round(fraction * n_c)`` of its rows go to validation.
 
     Per class (ascending label), the class's row indices in ascending order are permuted by one

@@ -31,7 +31,9 @@ def _rows(matrix: AccuracyMatrix) -> list[np.ndarray]:
         raise ValueError("the accuracy matrix is empty")
     for t, row in enumerate(rows):
         if row.shape[0] < t + 1:
-            raise ValueError(f"row {t} of the accuracy matrix needs at least {t + 1} entries, has {row.shape[0]}")
+            raise ValueError(
+                f"row {t} of the accuracy matrix needs at least {t + 1} entries, has {row.shape[0]}"
+            )
     return rows
 
 
@@ -61,9 +63,7 @@ def final_forgetting(matrix: AccuracyMatrix) -> float:
     n_tasks = len(rows)
     if n_tasks < 2:
         raise ValueError("forgetting needs at least two tasks")
-    drops = [
-        max(rows[l][j] for l in range(j, n_tasks - 1)) - rows[-1][j] for j in range(n_tasks - 1)
-    ]
+    drops = [max(rows[k][j] for k in range(j, n_tasks - 1)) - rows[-1][j] for j in range(n_tasks - 1)]
     return float(np.mean(drops))
 
 

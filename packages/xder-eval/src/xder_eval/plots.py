@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from xder_eval.metrics import AccuracyMatrix, _rows
 __all__ = ["plot_accuracy_curves", "plot_accuracy_matrix"]
 
 
-def _figure(width: float, height: float):  # noqa: ANN202  (matplotlib is optional)
+def _figure(width: float, height: float) -> Any:  # matplotlib is optional: no Figure type here
     try:
         from matplotlib.figure import Figure
     except ImportError as error:  # pragma: no cover - depends on the environment

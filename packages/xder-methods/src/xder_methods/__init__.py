@@ -22,7 +22,12 @@ from xder_methods.buffer import Buffer, BufferSample, reservoir_slots
 from xder_methods.der import DER, DERConfig
 from xder_methods.derpp import DERpp, DERppConfig
 from xder_methods.er import ER, ReplayConfig
-from xder_methods.errors import MethodConfigError, MethodError, NonFiniteLossError, UnknownMethodError
+from xder_methods.errors import (
+    MethodConfigError,
+    MethodError,
+    NonFiniteLossError,
+    UnknownMethodError,
+)
 from xder_methods.joint import Joint, JointConfig
 from xder_methods.loop import (
     CHECKPOINT_FORMAT,

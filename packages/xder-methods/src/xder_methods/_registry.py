@@ -12,7 +12,13 @@ from torch import nn
 from xder_methods.errors import UnknownMethodError
 from xder_methods.protocols import ContinualMethod, ContinualSetting, Transforms
 
-__all__ = ["create_method", "list_methods", "method_class", "method_config_class", "register_method"]
+__all__ = [
+    "create_method",
+    "list_methods",
+    "method_class",
+    "method_config_class",
+    "register_method",
+]
 
 _METHODS: dict[str, tuple[type, type]] = {}
 M = TypeVar("M", bound=type)

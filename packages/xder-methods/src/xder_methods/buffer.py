@@ -84,7 +84,9 @@ class Buffer(nn.Module):
             raise ValueError(f"buffer capacity must be >= 0, got {capacity}")
         self.capacity = capacity
         rows = capacity + 1
-        self.register_buffer("examples", torch.zeros((rows, *example_shape), dtype=example_dtype, device=device))
+        self.register_buffer(
+            "examples", torch.zeros((rows, *example_shape), dtype=example_dtype, device=device)
+        )
         self.register_buffer("labels", torch.zeros(rows, dtype=torch.int64, device=device))
         self.register_buffer("task_labels", torch.zeros(rows, dtype=torch.int64, device=device))
         self.logits: Tensor | None

@@ -83,7 +83,10 @@ class TrainingSchedule:
             (self.momentum >= 0, "momentum must be >= 0"),
             (self.weight_decay >= 0, "weight_decay must be >= 0"),
             (self.warmup_epochs >= 0, "warmup_epochs must be >= 0"),
-            (self.lr_schedule in ("none", "multistep", "cosine"), "lr_schedule must be none, multistep or cosine"),
+            (
+                self.lr_schedule in ("none", "multistep", "cosine"),
+                "lr_schedule must be none, multistep or cosine",
+            ),
             (self.class_il_outputs in ("seen", "all"), "class_il_outputs must be seen or all"),
             (list(self.milestones) == sorted(self.milestones), "milestones must be increasing"),
         ]
@@ -304,7 +307,9 @@ def _make_optimizer(method: ContinualMethod, schedule: TrainingSchedule) -> torc
     )
 
 
-def _evaluate_all(loop: Loop, seen_tasks: int) -> tuple[list[float], list[float], list[float] | None, list[float] | None]:
+def _evaluate_all(
+    loop: Loop, seen_tasks: int
+) -> tuple[list[float], list[float], list[float] | None, list[float] | None]:
     stream, schedule, method = loop.stream, loop.schedule, loop.method
     kwargs = {
         "seen_tasks": seen_tasks,

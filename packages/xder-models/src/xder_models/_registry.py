@@ -49,9 +49,7 @@ def backbone_factory(name: str) -> BackboneFactory:
 
 def _factory(name: str) -> BackboneFactory:
     if name not in _REGISTRY:
-        raise UnknownBackboneError(
-            f"unknown backbone {name!r}: choose one of {', '.join(list_backbones())}"
-        )
+        raise UnknownBackboneError(f"unknown backbone {name!r}: choose one of {', '.join(list_backbones())}")
     return _REGISTRY[name]
 
 

@@ -1,0 +1,107 @@
+"""Test sessions. ``nox`` alone runs lint, every package's tests, and the integration tests.
+
+* ``tests(<package>)``: a fresh environment holding only that package (built from its folder),
+  the xder packages it declares, and pytest, then ``pytest tests/<area>``. A stray import of an
+  undeclared sibling fails here, which keeps the package boundaries honest.
+* ``integration``: all five packages; end-to-end runs of ``xder-run`` (``tests/integration``).
+* ``lint``: ruff (lint and format check).
+* ``slow``: every test marked ``slow`` (long end-to-end runs), all packages installed.
+
+Third-party versions are pinned to ``uv.lock`` through a constraints file.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = ["lint", "tests", "integration"]
+
+ROOT = Path(__file__).parent
+PACKAGES = {
+    "xder-data": "data",
+    "xder-models": "models",
+    "xder-methods": "methods",
+    "xder-eval": "eval",
+    "xder-cli": "cli",
+}
+
+
+def _local_requirements(package: str) -> list[str]:
+    """``packages/<package>`` with all its extras, plus every xder package it declares,
+    transitively (with the extras it names)."""
+    seen: dict[str, str] = {}
+
+    def visit(name: str, extras: str) -> None:
+        if name in seen:
+            return
+        pyproject = tomllib.loads((ROOT / "packages" / name / "pyproject.toml").read_text())
+        seen[name] = f"{name}{extras} @ {(ROOT / 'packages' / name).as_uri()}"
+        for requirement in pyproject["project"].get("dependencies", []):
+            match = re.match(r"(xder-[a-z]+)(\[[^\]]*\])?", requirement)
+            if match:
+                visit(match.group(1), match.group(2) or "")
+
+    extras = tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())["project"]
+    names = sorted(extras.get("optional-dependencies", {}))
+    visit(package, f"[{','.join(names)}]" if names else "")
+    return list(seen.values())
+
+
+def _constraints(session: nox.Session) -> list[str]:
+    path = ROOT / ".nox" / "constraints.txt"
+    path.parent.mkdir(exist_ok=True)
+    session.run_install(
+        "uv",
+        "export",
+        "--frozen",
+        "--no-hashes",
+        "--all-extras",
+        "--all-groups",
+        "--no-emit-workspace",
+        "--quiet",
+        "--output-file",
+        str(path),
+        external=True,
+    )
+    return ["--constraint", str(path)]
+
+
+def _install(session: nox.Session, *packages: str) -> None:
+    requirements = {r for p in packages for r in _local_requirements(p)}
+    session.install(*_constraints(session), *sorted(requirements), "pytest")
+
+
+@nox.session
+@nox.parametrize("package", list(PACKAGES), ids=list(PACKAGES))
+def tests(session: nox.Session, package: str) -> None:
+    """One package's tests, with only that package and its declared dependencies installed."""
+    _install(session, package)
+    session.run("pytest", f"tests/{PACKAGES[package]}", *session.posargs)
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """End-to-end runs through the xder-run command."""
+    _install(session, *PACKAGES)
+    session.run("pytest", "tests/integration", *session.posargs)
+
+
+@nox.session
+def slow(session: nox.Session) -> None:
+    """Long runs (marked ``slow``): full seq-digits protocols through the CLI."""
+    _install(session, *PACKAGES)
+    # Exit status 5 = no test selected: not a failure when no slow test exists for a filter.
+    session.run("pytest", "tests", "-m", "slow", *session.posargs, success_codes=[0, 5])
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole tree."""
+    session.install(*_constraints(session), "ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")

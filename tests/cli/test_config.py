@@ -1,0 +1,106 @@
+"""Configuration: --set parsing, typed coercion, layering and validation."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+
+from xder_cli.config import coerce, parse_assignment
+from xder_cli.errors import UsageError
+from xder_cli.train import build_plan, resolve_config
+
+
+def test_parse_assignment_reads_toml_values() -> None:
+    assert parse_assignment("method.alpha=0.2") == ("method", "alpha", 0.2)
+    assert parse_assignment("train.milestones=[35, 45]") == ("train", "milestones", [35, 45])
+    assert parse_assignment("run.class_order=reversed") == ("run", "class_order", "reversed")
+    assert parse_assignment('backbone.name="resnet18-cifar"') == (
+        "backbone",
+        "name",
+        "resnet18-cifar",
+    )
+    assert parse_assignment("train.momentum = 0") == ("train", "momentum", 0)
+    for bad in ["alpha=0.2", "model.alpha=1", "method.=1", "method.alpha"]:
+        with pytest.raises(UsageError):
+            parse_assignment(bad)
+
+
+@pytest.mark.parametrize(
+    ("value", "hint", "expected"),
+    [
+        (1, float, 1.0),
+        (2, int, 2),
+        (True, bool, True),
+        ([35, 45], tuple[int, ...], (35, 45)),
+        ("seen", Literal["seen", "all"], "seen"),
+        ("natural", str | list[int], "natural"),
+        ([2, 0, 1], str | list[int], [2, 0, 1]),
+        (None, int | None, None),
+    ],
+)
+def test_coerce_accepts(value, hint, expected) -> None:
+    assert coerce(value, hint, "x") == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        ("0.2", float),
+        (1.5, int),
+        (True, int),
+        (1, bool),
+        (["a"], tuple[int, ...]),
+        ("some", Literal["seen", "all"]),
+    ],
+)
+def test_coerce_rejects(value, hint) -> None:
+    with pytest.raises(UsageError, match="x = "):
+        coerce(value, hint, "x")
+
+
+def _resolve(**kwargs):
+    base = {
+        "method": "derpp",
+        "benchmark": "seq-digits",
+        "preset": None,
+        "run": {},
+        "train": {},
+        "method_values": {},
+        "sets": [],
+    }
+    return resolve_config(**(base | kwargs))
+
+
+def test_layers_protocol_flags_then_set() -> None:
+    config = _resolve(
+        train={"epochs": 3},
+        method_values={"buffer_size": 50},
+        sets=[("method", "alpha", 0.9), ("train", "epochs", 4)],
+    )
+    plan = build_plan(config)
+    assert plan.schedule.epochs == 4  # --set beats the flag
+    assert plan.schedule.lr == 0.05  # the seq-digits protocol
+    assert plan.method_config.buffer_size == 50
+    assert plan.method_config.alpha == 0.9
+    assert plan.method_config.beta == 0.5  # DER++'s own default
+    assert plan.backbone == {"name": "resnet18-cifar", "width": 16, "in_channels": 1}
+    assert plan.config["run"]["preset"] == "none"
+
+
+def test_unknown_and_ill_typed_keys_are_rejected() -> None:
+    with pytest.raises(UsageError, match=r"method.gamma is not a setting of method 'derpp'.*alpha"):
+        build_plan(_resolve(sets=[("method", "gamma", 0.5)]))
+    with pytest.raises(UsageError, match=r"train\.lr = 'fast'"):
+        build_plan(_resolve(sets=[("train", "lr", "fast")]))
+    with pytest.raises(UsageError, match=r"backbone\.depth"):
+        build_plan(_resolve(sets=[("backbone", "depth", 3)]))
+    with pytest.raises(UsageError, match="--method"):
+        _resolve(sets=[("run", "method", "er")])
+
+
+def test_plan_round_trips_through_its_resolved_config() -> None:
+    plan = build_plan(_resolve(sets=[("run", "class_order", [9, 8, 7, 6, 5, 4, 3, 2, 1, 0])]))
+    again = build_plan(plan.config)
+    assert again.config == plan.config
+    assert again.settings.class_order == [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]

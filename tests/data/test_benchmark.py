@@ -1,0 +1,60 @@
+"""Class orders, task index views and validation splits: pure functions checked by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from xder_data import (
+    ClassOrderError,
+    UnknownBenchmarkError,
+    list_benchmarks,
+    load_benchmark,
+    remap_labels,
+    resolve_class_order,
+    task_indices,
+    validation_split,
+)
+
+
+def test_named_class_orders() -> None:
+    assert resolve_class_order("natural", 4) == (0, 1, 2, 3)
+    assert resolve_class_order("reversed", 4) == (3, 2, 1, 0)
+    expected = tuple(int(c) for c in np.random.default_rng(7).permutation(6))
+    assert resolve_class_order("random", 6, seed=7) == expected
+    assert resolve_class_order([2, 0, 1], 3) == (2, 0, 1)
+
+
+@pytest.mark.parametrize("bad", ["sideways", [0, 0, 1], [0, 1], [1, 2, 3]])
+def test_bad_class_orders_are_rejected(bad: object) -> None:
+    with pytest.raises(ClassOrderError):
+        resolve_class_order(bad, 3)  # type: ignore[arg-type]
+
+
+def test_remap_labels_by_hand() -> None:
+    # order (2, 0, 1): original class 2 becomes label 0, class 0 -> 1, class 1 -> 2.
+    labels = torch.tensor([0, 1, 2, 2, 0])
+    assert remap_labels(labels, (2, 0, 1)).tolist() == [1, 2, 0, 0, 1]
+
+
+def test_task_indices() -> None:
+    labels = torch.tensor([3, 0, 1, 2, 1, 3])
+    assert task_indices(labels, 0, 2).tolist() == [1, 2, 4]
+    assert task_indices(labels, 2, 4).tolist() == [0, 3, 5]
+
+
+def test_validation_split_is_stratified_disjoint_and_fixed() -> None:
+    labels = torch.tensor([0] * 10 + [1] * 20 + [2] * 5)
+    train, val = validation_split(labels, 0.1)
+    assert sorted(train.tolist() + val.tolist()) == list(range(35))
+    assert torch.bincount(labels[val], minlength=3).tolist() == [1, 2, 0]  # round(0.5) == 0
+    again_train, again_val = validation_split(labels, 0.1)
+    assert torch.equal(val, again_val)
+    assert torch.equal(train, again_train)
+
+
+def test_unknown_benchmark_names_the_choices() -> None:
+    with pytest.raises(UnknownBenchmarkError, match="seq-digits"):
+        load_benchmark("seq-nonsense")
+    assert "seq-digits" in list_benchmarks()

@@ -1,0 +1,101 @@
+"""seq-digits: the fixed split, encoding, tasks and class orders of the offline benchmark."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+from xder_data import benchmark_defaults, load_benchmark
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_digits()
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_benchmark("seq-digits")
+
+
+def test_sizes_and_per_class_split(bench, digits) -> None:
+    counts = np.bincount(digits.target)
+    assert bench.train_x.shape == (1442, 1, 8, 8)
+    assert bench.test_x.shape == (355, 1, 8, 8)
+    assert torch.bincount(bench.test_y).tolist() == [n // 5 for n in counts]
+    assert torch.bincount(bench.train_y).tolist() == [n - n // 5 for n in counts]
+
+
+def test_split_follows_the_protocol(bench, digits) -> None:
+    # For class 0 (the first drawn from the shared rng): ascending indices permuted by
+    # default_rng(0); the first n_0 // 5 are test.
+    rng = np.random.default_rng(0)
+    rows0 = rng.permutation(np.flatnonzero(digits.target == 0))
+    test0 = rows0[: len(rows0) // 5]
+    expected = np.rint(digits.images[test0] * 255 / 16).astype(np.uint8)
+    got = bench.test_x[bench.test_y == 0][:, 0].numpy()
+    assert np.array_equal(got, expected)
+
+
+def test_uint8_encoding(bench, digits) -> None:
+    values = set(np.unique(bench.train_x.numpy()).tolist())
+    assert values <= {round(v * 255 / 16) for v in range(17)}
+    assert {0, 16, 128, 255} <= values  # 0 -> 0, 1 -> 16, 8 -> 127.5 -> 128, 16 -> 255
+    assert bench.train_x.dtype == torch.uint8
+
+
+def test_normalisation_is_the_train_mean_and_std(bench) -> None:
+    scaled = bench.train_x.double() / 255
+    assert bench.mean[0] == pytest.approx(float(scaled.mean()), abs=1e-12)
+    assert bench.std[0] == pytest.approx(float(scaled.std(unbiased=False)), abs=1e-12)
+
+
+def test_tasks_hold_two_consecutive_classes(bench) -> None:
+    assert bench.n_tasks == 5
+    for t in range(5):
+        split = bench.task(t)
+        assert (split.class_start, split.class_end) == (2 * t, 2 * t + 2)
+        assert set(bench.train_y[split.train].tolist()) == {2 * t, 2 * t + 1}
+        assert set(bench.test_y[split.test].tolist()) == {2 * t, 2 * t + 1}
+
+
+def test_reversed_order_puts_nine_and_eight_first(bench) -> None:
+    rev = load_benchmark("seq-digits", class_order="reversed")
+    first = rev.task(0)
+    images = rev.train_x[first.train]
+    # The images of task 0 are exactly those of original classes 9 and 8.
+    originals = bench.train_x[(bench.train_y == 9) | (bench.train_y == 8)]
+    assert images.shape == originals.shape
+    assert sorted(map(bytes, images.numpy())) == sorted(map(bytes, originals.numpy()))
+    assert rev.class_names[:2] == ("9", "8")
+
+
+def test_validation_split_on_request(bench) -> None:
+    held = load_benchmark("seq-digits", validation=0.1)
+    assert held.val_x is not None
+    assert held.train_x.shape[0] + held.val_x.shape[0] == bench.train_x.shape[0]
+    assert held.test_x.shape == bench.test_x.shape
+    assert held.task(1).val is not None
+
+
+def test_protocol_defaults() -> None:
+    defaults = benchmark_defaults("seq-digits")
+    assert (defaults.epochs, defaults.batch_size, defaults.minibatch_size, defaults.lr) == (
+        10,
+        32,
+        32,
+        0.05,
+    )
+    assert (defaults.momentum, defaults.weight_decay, defaults.lr_schedule) == (0.0, 0.0, "none")
+    assert defaults.buffer_size == 200
+    assert defaults.backbone_options == {"width": 16, "in_channels": 1}
+
+
+def test_train_transform_crops_without_flip(bench) -> None:
+    g = torch.Generator().manual_seed(0)
+    x = bench.train_x[:3]
+    out = bench.train_transform(x, g)
+    assert out.shape == (3, 1, 8, 8)
+    assert out.dtype == torch.float32

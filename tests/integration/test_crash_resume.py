@@ -1,0 +1,124 @@
+"""End to end through the installed ``xder-run``: kill a run mid-sequence, resume it, and get
+exactly the accuracy matrix of an uninterrupted run with the same seed (on CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+XDER_RUN = str(Path(sys.executable).parent / "xder-run")
+SETTINGS = [
+    "--method",
+    "derpp",
+    "--epochs",
+    "3",
+    "--seed",
+    "3",
+    "--device",
+    "cpu",
+    "--set",
+    "backbone.width=8",
+]
+
+
+def xder_run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([XDER_RUN, *args], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def only_run_dir(out: Path) -> Path:
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    return run
+
+
+def wait_for_epoch_event(events: Path, task: int, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if events.exists():
+            for line in events.read_text().splitlines():
+                event = json.loads(line)
+                if event["event"] == "epoch" and event["task"] >= task:
+                    return
+        time.sleep(0.02)
+    raise AssertionError("the run did not reach the expected task in time")
+
+
+def test_help_lists_the_train_command() -> None:
+    result = xder_run("train", "--help")
+    assert result.returncode == 0
+    for flag in (
+        "--method",
+        "--benchmark",
+        "--buffer-size",
+        "--resume",
+        "--set",
+        "--preset",
+        "--class-order",
+    ):
+        assert flag in result.stdout
+
+
+def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
+    reference_out, crash_out = tmp_path / "reference", tmp_path / "crash"
+    done = xder_run("train", *SETTINGS, "--out", str(reference_out))
+    assert done.returncode == 0, done.stderr
+    reference = json.loads((only_run_dir(reference_out) / "results.json").read_text())
+
+    process = subprocess.Popen(
+        [XDER_RUN, "train", *SETTINGS, "--out", str(crash_out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        crash_out.mkdir(exist_ok=True)
+        deadline = time.monotonic() + 240
+        while not any(crash_out.iterdir()):
+            assert time.monotonic() < deadline
+            assert process.poll() is None
+            time.sleep(0.02)
+        run = only_run_dir(crash_out)
+        wait_for_epoch_event(run / "events.jsonl", task=2, deadline=deadline)
+        os.killpg(process.pid, signal.SIGKILL)
+    finally:
+        process.wait(timeout=30)
+    assert process.returncode == -signal.SIGKILL
+    partial = json.loads((run / "results.json").read_text())
+    assert partial["complete"] is False
+    assert 2 <= partial["tasks_done"] < 5
+
+    resumed = xder_run("train", "--resume", str(run))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming derpp on seq-digits" in resumed.stdout
+    result = json.loads((run / "results.json").read_text())
+    assert result["complete"] is True
+    assert result["accuracy_matrix"] == reference["accuracy_matrix"]
+    assert result["task_il_accuracy_matrix"] == reference["task_il_accuracy_matrix"]
+    assert result["faa"] == reference["faa"]
+
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    epochs = [(e["task"], e["epoch"]) for e in events if e["event"] == "epoch"]
+    assert epochs == [(t, e) for t in range(5) for e in range(3)]  # none lost, none twice
+    assert [e["event"] for e in events].count("resume") == 1
+
+
+@pytest.mark.slow
+def test_quickstart_main_job(tmp_path: Path) -> None:
+    """The README's first command, in full: the default method on seq-digits."""
+    result = subprocess.run(
+        [XDER_RUN, "train", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "FAA" in result.stdout
+    results = json.loads((only_run_dir(tmp_path) / "results.json").read_text())
+    assert results["complete"]
+    assert results["faa"] > 50

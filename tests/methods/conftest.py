@@ -1,0 +1,124 @@
+"""Tiny networks and synthetic streams: xder-methods is tested with no sibling package."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from xder_methods import ContinualSetting, Transforms
+
+
+class TinyNet(nn.Module):
+    """A small backbone satisfying the protocol: (B, 1, 2, 2) -> (B, classes)."""
+
+    def __init__(self, num_classes: int, batchnorm: bool = False) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten(), nn.Linear(4, 16)]
+        if batchnorm:
+            layers.append(nn.BatchNorm1d(16))
+        layers.append(nn.ReLU())
+        self.body = nn.Sequential(*layers)
+        self.classifier = nn.Linear(16, num_classes)
+        self.num_features = 16
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        return self.body(x)
+
+    def forward_head(self, features: Tensor) -> Tensor:
+        return self.classifier(features)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+def to_float(x: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """Test transform: uint8 -> [0, 1] float."""
+    return x.float() / 255
+
+
+def jitter(x: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """Train transform: [0, 1] float plus per-sample noise from the generator."""
+    return x.float() / 255 + 0.01 * torch.randn(x.shape, generator=generator)
+
+
+@dataclass
+class Split:
+    class_start: int
+    class_end: int
+    train: Tensor
+    test: Tensor
+    val: Tensor | None = None
+
+
+@dataclass
+class Stream:
+    """A synthetic class-incremental stream: each class is a noisy prototype image."""
+
+    classes_per_task: tuple[int, ...]
+    train_x: Tensor
+    train_y: Tensor
+    test_x: Tensor
+    test_y: Tensor
+    val_x: Tensor | None = None
+    val_y: Tensor | None = None
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.classes_per_task)
+
+    def task(self, t: int) -> Split:
+        start = sum(self.classes_per_task[:t])
+        end = start + self.classes_per_task[t]
+
+        def rows(y: Tensor) -> Tensor:
+            return torch.nonzero((y >= start) & (y < end)).flatten()
+
+        return Split(start, end, rows(self.train_y), rows(self.test_y))
+
+
+def make_stream(classes_per_task=(2, 2, 2), per_class=12, test_per_class=6, seed=0) -> Stream:
+    g = torch.Generator().manual_seed(seed)
+    n_classes = sum(classes_per_task)
+    prototypes = torch.randint(0, 256, (n_classes, 1, 2, 2), generator=g)
+
+    def draw(n: int) -> tuple[Tensor, Tensor]:
+        y = torch.arange(n_classes).repeat_interleave(n)
+        noise = torch.randint(-20, 21, (y.shape[0], 1, 2, 2), generator=g)
+        x = (prototypes[y] + noise).clamp(0, 255).to(torch.uint8)
+        return x, y
+
+    train_x, train_y = draw(per_class)
+    test_x, test_y = draw(test_per_class)
+    return Stream(tuple(classes_per_task), train_x, train_y, test_x, test_y)
+
+
+@pytest.fixture
+def stream() -> Stream:
+    return make_stream()
+
+
+@pytest.fixture
+def transforms() -> Transforms:
+    return Transforms(train=jitter, test=to_float, strong=jitter)
+
+
+def setting_of(stream: Stream) -> ContinualSetting:
+    return ContinualSetting(stream.classes_per_task, tuple(stream.train_x.shape[1:]))
+
+
+@pytest.fixture(name="make_stream")
+def make_stream_fixture():
+    return make_stream
+
+
+@pytest.fixture(name="tiny_net")
+def tiny_net_fixture():
+    return TinyNet
+
+
+@pytest.fixture(name="setting_of")
+def setting_of_fixture():
+    return setting_of

@@ -1,0 +1,214 @@
+"""The training loop: schedules, batching, evaluation by hand, callbacks, resume, NaN guard."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from xder_methods import (
+    Callback,
+    ContinualSetting,
+    NonFiniteLossError,
+    StepOutput,
+    TrainingSchedule,
+    batch_bounds,
+    create_method,
+    evaluate,
+    fit,
+    learning_rate,
+)
+
+
+def test_multistep_matches_torch_scheduler() -> None:
+    schedule = TrainingSchedule(
+        epochs=50, lr=0.03, lr_schedule="multistep", milestones=(35, 45), lr_gamma=0.1
+    )
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.03)
+    torch_schedule = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[35, 45], gamma=0.1)
+    for epoch in range(50):
+        assert learning_rate(schedule, epoch) == pytest.approx(opt.param_groups[0]["lr"])
+        opt.step()
+        torch_schedule.step()
+
+
+def test_cosine_with_warmup_by_hand() -> None:
+    schedule = TrainingSchedule(epochs=10, lr=0.1, lr_schedule="cosine", warmup_epochs=2)
+    assert learning_rate(schedule, 0) == pytest.approx(0.05)
+    assert learning_rate(schedule, 1) == pytest.approx(0.1)
+    assert learning_rate(schedule, 2) == pytest.approx(0.1)  # cos(0)
+    assert learning_rate(schedule, 6) == pytest.approx(0.05)  # half way: (1 + cos(pi/2)) / 2
+    assert learning_rate(TrainingSchedule(lr=0.2), 7) == 0.2
+
+
+def test_batch_bounds() -> None:
+    assert batch_bounds(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert batch_bounds(9, 4) == [(0, 4), (4, 9)]  # a last batch of one joins the previous one
+    assert batch_bounds(1, 4) == [(0, 1)]
+    assert batch_bounds(0, 4) == []
+
+
+def test_schedule_validation() -> None:
+    with pytest.raises(ValueError, match="lr"):
+        TrainingSchedule(lr=0)
+    with pytest.raises(ValueError, match="lr_schedule"):
+        TrainingSchedule(lr_schedule="step")  # type: ignore[arg-type]
+
+
+class FixedLogits(nn.Module):
+    """A 'method' whose predictions are given by hand, for evaluation tests."""
+
+    def __init__(self, table: Tensor) -> None:
+        super().__init__()
+        self.table = table
+
+    def predict(self, x: Tensor) -> Tensor:
+        return self.table[x.long().flatten()]
+
+
+def test_evaluate_by_hand() -> None:
+    setting = ContinualSetting((2, 2), (1,))
+    # Rows: (true label, logits over 4 classes).
+    labels = torch.tensor([0, 1, 2, 3])
+    table = torch.tensor(
+        [
+            [
+                5.0,
+                1.0,
+                9.0,
+                0.0,
+            ],  # label 0: class-IL over seen {0,1} -> 0 (right); all outputs -> 2 (wrong)
+            [0.0, 1.0, 0.0, 3.0],  # label 1: seen {0,1} -> 1 (right); all outputs -> 3 (wrong)
+            [0.0, 8.0, 1.0, 2.0],  # label 2: class-IL -> 1 (wrong); task-IL in {2,3} -> 3 (wrong)
+            [0.0, 0.0, 1.0, 2.0],  # label 3: class-IL -> 3 (right); task-IL -> 3 (right)
+        ]
+    )
+    method = FixedLogits(table)
+    x = torch.arange(4)
+    identity = lambda v, g=None: v  # noqa: E731
+    cil, til = evaluate(method, x, labels, setting, seen_tasks=1, transform=identity)
+    assert cil == [100.0]
+    assert til == [100.0, 50.0]
+    # Once all four classes are seen, labels 0 and 1 lose to classes 2 and 3; label 3 stays right.
+    cil, til = evaluate(method, x, labels, setting, seen_tasks=2, transform=identity, batch_size=3)
+    assert cil == [0.0, 50.0]
+    assert til == [100.0, 50.0]
+    cil, _ = evaluate(method, x, labels, setting, seen_tasks=1, transform=identity, class_il_outputs="all")
+    assert cil == [0.0]
+
+
+class Recorder(Callback):
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def on_task_start(self, loop) -> None:
+        self.calls.append(("task_start", loop.task, loop.epoch))
+
+    def on_epoch_end(self, loop, record) -> None:
+        self.calls.append(("epoch", record.task, record.epoch, record.steps))
+
+    def on_task_end(self, loop, record) -> None:
+        self.calls.append(("task_end", record.task, len(record.class_il)))
+
+
+def _method(name, stream, transforms, tiny_net, setting_of, seed=0, **config):
+    from xder_methods import method_config_class
+
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    m = create_method(
+        name,
+        net=tiny_net(sum(stream.classes_per_task)),
+        setting=setting_of(stream),
+        transforms=transforms,
+        config=method_config_class(name)(**config),
+        generator=g,
+    )
+    return m, g
+
+
+def test_fit_order_of_hooks_and_history_shape(stream, transforms, tiny_net, setting_of) -> None:
+    method, g = _method("sgd", stream, transforms, tiny_net, setting_of)
+    recorder = Recorder()
+    history = fit(
+        method,
+        stream,
+        TrainingSchedule(epochs=2, batch_size=8, lr=0.1),
+        generator=g,
+        callbacks=[recorder],
+    )
+    assert [len(r) for r in history.class_il] == [1, 2, 3]
+    assert [len(r) for r in history.task_il] == [3, 3, 3]
+    assert len(history.random_init_task_il) == 3
+    # 24 training rows per task, batch 8: 3 steps per epoch.
+    assert recorder.calls[:4] == [
+        ("task_start", 0, 0),
+        ("epoch", 0, 0, 3),
+        ("epoch", 0, 1, 3),
+        ("task_end", 0, 1),
+    ]
+    assert len(recorder.calls) == 3 * 4
+
+
+class Interrupt(Exception):
+    pass
+
+
+class SnapshotAndStop(Callback):
+    def __init__(self, after_epochs: int) -> None:
+        self.after = after_epochs
+        self.seen = 0
+        self.snapshot = None
+
+    def on_epoch_end(self, loop, record) -> None:
+        self.seen += 1
+        if self.seen == self.after:
+            self.snapshot = loop.snapshot()
+            raise Interrupt
+
+
+@pytest.mark.parametrize("name", ["er", "derpp"])
+@pytest.mark.parametrize("stop_after", [2, 3])  # mid-task and at a task boundary (2 epochs/task)
+def test_resume_equals_uninterrupted(name, stop_after, stream, transforms, tiny_net, setting_of) -> None:
+    schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
+    config = {"buffer_size": 10, "minibatch_size": 4}
+    method, g = _method(name, stream, transforms, tiny_net, setting_of, **config)
+    full = fit(method, stream, schedule, generator=g)
+
+    method, g = _method(name, stream, transforms, tiny_net, setting_of, **config)
+    stopper = SnapshotAndStop(stop_after)
+    with pytest.raises(Interrupt):
+        fit(method, stream, schedule, generator=g, callbacks=[stopper])
+    torch.manual_seed(123)  # the resumed process starts from a different global RNG state
+    method, g = _method(name, stream, transforms, tiny_net, setting_of, seed=99, **config)
+    resumed = fit(method, stream, schedule, generator=g, resume=stopper.snapshot)
+    assert resumed.class_il == full.class_il
+    assert resumed.task_il == full.task_il
+
+
+def test_non_finite_loss_stops_the_run(stream, transforms, tiny_net, setting_of) -> None:
+    method, g = _method("sgd", stream, transforms, tiny_net, setting_of)
+    original = method.observe
+
+    def poisoned(batch):
+        out = original(batch)
+        return StepOutput(out.loss * math.nan, out.terms)
+
+    method.observe = poisoned  # type: ignore[method-assign]
+    epochs: list[int] = []
+
+    class Count(Callback):
+        def on_epoch_end(self, loop, record) -> None:
+            epochs.append(record.epoch)
+
+    with pytest.raises(NonFiniteLossError, match="task 0 epoch 0"):
+        fit(
+            method,
+            stream,
+            TrainingSchedule(epochs=2, batch_size=8, lr=0.1),
+            generator=g,
+            callbacks=[Count()],
+        )
+    assert epochs == []  # no callback (hence no checkpoint) saw the bad epoch

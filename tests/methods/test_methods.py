@@ -1,0 +1,230 @@
+"""What makes each method that method, plus registry-wide checks every method must pass."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xder_methods import (
+    Batch,
+    MethodConfigError,
+    TrainingSchedule,
+    UnknownMethodError,
+    create_method,
+    fit,
+    list_methods,
+    method_config_class,
+    register_method,
+)
+
+
+def build(name, stream, transforms, tiny_net, setting_of, **config):
+    torch.manual_seed(0)
+    cls = method_config_class(name)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    defaults = {"buffer_size": 10, "minibatch_size": 4}
+    config = {k: v for k, v in defaults.items() if k in fields} | config
+    return create_method(
+        name,
+        net=tiny_net(sum(stream.classes_per_task)),
+        setting=setting_of(stream),
+        transforms=transforms,
+        config=cls(**config),
+        generator=torch.Generator().manual_seed(0),
+    )
+
+
+def batch_of(stream, transforms, task, n=6):
+    rows = stream.task(task).train[:n]
+    x_raw = stream.train_x[rows]
+    return Batch(transforms.train(x_raw, torch.Generator()), stream.train_y[rows], x_raw, task)
+
+
+class CountInputs(nn.Module):
+    """Wraps a net and records the batch size of every forward call."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+        self.sizes: list[int] = []
+        self.num_features = net.num_features
+
+    def forward(self, x):
+        self.sizes.append(x.shape[0])
+        return self.net(x)
+
+
+# --------------------------------------------------------------------------------- every method
+
+
+@pytest.mark.parametrize("name", list_methods())
+def test_every_method_trains_evaluates_and_round_trips(
+    name, stream, transforms, tiny_net, setting_of
+) -> None:
+    method = build(name, stream, transforms, tiny_net, setting_of)
+    history = fit(
+        method,
+        stream,
+        TrainingSchedule(epochs=1, batch_size=8, lr=0.05),
+        generator=torch.Generator(),
+    )
+    assert [len(row) for row in history.class_il] == [1, 2, 3]
+    assert all(0.0 <= a <= 100.0 for row in history.class_il for a in row)
+    clone = build(name, stream, transforms, tiny_net, setting_of)
+    clone.load_state_dict(method.state_dict())
+    x = transforms.test(stream.test_x)
+    method.eval()
+    clone.eval()
+    torch.testing.assert_close(clone.predict(x), method.predict(x))
+    assert clone.current_task == method.current_task == 2
+
+
+@pytest.mark.parametrize("name", list_methods())
+def test_every_config_documents_paper_defaults_and_is_frozen(name) -> None:
+    cls = method_config_class(name)
+    config = cls()
+    assert dataclasses.is_dataclass(config)
+    assert cls.__dataclass_params__.frozen
+    if "buffer_size" in {f.name for f in dataclasses.fields(cls)}:
+        with pytest.raises(MethodConfigError, match="buffer size"):
+            cls(buffer_size=-1)
+
+
+def test_registry_rejects_duplicates_and_names_choices() -> None:
+    with pytest.raises(ValueError, match="already registered"):
+        register_method("er", method_config_class("er"))(object)
+    with pytest.raises(UnknownMethodError, match="derpp"):
+        method_config_class("nope")
+
+
+# ----------------------------------------------------------------------------------------- FT
+
+
+def test_sgd_leaves_unseen_heads_untouched(stream, transforms, tiny_net, setting_of) -> None:
+    method = build("sgd", stream, transforms, tiny_net, setting_of)
+    method.begin_task(0)
+    out = method.observe(batch_of(stream, transforms, 0))
+    out.loss.backward()
+    grad = method.net.classifier.weight.grad
+    assert torch.count_nonzero(grad[2:]) == 0  # classes of tasks 1 and 2 are not yet seen
+    assert torch.count_nonzero(grad[:2]) > 0
+
+
+# ---------------------------------------------------------------------------------------- JT
+
+
+def test_joint_final_trains_only_at_the_last_task_on_everything(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    method = build("joint", stream, transforms, tiny_net, setting_of)
+    seen_labels: list[set[int]] = []
+    original = method.observe
+
+    def spy(batch):
+        seen_labels[-1] |= set(batch.y.tolist())
+        return original(batch)
+
+    method.observe = spy  # type: ignore[method-assign]
+
+    class PerTask:
+        def __getattr__(self, _):
+            return lambda *a, **k: None
+
+        def on_task_start(self, loop) -> None:
+            seen_labels.append(set())
+
+    fit(
+        method,
+        stream,
+        TrainingSchedule(epochs=1, batch_size=8, lr=0.05),
+        generator=torch.Generator(),
+        callbacks=[PerTask()],
+    )
+    assert seen_labels == [set(), set(), set(range(6))]
+
+
+def test_joint_cumulative_trains_on_every_task_so_far(stream, transforms, tiny_net, setting_of) -> None:
+    method = build("joint", stream, transforms, tiny_net, setting_of, mode="cumulative")
+    method.begin_task(1)
+    assert method.training_data == "cumulative"
+    with pytest.raises(MethodConfigError):
+        method_config_class("joint")(mode="sometimes")
+
+
+# ---------------------------------------------------------------------------------------- ER
+
+
+def test_er_replays_a_buffer_batch_and_stores_raw_stream_examples(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    method = build("er", stream, transforms, tiny_net, setting_of, buffer_size=10, minibatch_size=4)
+    method.net = CountInputs(method.net)
+    batch = batch_of(stream, transforms, 0, n=6)
+    method.observe(batch)  # empty buffer: stream only, then 6 items stored
+    assert method.net.sizes == [6]
+    assert len(method.buffer) == 6
+    assert torch.equal(method.buffer.examples[:6], batch.x_raw)  # unaugmented
+    assert method.buffer.task_labels[:6].tolist() == [0] * 6
+    method.observe(batch)
+    assert method.net.sizes == [6, 10]  # one forward over 6 stream + 4 buffer items
+
+
+# --------------------------------------------------------------------------------- DER / DER++
+
+
+def test_der_stores_the_logits_of_the_augmented_stream_view(stream, transforms, tiny_net, setting_of) -> None:
+    method = build("der", stream, transforms, tiny_net, setting_of, buffer_size=10)
+    batch = batch_of(stream, transforms, 0, n=6)
+    with torch.no_grad():
+        expected = method.net(batch.x)
+    method.observe(batch)
+    torch.testing.assert_close(method.buffer.logits[:6], expected)
+    assert method.buffer.logits.shape[1] == 6  # every class, future ones included
+
+
+def test_der_term_is_alpha_times_mse_to_stored_logits(stream, transforms, tiny_net, setting_of) -> None:
+    # Capacity 20: the second step's insertions go to fresh rows 6..11, so the six items the
+    # replay drew from stay in rows 0..5 and the draw can be repeated afterwards.
+    method = build(
+        "der", stream, transforms, tiny_net, setting_of, buffer_size=20, minibatch_size=6, alpha=0.7
+    )
+    method.observe(batch_of(stream, transforms, 0, n=6))
+    method.buffer.update_logits(torch.arange(6), torch.zeros(6, 6))
+    generator = method.generator
+    state = generator.get_state()
+    out = method.observe(batch_of(stream, transforms, 0, n=6))
+    generator.set_state(state)
+    rows = torch.randperm(6, generator=generator)
+    replayed = method.net(transforms.train(method.buffer.examples[rows], generator))
+    torch.testing.assert_close(out.terms["der"], 0.7 * replayed.pow(2).mean().detach())
+    assert set(out.terms) == {"ce", "der"}
+
+
+def test_derpp_adds_beta_times_buffer_cross_entropy(stream, transforms, tiny_net, setting_of) -> None:
+    method = build(
+        "derpp",
+        stream,
+        transforms,
+        tiny_net,
+        setting_of,
+        buffer_size=20,
+        minibatch_size=6,
+        alpha=0.0,
+        beta=2.0,
+    )
+    method.observe(batch_of(stream, transforms, 0, n=6))
+    generator = method.generator
+    state = generator.get_state()
+    out = method.observe(batch_of(stream, transforms, 0, n=6))
+    generator.set_state(state)
+    first = torch.randperm(6, generator=generator)  # DER's draw and its augmentation
+    transforms.train(method.buffer.examples[first], generator)
+    second = torch.randperm(6, generator=generator)
+    logits = method.net(transforms.train(method.buffer.examples[second], generator))
+    expected = 2.0 * F.cross_entropy(logits, method.buffer.labels[second])
+    torch.testing.assert_close(out.terms["buffer_ce"], expected.detach())
+    assert float(out.terms["der"]) == 0.0
