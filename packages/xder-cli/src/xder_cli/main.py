@@ -16,7 +16,7 @@ from xder_models import UnknownBackboneError
 
 __all__ = ["build_parser", "main"]
 
-DEFAULT_METHOD = "derpp"
+DEFAULT_METHOD = "xder"
 DEFAULT_BENCHMARK = "seq-digits"
 DEFAULT_OUT = "runs"
 

@@ -5,7 +5,7 @@ Benchmarks are registered by name and built with :func:`load_benchmark`; augment
 """
 
 from xder_data import digits as _digits  # noqa: F401  (registers seq-digits)
-from xder_data.augment import Compose, CropFlip, Normalize, Transform
+from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment, Transform
 from xder_data.benchmark import (
     Benchmark,
     BenchmarkDefaults,
@@ -39,6 +39,7 @@ __all__ = [
     "DataError",
     "DataNotFoundError",
     "Normalize",
+    "StrongAugment",
     "TaskSplit",
     "Transform",
     "UnknownBenchmarkError",

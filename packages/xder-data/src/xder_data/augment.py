@@ -10,6 +10,7 @@ used here).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -17,7 +18,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["Compose", "CropFlip", "Normalize", "Transform"]
+__all__ = [
+    "Compose",
+    "CropFlip",
+    "Normalize",
+    "StrongAugment",
+    "Transform",
+    "grayscale",
+    "hsv_to_rgb",
+    "rgb_to_hsv",
+]
 
 
 @runtime_checkable
@@ -125,3 +135,188 @@ class Normalize:
 
     def __repr__(self) -> str:
         return f"Normalize(mean={self.mean}, std={self.std})"
+
+
+# ---------------------------------------------------------------------------------------------
+# SimCLR-style strong augmentation (X-DER's future preparation)
+
+_GRAY_WEIGHTS = (0.299, 0.587, 0.114)  # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale
+
+
+def grayscale(x: Tensor) -> Tensor:
+    """Luma of RGB images ``(B, 3, H, W)`` -> ``(B, 1, H, W)``."""
+    r, g, b = x.unbind(dim=1)
+    return (_GRAY_WEIGHTS[0] * r + _GRAY_WEIGHTS[1] * g + _GRAY_WEIGHTS[2] * b).unsqueeze(1)
+
+
+def rgb_to_hsv(x: Tensor) -> Tensor:
+    """RGB in [0, 1] ``(B, 3, H, W)`` -> HSV with hue in [0, 1)."""
+    r, g, b = x.unbind(dim=1)
+    value, _ = x.max(dim=1)
+    low, _ = x.min(dim=1)
+    chroma = value - low
+    safe_chroma = torch.where(chroma > 0, chroma, torch.ones_like(chroma))
+    saturation = torch.where(value > 0, chroma / torch.where(value > 0, value, torch.ones_like(value)), 0.0)
+    # Hue sector by which channel holds the maximum (red wins ties, then green).
+    hue = torch.where(
+        value == r,
+        (g - b) / safe_chroma,
+        torch.where(value == g, 2.0 + (b - r) / safe_chroma, 4.0 + (r - g) / safe_chroma),
+    )
+    hue = torch.where(chroma > 0, torch.remainder(hue / 6.0, 1.0), 0.0)
+    return torch.stack((hue, saturation, value), dim=1)
+
+
+def hsv_to_rgb(x: Tensor) -> Tensor:
+    """HSV ``(B, 3, H, W)`` (hue in [0, 1)) -> RGB in [0, 1].
+
+    Uses the closed form ``f(n) = v - v s max(0, min(k, 4 - k, 1))`` with
+    ``k = (n + 6 h) mod 6`` for n = 5, 3, 1 (red, green, blue).
+    """
+    hue, saturation, value = x.unbind(dim=1)
+    channels = []
+    for n in (5.0, 3.0, 1.0):
+        k = torch.remainder(n + 6.0 * hue, 6.0)
+        ramp = torch.clamp(torch.minimum(k, 4.0 - k), 0.0, 1.0)
+        channels.append(value - value * saturation * ramp)
+    return torch.stack(channels, dim=1)
+
+
+def _per_sample(values: Tensor, x: Tensor) -> Tensor:
+    return values.view(-1, *([1] * (x.dim() - 1)))
+
+
+class StrongAugment:
+    """SimCLR-style strong augmentation, batched with per-sample random parameters (Chen et al.,
+    2020; the X-DER authors' ``strong_aug``), then normalisation.
+
+    Per sample, in this order (torchvision's semantics, one draw per image):
+
+    1. random resized crop to ``size`` (scale (0.2, 1), ratio (3/4, 4/3), ten attempts then the
+       central fallback), bilinear;
+    2. horizontal flip with probability 0.5;
+    3. with probability 0.8, colour jitter: brightness, contrast and saturation factors uniform
+       in [0.6, 1.4] and a hue shift uniform in [-0.1, 0.1], applied in a random order;
+    4. grayscale with probability 0.2;
+    5. :class:`Normalize`.
+
+    One-channel inputs skip the colour steps (3 and 4). The crop and flip are one
+    ``affine_grid``/``grid_sample`` over the batch; nothing loops over samples.
+
+    Call: ``x: (B, C, H, W)`` uint8 (or float in [0, 1]) -> float32 ``(B, C, size, size)``.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        mean: Sequence[float],
+        std: Sequence[float],
+        *,
+        scale: tuple[float, float] = (0.2, 1.0),
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1),
+        jitter_p: float = 0.8,
+        grayscale_p: float = 0.2,
+    ) -> None:
+        self.size = size
+        self.scale = scale
+        self.ratio = ratio
+        self.jitter = jitter
+        self.jitter_p = jitter_p
+        self.grayscale_p = grayscale_p
+        self.normalize = Normalize(mean, std)
+
+    def crop_boxes(
+        self, batch: int, height: int, width: int, generator: torch.Generator | None, device
+    ) -> Tensor:
+        """Per-sample crop boxes ``(B, 4)`` as (top, left, h, w), following torchvision's
+        ``RandomResizedCrop.get_params`` (ten attempts, then a central crop)."""
+        attempts = 10
+        area = height * width
+        u = torch.rand(batch, attempts, 4, generator=generator, device=device, dtype=torch.float64)
+        target = area * (self.scale[0] + (self.scale[1] - self.scale[0]) * u[..., 0])
+        log_lo, log_hi = math.log(self.ratio[0]), math.log(self.ratio[1])
+        aspect = torch.exp(log_lo + (log_hi - log_lo) * u[..., 1])
+        w = torch.round(torch.sqrt(target * aspect))
+        h = torch.round(torch.sqrt(target / aspect))
+        ok = (w > 0) & (w <= width) & (h > 0) & (h <= height)
+        first = ok.to(torch.int8).argmax(dim=1)  # the first attempt that fits
+        pick = first[:, None]
+        w, h = w.gather(1, pick)[:, 0], h.gather(1, pick)[:, 0]
+        top = torch.floor(u[..., 2].gather(1, pick)[:, 0] * (height - h + 1))
+        left = torch.floor(u[..., 3].gather(1, pick)[:, 0] * (width - w + 1))
+        # Central fallback when no attempt fits (torchvision clamps the ratio to the range).
+        in_ratio = width / height
+        if in_ratio < self.ratio[0]:
+            fw, fh = width, round(width / self.ratio[0])
+        elif in_ratio > self.ratio[1]:
+            fw, fh = round(height * self.ratio[1]), height
+        else:
+            fw, fh = width, height
+        fallback = torch.tensor(
+            [(height - fh) // 2, (width - fw) // 2, fh, fw], dtype=torch.float64, device=device
+        )
+        boxes = torch.stack([top, left, h, w], dim=1)
+        return torch.where(ok.any(dim=1, keepdim=True), boxes, fallback)
+
+    def __call__(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        batch, channels, height, width = x.shape
+        device = x.device
+        x = x.to(torch.float32).mul_(1 / 255) if x.dtype == torch.uint8 else x.to(torch.float32)
+        boxes = self.crop_boxes(batch, height, width, generator, device).to(torch.float32)
+        top, left, h, w = boxes.unbind(dim=1)
+        flip = torch.rand(batch, generator=generator, device=device) < 0.5
+        sign = 1.0 - 2.0 * flip.to(torch.float32)
+        theta = torch.zeros(batch, 2, 3, device=device)
+        theta[:, 0, 0] = sign * w / width
+        theta[:, 0, 2] = (2 * left + w) / width - 1
+        theta[:, 1, 1] = h / height
+        theta[:, 1, 2] = (2 * top + h) / height - 1
+        grid = F.affine_grid(theta, [batch, channels, self.size, self.size], align_corners=False)
+        x = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+        if channels == 3:
+            x = self._colour(x, generator)
+        return self.normalize(x)
+
+    def _colour(self, x: Tensor, generator: torch.Generator | None) -> Tensor:
+        batch, device = x.shape[0], x.device
+        b, c, s, hue = self.jitter
+        u = torch.rand(batch, 6, generator=generator, device=device)
+        bright = 1 - b + 2 * b * u[:, 0]
+        contrast = 1 - c + 2 * c * u[:, 1]
+        saturation = 1 - s + 2 * s * u[:, 2]
+        shift = -hue + 2 * hue * u[:, 3]
+        jitter_on = u[:, 4] < self.jitter_p
+        gray_on = u[:, 5] < self.grayscale_p
+        order = torch.rand(batch, 4, generator=generator, device=device).argsort(dim=1)
+        jittered = x
+        for stage in range(4):
+            op = _per_sample(order[:, stage], x)
+            candidates = (
+                (jittered * _per_sample(bright, x)).clamp(0, 1),
+                _blend(jittered, grayscale(jittered).mean(dim=(1, 2, 3), keepdim=True), contrast),
+                _blend(jittered, grayscale(jittered), saturation),
+                _shift_hue(jittered, shift),
+            )
+            jittered = torch.where(
+                op == 0,
+                candidates[0],
+                torch.where(op == 1, candidates[1], torch.where(op == 2, candidates[2], candidates[3])),
+            )
+        x = torch.where(_per_sample(jitter_on, x), jittered, x)
+        return torch.where(_per_sample(gray_on, x), grayscale(x).expand_as(x), x)
+
+    def __repr__(self) -> str:
+        return f"StrongAugment(size={self.size}, {self.normalize!r})"
+
+
+def _blend(x: Tensor, other: Tensor, factor: Tensor) -> Tensor:
+    """``factor * x + (1 - factor) * other``, clamped to [0, 1] (torchvision's _blend)."""
+    f = _per_sample(factor, x)
+    return (f * x + (1 - f) * other).clamp(0, 1)
+
+
+def _shift_hue(x: Tensor, shift: Tensor) -> Tensor:
+    hsv = rgb_to_hsv(x)
+    hue = torch.remainder(hsv[:, 0] + shift.view(-1, 1, 1), 1.0)
+    return hsv_to_rgb(torch.cat([hue.unsqueeze(1), hsv[:, 1:]], dim=1))

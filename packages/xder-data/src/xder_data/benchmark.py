@@ -102,6 +102,8 @@ class Benchmark:
         defaults: the training protocol.
         train_transform: augmentation + normalisation for training batches.
         test_transform: normalisation for evaluation.
+        strong_transform: SimCLR-style strong augmentation + normalisation (X-DER's future
+            preparation), where the benchmark defines one.
     """
 
     name: str
@@ -118,6 +120,7 @@ class Benchmark:
     defaults: BenchmarkDefaults
     train_transform: Transform
     test_transform: Transform
+    strong_transform: Transform | None = None
     val_x: Tensor | None = None
     val_y: Tensor | None = None
     coarse_labels: Tensor | None = None

@@ -9,7 +9,8 @@ fixed (so results compare with other implementations):
   ``numpy.random.default_rng(0)``; the first ``n_c // 5`` are test, the rest train
   (1442 train / 355 test).
 * 5 tasks x 2 classes; training augmentation: random 8x8 crop after 1-pixel zero padding, no flip;
-  normalisation by the train-set mean and std.
+  normalisation by the train-set mean and std; strong augmentation (X-DER): the SimCLR-style
+  :class:`~xder_data.augment.StrongAugment` at 8x8 (one channel: no colour steps).
 * Training protocol: ``resnet18-cifar`` width 16 with one input channel, SGD lr 0.05 without
   momentum or weight decay, batch 32, replay minibatch 32, 10 epochs per task, no lr schedule,
   buffer 200.
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from xder_data.augment import Compose, CropFlip, Normalize
+from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
 
 __all__ = ["SEQ_DIGITS_DEFAULTS", "digits_split", "seq_digits"]
@@ -87,5 +88,6 @@ def seq_digits(root: Path | None = None) -> Benchmark:
         defaults=SEQ_DIGITS_DEFAULTS,
         train_transform=Compose(CropFlip(8, padding=1, flip=False), Normalize(mean, std)),
         test_transform=Normalize(mean, std),
+        strong_transform=StrongAugment(8, mean, std),
         class_names=tuple(str(c) for c in range(10)),
     )

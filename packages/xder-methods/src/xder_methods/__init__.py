@@ -10,6 +10,7 @@ from xder_methods import derpp as _derpp  # noqa: F401  (registers derpp)
 from xder_methods import er as _er  # noqa: F401  (registers er)
 from xder_methods import joint as _joint  # noqa: F401  (registers joint)
 from xder_methods import sgd as _sgd  # noqa: F401  (registers sgd)
+from xder_methods import xder as _xder  # noqa: F401  (registers xder)
 from xder_methods._registry import (
     create_method,
     list_methods,
@@ -17,7 +18,7 @@ from xder_methods._registry import (
     method_config_class,
     register_method,
 )
-from xder_methods.base import MethodBase
+from xder_methods.base import MethodBase, frozen_batchnorm_stats
 from xder_methods.buffer import Buffer, BufferSample, reservoir_slots
 from xder_methods.der import DER, DERConfig
 from xder_methods.derpp import DERpp, DERppConfig
@@ -28,6 +29,7 @@ from xder_methods.errors import (
     NonFiniteLossError,
     UnknownMethodError,
 )
+from xder_methods.heads import regular_simplex
 from xder_methods.joint import Joint, JointConfig
 from xder_methods.loop import (
     CHECKPOINT_FORMAT,
@@ -42,6 +44,7 @@ from xder_methods.loop import (
     fit,
     learning_rate,
 )
+from xder_methods.profiling import OpCounter, is_host_sync
 from xder_methods.protocols import (
     Backbone,
     Batch,
@@ -54,12 +57,14 @@ from xder_methods.protocols import (
     Transforms,
 )
 from xder_methods.sgd import SGD, SGDConfig
+from xder_methods.xder import XDER, XDERConfig
 
 __all__ = [
     "CHECKPOINT_FORMAT",
     "DER",
     "ER",
     "SGD",
+    "XDER",
     "Backbone",
     "Batch",
     "Buffer",
@@ -79,6 +84,7 @@ __all__ = [
     "MethodConfigError",
     "MethodError",
     "NonFiniteLossError",
+    "OpCounter",
     "ReplayConfig",
     "SGDConfig",
     "StepOutput",
@@ -89,14 +95,18 @@ __all__ = [
     "Transform",
     "Transforms",
     "UnknownMethodError",
+    "XDERConfig",
     "batch_bounds",
     "create_method",
     "evaluate",
     "fit",
+    "frozen_batchnorm_stats",
+    "is_host_sync",
     "learning_rate",
     "list_methods",
     "method_class",
     "method_config_class",
     "register_method",
+    "regular_simplex",
     "reservoir_slots",
 ]

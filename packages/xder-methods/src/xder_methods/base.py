@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -10,7 +11,22 @@ from torch import Tensor, nn
 
 from xder_methods.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
 
-__all__ = ["MethodBase"]
+__all__ = ["MethodBase", "frozen_batchnorm_stats"]
+
+
+@contextlib.contextmanager
+def frozen_batchnorm_stats(module: nn.Module) -> Iterator[None]:
+    """Inside the block, BatchNorm layers in train mode normalise with the batch statistics but
+    leave their running statistics (and ``num_batches_tracked``) untouched."""
+    layers = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    saved = [m.track_running_stats for m in layers]
+    for m in layers:
+        m.track_running_stats = False
+    try:
+        yield
+    finally:
+        for m, value in zip(layers, saved, strict=True):
+            m.track_running_stats = value
 
 
 class MethodBase(nn.Module):

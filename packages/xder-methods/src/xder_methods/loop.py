@@ -57,6 +57,11 @@ class TrainingSchedule:
         lr_schedule: ``none``; ``multistep`` (lr times ``lr_gamma`` at each of ``milestones``,
             counted in epochs); ``cosine`` (linear warm-up over ``warmup_epochs``, then cosine
             decay to 0 over the remaining epochs).
+        drop_last: drop each epoch's last partial batch (default), so that every step sees
+            ``batch_size`` examples: BatchNorm on a few examples with small feature maps (e.g.
+            ``seq-digits``, 1x1 at the last stage) destabilises training, and fixed shapes suit
+            compiled steps. A fresh shuffle per epoch still shows every example. Off: the
+            partial batch is kept (a DataLoader's ``drop_last=False``, the authors' code).
         eval_batch_size: batch size of evaluation passes.
         class_il_outputs: Class-IL argmax over the ``seen`` classes (default) or ``all`` outputs
             (the authors' code of 2022).
@@ -71,6 +76,7 @@ class TrainingSchedule:
     milestones: tuple[int, ...] = ()
     lr_gamma: float = 0.1
     warmup_epochs: int = 0
+    drop_last: bool = True
     eval_batch_size: int = 512
     class_il_outputs: Literal["seen", "all"] = "seen"
 
@@ -114,15 +120,18 @@ def learning_rate(schedule: TrainingSchedule, epoch: int) -> float:
     return lr
 
 
-def batch_bounds(n: int, batch_size: int) -> list[tuple[int, int]]:
+def batch_bounds(n: int, batch_size: int, drop_last: bool = True) -> list[tuple[int, int]]:
     """``[start, end)`` of each batch over n shuffled rows.
 
-    The last partial batch is kept (as a DataLoader with ``drop_last=False``), except that a
-    final batch of ONE row joins the previous batch: BatchNorm cannot normalise a single
-    example whose feature map is 1x1.
+    With ``drop_last`` the last partial batch is dropped, unless it is the only batch (fewer
+    rows than ``batch_size``). Without it the partial batch is kept, except that a final batch
+    of ONE row joins the previous batch: BatchNorm cannot normalise a single example whose
+    feature map is 1x1.
     """
     bounds = [(s, min(s + batch_size, n)) for s in range(0, n, batch_size)]
-    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] == 1:
+    if drop_last and len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < batch_size:
+        bounds.pop()
+    elif len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] == 1:
         bounds[-2] = (bounds[-2][0], n)
         bounds.pop()
     return bounds
@@ -384,7 +393,7 @@ def fit(
         if resumed_mid_task and resume is not None and resume["optimizer"] is not None:
             loop.optimizer.load_state_dict(resume["optimizer"])
         rows = _training_rows(stream, task, method.training_data)
-        bounds = batch_bounds(rows.shape[0], schedule.batch_size)
+        bounds = batch_bounds(rows.shape[0], schedule.batch_size, schedule.drop_last)
         loop.steps_per_epoch = len(bounds)
         for callback in calls:
             callback.on_task_start(loop)

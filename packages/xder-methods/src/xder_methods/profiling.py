@@ -1,0 +1,94 @@
+"""Counting what a training step dispatches: kernels, and the ops that wait for the device.
+
+Hardware-independent (it intercepts dispatched ATen ops with a ``TorchDispatchMode``), so the
+counts are exact on a CPU too: a test can assert that a step has no host synchronisation even
+where no GPU exists (PERFORMANCE.md, "How it is measured").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["OpCounter", "is_host_sync"]
+
+_aten = torch.ops.aten
+# Op packets whose result (or output size) the host must read from the device before going on.
+_SYNCING = {
+    _aten._local_scalar_dense,  # .item(), float(t), bool(t), Python control flow on a tensor
+    _aten.nonzero,
+    _aten.nonzero_static,
+    _aten.masked_select,
+    _aten._unique,
+    _aten._unique2,
+    _aten.unique_dim,
+    _aten.unique_consecutive,
+    _aten.is_nonzero,
+    _aten.equal,
+    _aten.allclose,
+}
+
+
+def is_host_sync(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether a dispatched op makes the host wait on the device: a scalar read, an output whose
+    size depends on the data (``nonzero``, boolean-mask indexing, ``unique``, ``repeat_interleave``
+    without ``output_size``), or a copy from a device to the host."""
+    packet = func.overloadpacket
+    if packet in _SYNCING:
+        return True
+    if packet is _aten.index:
+        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+        return any(i is not None and i.dtype == torch.bool for i in indices)
+    if packet is _aten.repeat_interleave:
+        # repeat_interleave.Tensor(repeats) or repeat_interleave.self_Tensor(self, repeats)
+        repeats = args[1] if len(args) > 1 else (args[0] if args else kwargs.get("repeats"))
+        return isinstance(repeats, torch.Tensor) and kwargs.get("output_size") is None
+    if packet in (_aten._to_copy, _aten.copy_):
+        source = args[1] if packet is _aten.copy_ else args[0]
+        target_device = kwargs.get("device") if packet is _aten._to_copy else args[0].device
+        return (
+            isinstance(source, torch.Tensor)
+            and source.device.type != "cpu"
+            and target_device is not None
+            and torch.device(target_device).type == "cpu"
+        )
+    return False
+
+
+class OpCounter(TorchDispatchMode):
+    """Context manager counting every dispatched ATen op and the host-synchronising ones.
+
+    Attributes:
+        ops: Counter of op names.
+        syncs: Counter of the names of host-synchronising ops.
+
+    Example::
+
+        with OpCounter() as counter:
+            step()
+        assert counter.host_syncs == 0
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+        self.syncs: Counter[str] = Counter()
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+    @property
+    def host_syncs(self) -> int:
+        return sum(self.syncs.values())
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = str(func.overloadpacket.__name__)
+        self.ops[name] += 1
+        if is_host_sync(func, args, kwargs):
+            self.syncs[name] += 1
+        return func(*args, **kwargs)

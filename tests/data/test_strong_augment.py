@@ -1,0 +1,95 @@
+"""The SimCLR-style strong augmentation: parameter ranges, per-sample draws, colour maths."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from xder_data import StrongAugment
+from xder_data.augment import grayscale, hsv_to_rgb, rgb_to_hsv
+
+
+def test_crop_boxes_follow_the_scale_and_ratio_ranges() -> None:
+    aug = StrongAugment(32, (0.5,), (0.5,))
+    boxes = aug.crop_boxes(20000, 32, 32, torch.Generator().manual_seed(0), "cpu")
+    top, left, h, w = boxes.unbind(1)
+    assert ((h >= 1) & (w >= 1) & (top >= 0) & (left >= 0)).all()
+    assert ((top + h <= 32) & (left + w <= 32)).all()
+    area = h * w / (32 * 32)
+    # Rounding of h and w to whole pixels widens the (0.2, 1) scale range by a little.
+    assert area.min() >= 0.2 - 0.05
+    assert area.max() <= 1.0
+    ratio = w / h
+    assert ratio.min() >= 0.75 * 0.9
+    assert ratio.max() <= (4 / 3) / 0.9
+    # Scale is uniform: the median area sits near the middle of (0.2, 1) once clipped crops
+    # (the most elongated ones that do not fit) fall back; it must not collapse to one value.
+    assert 0.45 < float(area.median()) < 0.7
+    assert len({tuple(b) for b in boxes[:200].tolist()}) > 150  # per-sample draws
+
+
+def test_each_sample_gets_its_own_draw() -> None:
+    aug = StrongAugment(16, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    image = torch.randint(0, 256, (1, 3, 16, 16), dtype=torch.uint8)
+    out = aug(image.expand(32, -1, -1, -1), torch.Generator().manual_seed(0))
+    assert out.shape == (32, 3, 16, 16)
+    flat = out.flatten(1)
+    distances = torch.cdist(flat, flat)
+    assert (distances + torch.eye(32) * 1e9).min() > 1e-3  # no two samples alike
+
+
+def test_reproducible_from_the_generator_and_global_rng_untouched() -> None:
+    aug = StrongAugment(8, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+    x = torch.randint(0, 256, (6, 3, 8, 8), dtype=torch.uint8)
+    state = torch.get_rng_state()
+    a = aug(x, torch.Generator().manual_seed(4))
+    b = aug(x, torch.Generator().manual_seed(4))
+    assert torch.equal(a, b)
+    assert torch.equal(state, torch.get_rng_state())
+
+
+def test_one_channel_inputs_skip_colour_and_are_normalised() -> None:
+    aug = StrongAugment(8, (0.5,), (0.25,))
+    flat = torch.full((4, 1, 8, 8), 255, dtype=torch.uint8)
+    out = aug(flat, torch.Generator().manual_seed(0))
+    # A constant image stays constant under crop/flip: (1 - 0.5) / 0.25 = 2.
+    torch.testing.assert_close(out, torch.full((4, 1, 8, 8), 2.0))
+
+
+def test_colour_probabilities() -> None:
+    aug = StrongAugment(4, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+    colour = torch.tensor([200, 30, 90], dtype=torch.uint8).view(1, 3, 1, 1).expand(4000, 3, 4, 4)
+    out = aug(colour, torch.Generator().manual_seed(0))
+    is_gray = (out[:, 0] - out[:, 1]).abs().amax(dim=(1, 2)) < 1e-6
+    unchanged = (out - colour.float() / 255).abs().amax(dim=(1, 2, 3)) < 1e-5
+    # Grayscale with p = 0.2; untouched colour needs no jitter (0.2) and no grayscale (0.8).
+    assert abs(float(is_gray.float().mean()) - 0.2) < 0.03
+    assert abs(float(unchanged.float().mean()) - 0.16) < 0.03
+
+
+def test_hsv_round_trip_and_hue_by_hand() -> None:
+    x = torch.rand(10, 3, 5, 5, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(hsv_to_rgb(rgb_to_hsv(x)), x, atol=1e-6, rtol=0)
+    red = torch.tensor([1.0, 0.0, 0.0]).view(1, 3, 1, 1)
+    hsv = rgb_to_hsv(red)
+    assert hsv.flatten().tolist() == [0.0, 1.0, 1.0]
+    hsv[:, 0] = 1 / 3  # rotate the hue by a third: red becomes green
+    torch.testing.assert_close(hsv_to_rgb(hsv).flatten(), torch.tensor([0.0, 1.0, 0.0]), atol=1e-6, rtol=0)
+    gray = torch.full((1, 3, 1, 1), 0.4)
+    assert rgb_to_hsv(gray).flatten().tolist() == pytest.approx([0.0, 0.0, 0.4])
+
+
+def test_grayscale_weights() -> None:
+    x = torch.tensor([0.2, 0.4, 0.6]).view(1, 3, 1, 1)
+    assert float(grayscale(x)) == pytest.approx(0.299 * 0.2 + 0.587 * 0.4 + 0.114 * 0.6)
+
+
+def test_no_crop_fits_falls_back_to_the_centre() -> None:
+    aug = StrongAugment(4, (0.5,), (0.5,), scale=(5.0, 6.0))  # no attempt can fit
+    boxes = aug.crop_boxes(3, 4, 8, torch.Generator(), "cpu")
+    # width/height = 2 > 4/3: the fallback keeps the height and trims the width to 4/3 of it.
+    expected_w = round(4 * 4 / 3)
+    assert boxes.tolist() == [[0.0, (8 - expected_w) // 2, 4.0, float(expected_w)]] * 3
+    assert math.isclose(expected_w, 5)
