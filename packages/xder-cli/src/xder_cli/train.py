@@ -234,11 +234,18 @@ def _fmt(value: float | None) -> str:
 class RunRecorder(Callback):
     """Keeps the run directory current: events, checkpoint, results, plots."""
 
-    def __init__(self, run_dir: Path, plan: RunPlan, device: torch.device, elapsed_before: float) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        plan: RunPlan,
+        device: torch.device,
+        events: rundir.EventLog,
+        elapsed_before: float,
+    ) -> None:
         self.run_dir = run_dir
         self.plan = plan
         self.device = device
-        self.events = rundir.EventLog(run_dir / rundir.EVENTS)
+        self.events = events
         self.elapsed_before = elapsed_before
         self.started = time.perf_counter()
         self.results: dict[str, Any] = {}
@@ -399,7 +406,7 @@ def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[
         config=plan.method_config,
         generator=generator,
     )
-    recorder = RunRecorder(run_dir, plan, device, elapsed)
+    recorder = RunRecorder(run_dir, plan, device, events, elapsed)
     try:
         fit(
             method,
