@@ -74,6 +74,7 @@ def _resolve(**kwargs):
 
 def test_layers_protocol_flags_then_set() -> None:
     config = _resolve(
+        preset="none",
         train={"epochs": 3},
         method_values={"buffer_size": 50},
         sets=[("method", "alpha", 0.9), ("train", "epochs", 4)],

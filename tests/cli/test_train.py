@@ -85,7 +85,7 @@ def test_validation_split_is_evaluated_too(tmp_path: Path) -> None:
     [
         (["--method", "nope"], "unknown method 'nope'"),
         (["--benchmark", "seq-nope"], "unknown benchmark 'seq-nope'"),
-        (["--set", "method.gamma=1"], "method.gamma is not a setting"),
+        (["--set", "method.zeta=1"], "method.zeta is not a setting"),
         (["--set", "train.lr=fast"], "train.lr = 'fast' is not valid"),
         (["--set", "lr=1"], "section one of run, train, backbone, method"),
         (["--set", "method.alpha"], "section.key=value"),

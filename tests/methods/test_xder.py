@@ -143,11 +143,11 @@ def test_new_items_are_unaugmented_and_their_past_heads_rescaled(
     assert (past_max[gt > 0] <= 0.5 * gt[gt > 0] + 1e-6).all()
 
 
-def _key(x: torch.Tensor, y: torch.Tensor) -> bytes:
-    return bytes(x.numpy()) + bytes([int(y)])
+def _key(x: torch.Tensor, y: torch.Tensor) -> tuple[int, ...]:
+    return (*x.flatten().tolist(), int(y))
 
 
-def _train_two_tasks(method: XDER, stream, transforms) -> dict[bytes, torch.Tensor]:
+def _train_two_tasks(method: XDER, stream, transforms) -> dict[tuple[int, ...], torch.Tensor]:
     """Fill the buffer at the end of task 0, train 5 steps of task 1, end task 1. Returns the
     stored logits after task 0, keyed by item."""
     optimizer = torch.optim.SGD(method.net.parameters(), lr=0.1)
