@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
 
+import xder_models
 from xder_models import UnknownBackboneError, create_backbone, list_backbones
 
 # name -> (options for a small instance, input shape, feature size)
 SMALL = {
     "resnet18-cifar": ({"width": 8, "in_channels": 3}, (3, 16, 16), 64),
+    "resnet18": ({}, (3, 32, 32), 512),
+    "efficientnet-b2": ({}, (3, 32, 32), 1408),
+    # raw NTU joints (3, T, 25 joints, M = 2 bodies)
+    "efficientgcn-b0": ({"drop_prob": 0.25}, (3, 16, 25, 2), 128),
+    "efficientgcn-b2": ({}, (3, 16, 25, 2), 192),
+    "efficientgcn-b4": ({"edge": False}, (3, 16, 25, 2), 272),
 }
 # name -> (num_classes, options, parameters): the figures of DATA-FORMATS.md.
 PARAMETERS = {
     "resnet18-cifar": (100, {"width": 64, "in_channels": 3}, 11_220_132),
+    "resnet18": (200, {}, 11_279_112),
+    "efficientnet-b2": (100, {}, 7_841_894),
+    "efficientgcn-b0": (60, {}, 345_333),
+    "efficientgcn-b2": (60, {}, 814_401),
+    "efficientgcn-b4": (60, {}, 2_055_585),
 }
 
 
@@ -67,3 +82,25 @@ def test_unknown_backbone_and_option() -> None:
         create_backbone("resnet99", 10)
     with pytest.raises(UnknownBackboneError, match="depth"):
         create_backbone("resnet18-cifar", 10, depth=3)
+
+
+def test_torch_geometric_and_torchvision_are_imported_only_inside_functions() -> None:
+    # torch_geometric is an optional extra, and both take seconds to import: `import xder_models` must
+    # not pay for them. Checked on the source, so it holds even after another test imported them.
+    package = Path(xder_models.__file__).parent
+    for source in sorted(package.glob("*.py")):
+        tree = ast.parse(source.read_text(), filename=str(source))
+        nested = {
+            id(node)
+            for function in ast.walk(tree)
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+            for node in ast.walk(function)
+        }
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            if any(name.split(".")[0] in {"torch_geometric", "torchvision"} for name in names):
+                assert id(node) in nested, f"{source.name}:{node.lineno} imports {names[0]} at import time"

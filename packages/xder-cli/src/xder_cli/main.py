@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -136,7 +137,55 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume", metavar="RUN_DIR", help="continue an interrupted run from its last checkpoint"
     )
     train.set_defaults(handler="train")
+    _add_data_parser(commands)
     return parser
+
+
+def _add_data_parser(commands: argparse._SubParsersAction) -> None:
+    from xder_cli.data import DOWNLOADS, PREPARE_KINDS
+
+    data = commands.add_parser(
+        "data",
+        help="inspect a benchmark, convert raw datasets, download where allowed",
+        description="What a benchmark holds (info), converters from the distributed formats (prepare), "
+        "and downloads where the source allows them (download).",
+    )
+    data_commands = data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=_Parser)
+    data_commands.required = True
+
+    info = data_commands.add_parser("info", help="what a benchmark holds: tasks, classes, sizes, protocol")
+    info.add_argument("benchmark", metavar="BENCHMARK", help=f"one of {', '.join(list_benchmarks())}")
+    info.add_argument("--data-root", default="data", metavar="DIR", help="folder holding the datasets (data)")
+    info.add_argument("--class-order", type=_class_order, metavar="ORDER", help="as for train (natural)")
+    info.add_argument("--seed", type=int, default=0, metavar="N", help="seed of --class-order random (0)")
+    info.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    prepare = data_commands.add_parser(
+        "prepare",
+        help="convert a dataset from its distributed format into the layout its benchmark reads",
+        description="ntu60: raw .skeleton files (--raw) -> DATA_ROOT/ntu60/xsub.h5; ntu60-stgcn, "
+        "ntu60-efficientgcn: those projects' preprocessed .npy + .pkl (--source) -> the same file; "
+        "miniimagenet: the CSV + images or mini-imagenet-cache-*.pkl distribution (--source) -> "
+        "DATA_ROOT/MINIIMG/*.npy with a seeded per-class train/test split.",
+    )
+    prepare.add_argument("kind", choices=PREPARE_KINDS, metavar="KIND", help=", ".join(PREPARE_KINDS))
+    prepare.add_argument("--raw", metavar="DIR", help="ntu60: the folder of raw .skeleton files")
+    prepare.add_argument("--source", metavar="DIR", help="the folder holding the files to convert")
+    prepare.add_argument("--data-root", default="data", metavar="DIR", help="where to write (data)")
+    prepare.add_argument("--frames", type=int, default=80, metavar="T", help="ntu60*: frames per sample (80)")
+    prepare.add_argument(
+        "--missing", metavar="FILE", help="ntu60*: the official NTU_RGBD_samples_with_missing_skeletons.txt"
+    )
+    prepare.add_argument(
+        "--format", choices=("csv", "pickle"), help="miniimagenet: the source's format (detected)"
+    )
+    prepare.add_argument("--test-per-class", type=int, default=100, metavar="N", help="miniimagenet: (100)")
+    prepare.add_argument("--seed", type=int, default=0, metavar="N", help="miniimagenet: split seed (0)")
+
+    download = data_commands.add_parser("download", help="fetch and checksum an official archive")
+    download.add_argument("dataset", choices=DOWNLOADS, metavar="DATASET", help=", ".join(DOWNLOADS))
+    download.add_argument("--data-root", default="data", metavar="DIR", help="where to unpack it (data)")
+    data.set_defaults(handler="data")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -153,14 +202,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.benchmark = args.benchmark_given or DEFAULT_BENCHMARK
             args.out = args.out_given or DEFAULT_OUT
             return command_train(args)
+        if args.handler == "data":
+            from xder_cli.data import command_data
+
+            return command_data(args)
         raise AssertionError(f"unhandled command {args.handler}")  # pragma: no cover
     except (UsageError, DataError, MethodError, UnknownBackboneError) as error:
         message = " ".join(str(error).split())
         print(f"xder-run {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("\ninterrupted: continue with xder-run train --resume RUN_DIR", file=sys.stderr)
+        hint = ": continue with xder-run train --resume RUN_DIR" if args.handler == "train" else ""
+        print(f"\ninterrupted{hint}", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `xder-run data info ... --json | head`
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (silence the interpreter's final flush)
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,7 +1,8 @@
 """xder-data: class-incremental benchmarks as device-resident tensors, and batched augmentation.
 
-Benchmarks are registered by name and built with :func:`load_benchmark`; augmentations in
-:mod:`xder_data.augment` act on whole batches with per-sample random parameters.
+Benchmarks are registered by name and built with :func:`load_benchmark`: ``seq-digits`` (offline),
+``seq-cifar100``, ``seq-miniimg`` and ``seq-ntu60``. Augmentations in :mod:`xder_data.augment` and
+:mod:`xder_data.skeleton` act on whole batches with per-sample random parameters.
 """
 
 from xder_data import digits as _digits  # noqa: F401  (registers seq-digits)
@@ -21,6 +22,11 @@ from xder_data.benchmark import (
     with_class_order,
     with_validation,
 )
+from xder_data.cifar100 import (  # registers seq-cifar100
+    cifar100_coarse_names,
+    download_cifar100,
+    verify_cifar100,
+)
 from xder_data.errors import (
     BenchmarkFormatError,
     ClassOrderError,
@@ -28,6 +34,18 @@ from xder_data.errors import (
     DataNotFoundError,
     UnknownBenchmarkError,
 )
+from xder_data.miniimagenet import (  # registers seq-miniimg
+    MiniImageNetImport,
+    import_miniimagenet_csv,
+    import_miniimagenet_pickle,
+)
+from xder_data.ntu60 import (  # registers seq-ntu60
+    NTUConversionReport,
+    import_ntu60_efficientgcn,
+    import_ntu60_stgcn,
+    prepare_ntu60,
+)
+from xder_data.skeleton import SkeletonAugment, SkeletonNormalize
 
 __all__ = [
     "Benchmark",
@@ -38,19 +56,31 @@ __all__ = [
     "CropFlip",
     "DataError",
     "DataNotFoundError",
+    "MiniImageNetImport",
+    "NTUConversionReport",
     "Normalize",
+    "SkeletonAugment",
+    "SkeletonNormalize",
     "StrongAugment",
     "TaskSplit",
     "Transform",
     "UnknownBenchmarkError",
     "benchmark_defaults",
+    "cifar100_coarse_names",
+    "download_cifar100",
+    "import_miniimagenet_csv",
+    "import_miniimagenet_pickle",
+    "import_ntu60_efficientgcn",
+    "import_ntu60_stgcn",
     "list_benchmarks",
     "load_benchmark",
+    "prepare_ntu60",
     "register_benchmark",
     "remap_labels",
     "resolve_class_order",
     "task_indices",
     "validation_split",
+    "verify_cifar100",
     "with_class_order",
     "with_validation",
 ]

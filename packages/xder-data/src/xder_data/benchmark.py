@@ -92,12 +92,15 @@ class Benchmark:
         n_tasks: number of tasks T.
         classes_per_task: classes of each task; task t holds the labels
             ``[sum(classes_per_task[:t]), sum(classes_per_task[:t+1]))``.
-        class_order: ``class_order[i]`` is the original class id that became label i.
+        class_order: ``class_order[i]`` is the class, in the data's original ids, that label i
+            stands for (0-based; e.g. the official NTU action id - 1).
         input_shape: shape of one example, e.g. ``(3, 32, 32)``.
         mean, std: per-channel normalisation constants (of [0, 1]-scaled inputs).
         train_x, train_y, test_x, test_y: examples (uint8 images) and mapped labels (int64).
         val_x, val_y: the held-out validation split, when one was requested.
         coarse_labels: (num_classes,) super-class of each mapped class, where the data has them.
+        coarse_names: super-class names, indexed by the values of ``coarse_labels`` (a class
+            order never renumbers super-classes).
         class_names: names in mapped label order, where the data has them.
         defaults: the training protocol.
         train_transform: augmentation + normalisation for training batches.
@@ -125,6 +128,7 @@ class Benchmark:
     val_y: Tensor | None = None
     coarse_labels: Tensor | None = None
     class_names: tuple[str, ...] | None = None
+    coarse_names: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if len(self.classes_per_task) != self.n_tasks:
@@ -244,17 +248,18 @@ def validation_split(labels: Tensor, fraction: float, seed: int = VALIDATION_SEE
 
 
 def with_class_order(bench: Benchmark, spec: ClassOrderSpec, seed: int = 0) -> Benchmark:
-    """The benchmark relabelled so that task t holds the classes ``order[start_t:end_t]``.
+    """The benchmark relabelled so that new label i is the current label ``order[i]``: task t
+    then holds the current classes ``order[start_t:end_t]``.
 
-    ``bench`` must be in natural order (as the readers return it).
+    Orders are relative to the reader's own numbering ("natural"), and ``class_order`` composes:
+    it keeps naming the class of the data's original ids that each label stands for (the
+    identity for most readers; ``seq-ntu60`` numbers its classes in the paper's task order).
     """
     order = resolve_class_order(spec, bench.num_classes, seed)
-    if order == bench.class_order:
+    if order == tuple(range(bench.num_classes)):
         return bench
-    if bench.class_order != tuple(range(bench.num_classes)):
-        raise ValueError("with_class_order expects a benchmark in natural order")
     changes: dict[str, Any] = {
-        "class_order": order,
+        "class_order": tuple(bench.class_order[c] for c in order),
         "train_y": remap_labels(bench.train_y, order),
         "test_y": remap_labels(bench.test_y, order),
     }

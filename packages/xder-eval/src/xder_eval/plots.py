@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from xder_eval.calibration import ReliabilityBins
 from xder_eval.metrics import AccuracyMatrix, _rows
 
-__all__ = ["plot_accuracy_curves", "plot_accuracy_matrix"]
+__all__ = ["plot_accuracy_curves", "plot_accuracy_matrix", "plot_reliability_diagram"]
 
 
 def _figure(width: float, height: float) -> Any:  # matplotlib is optional: no Figure type here
@@ -71,6 +72,61 @@ def plot_accuracy_matrix(matrix: AccuracyMatrix, path: str | Path, *, title: str
     ax.set_yticks(range(n_rows), [str(t + 1) for t in range(n_rows)])
     ax.set_title(title)
     fig.colorbar(image, ax=ax, shrink=0.8)
+    path = Path(path)
+    fig.savefig(path)
+    return path
+
+
+def plot_reliability_diagram(
+    bins: ReliabilityBins, path: str | Path, *, title: str = "Reliability diagram"
+) -> Path:
+    """Reliability diagram (Guo et al., 2017) of :func:`xder_eval.reliability_bins`' output.
+
+    Top: each bin's accuracy as a bar over its confidence interval, the gap to the bin's mean
+    confidence hatched, and the diagonal of perfect calibration; the ECE (a fraction) is in the
+    title. Bottom: the fraction of items in each bin. Empty bins draw nothing.
+    """
+    fig = _figure(5, 6)
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1])
+    left = bins.edges[:-1]
+    width = np.diff(bins.edges)
+    filled = bins.counts > 0
+    top.bar(
+        left[filled],
+        bins.accuracy[filled],
+        width=width[filled],
+        align="edge",
+        color="tab:blue",
+        edgecolor="black",
+        linewidth=0.5,
+        label="accuracy",
+    )
+    gap = bins.confidence[filled] - bins.accuracy[filled]
+    top.bar(
+        left[filled],
+        gap,
+        bottom=bins.accuracy[filled],
+        width=width[filled],
+        align="edge",
+        color="tab:red",
+        alpha=0.3,
+        hatch="//",
+        edgecolor="tab:red",
+        linewidth=0.5,
+        label="gap to confidence",
+    )
+    top.plot([0, 1], [0, 1], linestyle="--", color="gray", label="perfect calibration")
+    top.set_xlim(0, 1)
+    top.set_ylim(0, 1)
+    top.set_ylabel("accuracy")
+    top.legend(loc="upper left")
+    top.grid(alpha=0.3)
+    top.set_title(f"{title} (ECE {bins.expected_calibration_error():.4f})")
+    share = bins.counts / max(bins.total, 1)
+    bottom.bar(left, share, width=width, align="edge", color="gray", edgecolor="black", linewidth=0.5)
+    bottom.set_xlabel("confidence (max probability)")
+    bottom.set_ylabel("fraction of items")
+    bottom.grid(alpha=0.3)
     path = Path(path)
     fig.savefig(path)
     return path

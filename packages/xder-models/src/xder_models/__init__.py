@@ -1,6 +1,12 @@
 """xder-models: backbones behind one interface, built by name with :func:`create_backbone`."""
 
-from xder_models import resnet as _resnet  # noqa: F401  (registers resnet18-cifar)
+from __future__ import annotations
+
+# Each model module registers its backbones on import: these imports fill the registry.
+from xder_models import efficientgcn as _efficientgcn  # noqa: F401  (efficientgcn-b0, -b2, -b4)
+from xder_models import efficientnet as _efficientnet  # noqa: F401  (efficientnet-b2)
+from xder_models import resnet as _resnet  # noqa: F401  (resnet18-cifar)
+from xder_models import resnet_imagenet as _resnet_imagenet  # noqa: F401  (resnet18)
 from xder_models._registry import (
     UnknownBackboneError,
     backbone_factory,
@@ -9,10 +15,18 @@ from xder_models._registry import (
     list_backbones,
     register_backbone,
 )
+from xder_models._weights import BackboneWeightsError
+from xder_models.efficientgcn import EfficientGCN
+from xder_models.efficientnet import EfficientNetB2
 from xder_models.resnet import BasicBlock, ResNet18CIFAR
+from xder_models.resnet_imagenet import ResNet18
 
 __all__ = [
+    "BackboneWeightsError",
     "BasicBlock",
+    "EfficientGCN",
+    "EfficientNetB2",
+    "ResNet18",
     "ResNet18CIFAR",
     "UnknownBackboneError",
     "backbone_factory",

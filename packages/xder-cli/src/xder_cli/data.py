@@ -1,0 +1,180 @@
+"""``xder-run data``: what a benchmark holds, and the converters and downloads that make its files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from xder_cli.errors import UsageError
+from xder_data import (
+    Benchmark,
+    benchmark_defaults,
+    download_cifar100,
+    import_miniimagenet_csv,
+    import_miniimagenet_pickle,
+    import_ntu60_efficientgcn,
+    import_ntu60_stgcn,
+    load_benchmark,
+    prepare_ntu60,
+)
+
+__all__ = ["PREPARE_KINDS", "benchmark_info", "command_data"]
+
+PREPARE_KINDS = ("ntu60", "ntu60-stgcn", "ntu60-efficientgcn", "miniimagenet")
+DOWNLOADS = ("cifar100",)
+
+
+def benchmark_info(bench: Benchmark) -> dict[str, Any]:
+    """What a loaded benchmark holds, as the JSON of ``xder-run data info --json``."""
+    info: dict[str, Any] = {
+        "name": bench.name,
+        "n_tasks": bench.n_tasks,
+        "classes_per_task": list(bench.classes_per_task),
+        "num_classes": bench.num_classes,
+        "class_order": list(bench.class_order),
+        "train_size": int(bench.train_y.shape[0]),
+        "test_size": int(bench.test_y.shape[0]),
+        "input_shape": list(bench.input_shape),
+        "dtype": str(bench.train_x.dtype).removeprefix("torch."),
+        "mean": list(bench.mean),
+        "std": list(bench.std),
+        "class_names": list(bench.class_names) if bench.class_names is not None else None,
+        "tasks": [],
+    }
+    if bench.val_y is not None:
+        info["val_size"] = int(bench.val_y.shape[0])
+    for t in range(bench.n_tasks):
+        split = bench.task(t)
+        task: dict[str, Any] = {
+            "task": t,
+            "classes": list(range(split.class_start, split.class_end)),
+            "original_classes": [bench.class_order[c] for c in range(split.class_start, split.class_end)],
+            "train_size": int(split.train.shape[0]),
+            "test_size": int(split.test.shape[0]),
+        }
+        if split.val is not None:
+            task["val_size"] = int(split.val.shape[0])
+        info["tasks"].append(task)
+    defaults = benchmark_defaults(bench.name)
+    info["protocol"] = {
+        "epochs": defaults.epochs,
+        "batch_size": defaults.batch_size,
+        "minibatch_size": defaults.minibatch_size,
+        "lr": defaults.lr,
+        "lr_schedule": defaults.lr_schedule,
+        "milestones": list(defaults.milestones),
+        "buffer_size": defaults.buffer_size,
+        "backbone": defaults.backbone,
+    }
+    return info
+
+
+def _print_info(info: dict[str, Any]) -> None:
+    print(
+        f"{info['name']}: {info['n_tasks']} tasks x {info['classes_per_task'][0]} classes"
+        if len(set(info["classes_per_task"])) == 1
+        else f"{info['name']}: {info['n_tasks']} tasks, classes per task {info['classes_per_task']}"
+    )
+    val = f", {info['val_size']} validation" if "val_size" in info else ""
+    print(
+        f"  {info['train_size']} train / {info['test_size']} test{val} examples of shape "
+        f"{tuple(info['input_shape'])} ({info['dtype']})"
+    )
+    protocol = info["protocol"]
+    print(
+        f"  protocol: {protocol['epochs']} epochs, batch {protocol['batch_size']}, replay "
+        f"{protocol['minibatch_size']}, lr {protocol['lr']} ({protocol['lr_schedule']}), buffer "
+        f"{protocol['buffer_size']}, backbone {protocol['backbone']}"
+    )
+    names = info["class_names"]
+    for task in info["tasks"]:
+        label = ", ".join(names[c] for c in task["classes"]) if names else str(task["original_classes"])
+        print(f"  task {task['task'] + 1}: {task['train_size']} train / {task['test_size']} test | {label}")
+
+
+def _progress(description: str):
+    def wrap(items):
+        return tqdm(items, desc=description, unit="item", leave=False, disable=None)
+
+    return wrap
+
+
+def command_data(args: Any) -> int:
+    """Entry point of ``xder-run data {info,prepare,download}``."""
+    root = Path(args.data_root)
+    if args.data_command == "info":
+        bench = load_benchmark(
+            args.benchmark, root, class_order=args.class_order or "natural", seed=args.seed
+        )
+        info = benchmark_info(bench)
+        if args.json:
+            print(json.dumps(info, indent=2))
+        else:
+            _print_info(info)
+        return 0
+    if args.data_command == "download":
+        if args.dataset not in DOWNLOADS:
+            raise UsageError(f"no download for {args.dataset!r}: choose one of {', '.join(DOWNLOADS)}")
+        folder = download_cifar100(root)
+        print(f"cifar100: downloaded, checked (md5) and unpacked into {folder}")
+        return 0
+    return _prepare(args, root)
+
+
+def _prepare(args: Any, root: Path) -> int:
+    kind = args.kind
+    source = args.raw or args.source
+    if source is None:
+        flag = "--raw" if kind == "ntu60" else "--source"
+        raise UsageError(f"data prepare {kind} needs {flag} DIR (the folder holding the files to convert)")
+    if kind == "ntu60":
+        report = prepare_ntu60(
+            source,
+            root,
+            num_frames=args.frames,
+            missing_list=args.missing,
+            on_error="skip",
+            progress=_progress("ntu60"),
+        )
+    elif kind in ("ntu60-stgcn", "ntu60-efficientgcn"):
+        importer = import_ntu60_stgcn if kind == "ntu60-stgcn" else import_ntu60_efficientgcn
+        report = importer(
+            source, root, num_frames=args.frames, missing_list=args.missing, progress=_progress(kind)
+        )
+    elif kind == "miniimagenet":
+        form = args.format or _detect_miniimagenet(Path(source))
+        importer = import_miniimagenet_csv if form == "csv" else import_miniimagenet_pickle
+        done = importer(
+            source, root, test_per_class=args.test_per_class, seed=args.seed, progress=_progress("classes")
+        )
+        print(
+            f"miniimagenet ({form}): {done.n_classes} classes, {done.n_train} train / {done.n_test} test "
+            f"images -> {done.folder}" + (f" ({done.resized} resized to 84x84)" if done.resized else "")
+        )
+        return 0
+    else:  # argparse restricts the choices
+        raise UsageError(f"unknown kind {kind!r}: choose one of {', '.join(PREPARE_KINDS)}")
+    skipped = ", ".join(f"{count} {reason}" for reason, count in report.skipped.items() if count)
+    print(
+        f"{kind}: {report.train} train / {report.test} test samples -> {report.path}"
+        + (f" (skipped: {skipped})" if skipped else "")
+    )
+    for line in report.malformed[:10]:
+        print(f"  malformed: {line}")
+    if len(report.malformed) > 10:
+        print(f"  ... and {len(report.malformed) - 10} more malformed files")
+    return 0
+
+
+def _detect_miniimagenet(source: Path) -> str:
+    if (source / "train.csv").is_file():
+        return "csv"
+    if any(source.glob("mini-imagenet-cache-*.pkl")):
+        return "pickle"
+    raise UsageError(
+        f"{source} holds neither train.csv (+ images/) nor mini-imagenet-cache-*.pkl: "
+        "point --source at one of the two miniImageNet distributions, or pass --format"
+    )

@@ -1,0 +1,567 @@
+"""``seq-miniimg``: miniImageNet (Vinyals et al., 2016; 100 classes at 84x84) as 20 tasks of 5 classes.
+
+The benchmark reads the layout the X-DER authors used (their mammoth ``seq_miniimg``,
+DATA-FORMATS.md 1.2 item 4)::
+
+    <root>/MINIIMG/train_x.npy   uint8 (N, 84, 84, 3): RGB images, height x width x channel
+    <root>/MINIIMG/train_y.npy   integer (N,): labels 0..99
+    <root>/MINIIMG/test_x.npy    the same for the test split
+    <root>/MINIIMG/test_y.npy
+    <root>/MINIIMG/wnids.txt     optional: the 100 WordNet ids in label order (written by the
+                                 importers below; becomes ``Benchmark.class_names``)
+
+Images are stored as (N, 3, 84, 84) uint8 tensors, converted from the memory-mapped HWC arrays in
+chunks so that only one full copy (1.27 GB for 60,000 images) is ever held in memory.
+
+Protocol (Sec. 5.1, App. "Data Augmentation Techniques", the authors' ``seq_miniimg``): natural
+label order, 20 tasks x 5 classes; random 84x84 crop after 4-pixel zero padding and a horizontal
+flip, then normalisation by the authors' mean and std; 80 epochs, batch 128, replay minibatch 128,
+SGD lr 0.1 divided by 10 at epochs 35, 60 and 75 (the paper's text; the authors' mammoth file sets
+a factor of 0.2); buffer 2000; EfficientNet-B2, trained from scratch.
+
+The authors' arrays come from a zip that is not publicly mirrored, so two importers build the
+same layout from the common distributions (DATA-FORMATS.md 1.2 items 1 and 2):
+:func:`import_miniimagenet_csv` (``images/`` + ``train.csv``/``val.csv``/``test.csv``) and
+:func:`import_miniimagenet_pickle` (``mini-imagenet-cache-*.pkl``). Both pool all 100 classes
+(64 + 16 + 20, 600 images each) and re-split every class into train and test with a seed; the
+authors' own split is unknown, so results on imported data are comparable among themselves but
+not image-for-image with the authors' split.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import pickle
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
+from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
+from xder_data.errors import BenchmarkFormatError, DataNotFoundError
+
+__all__ = [
+    "MINIIMG_FILES",
+    "MINIIMG_FOLDER",
+    "MINIIMG_MEAN",
+    "MINIIMG_STD",
+    "SEQ_MINIIMG_DEFAULTS",
+    "MiniImageNetImport",
+    "import_miniimagenet_csv",
+    "import_miniimagenet_pickle",
+    "seq_miniimg",
+]
+
+MINIIMG_FOLDER = "MINIIMG"
+MINIIMG_FILES = ("train_x.npy", "train_y.npy", "test_x.npy", "test_y.npy")
+MINIIMG_MEAN = (0.47313006, 0.44905752, 0.40378186)
+MINIIMG_STD = (0.27292014, 0.26559181, 0.27953038)
+WNIDS_FILE = "wnids.txt"
+
+N_CLASSES = 100
+SIZE = 84
+_IMAGE_SHAPE = (SIZE, SIZE, 3)
+_CHUNK = 2048  # rows converted HWC -> CHW at a time (about 43 MB)
+
+SEQ_MINIIMG_DEFAULTS = BenchmarkDefaults(
+    epochs=80,  # Sec. 5.1: "80 for miniImageNet"
+    batch_size=128,  # the authors' seq_miniimg.get_setting(): batch 128, minibatch 128
+    minibatch_size=128,
+    lr=0.1,  # App. "Hyperparameter Choice": X-DER on Split miniImageNet selects lr 0.1
+    momentum=0.0,
+    weight_decay=0.0,
+    lr_schedule="multistep",
+    milestones=(35, 60, 75),  # Sec. 5.1: "divided by 10 (... [35, 60, 75] for miniImageNet)"
+    lr_gamma=0.1,
+    buffer_size=2000,
+    backbone="efficientnet-b2",  # Sec. 5.1 and App. "Backbone Architectures"
+    backbone_options={},
+)
+
+
+def _fix(root: Path) -> str:
+    return (
+        f"import miniImageNet into {root} with xder_data.import_miniimagenet_csv or "
+        "import_miniimagenet_pickle (`xder-run data prepare miniimagenet`), or unzip the X-DER "
+        f"authors' miniImagenet.zip so that {root / MINIIMG_FOLDER}/train_x.npy exists"
+    )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# Reader
+
+
+def _bad(path: Path, problem: str) -> BenchmarkFormatError:
+    """``<path>: <problem>; <fix>`` for a file ``<root>/MINIIMG/<name>``."""
+    return BenchmarkFormatError(f"{path}: {problem}; {_fix(path.parent.parent)}")
+
+
+def _load_npy(path: Path, *, mmap: bool) -> np.ndarray:
+    try:
+        array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, EOFError) as exc:
+        raise _bad(
+            path, f"not a readable .npy array ({_one_line(exc)}), truncated or not from numpy.save"
+        ) from exc
+    except OSError as exc:
+        raise DataNotFoundError(f"{path}: cannot read ({_one_line(exc)})") from exc
+    if not isinstance(array, np.ndarray):  # an .npz archive under an .npy name
+        raise _bad(path, "holds an .npz archive, expected a single .npy array")
+    return array
+
+
+def _read_images(path: Path) -> np.ndarray:
+    """The memory-mapped (N, 84, 84, 3) uint8 array of ``path``."""
+    images = _load_npy(path, mmap=True)
+    if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != _IMAGE_SHAPE:
+        hint = " (channels first: store HWC)" if images.shape[1:] == (3, SIZE, SIZE) else ""
+        raise _bad(
+            path, f"{images.dtype} array of shape {images.shape}{hint}, expected uint8 images (N, 84, 84, 3)"
+        )
+    return images
+
+
+def _read_labels(path: Path, n_rows: int) -> np.ndarray:
+    labels = _load_npy(path, mmap=False)
+    if labels.ndim != 1 or len(labels) != n_rows:
+        raise _bad(path, f"labels of shape {labels.shape}, expected one per image ({n_rows},)")
+    if labels.dtype.kind not in "iu":
+        raise _bad(path, f"labels of dtype {labels.dtype}, expected integers 0..99")
+    labels = labels.astype(np.int64)
+    if n_rows and (labels.min() < 0 or labels.max() >= N_CLASSES):
+        raise _bad(path, f"labels span {labels.min()}..{labels.max()}, expected 0..99")
+    absent = np.setdiff1d(np.arange(N_CLASSES), labels)
+    if len(absent):
+        raise _bad(
+            path, f"class {absent[0]} has no images ({len(absent)} of 100 absent; seq-miniimg needs all)"
+        )
+    return labels
+
+
+def _to_chw(images: np.ndarray) -> torch.Tensor:
+    """(N, H, W, C) uint8 (possibly memory-mapped) -> contiguous (N, C, H, W), chunk by chunk."""
+    out = torch.empty((images.shape[0], images.shape[3], *images.shape[1:3]), dtype=torch.uint8)
+    view = out.numpy()
+    for start in range(0, len(images), _CHUNK):
+        view[start : start + _CHUNK] = images[start : start + _CHUNK].transpose(0, 3, 1, 2)
+    return out
+
+
+def _read_wnids(folder: Path) -> tuple[str, ...] | None:
+    path = folder / WNIDS_FILE
+    if not path.is_file():
+        return None
+    wnids = tuple(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    if len(wnids) != N_CLASSES or len(set(wnids)) != N_CLASSES:
+        raise BenchmarkFormatError(
+            f"{path}: {len(wnids)} lines ({len(set(wnids))} distinct), expected the 100 class ids in "
+            "label order, one a line: fix or delete it"
+        )
+    return wnids
+
+
+def _split(folder: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    images = _read_images(folder / f"{split}_x.npy")
+    labels = _read_labels(folder / f"{split}_y.npy", len(images))
+    x = _to_chw(images)
+    del images  # release the memory map
+    return x, torch.from_numpy(labels)
+
+
+@register_benchmark("seq-miniimg", defaults=SEQ_MINIIMG_DEFAULTS)
+def seq_miniimg(root: Path | None) -> Benchmark:
+    """Load ``seq-miniimg`` from ``<root>/MINIIMG/`` in natural class order.
+
+    Returns a benchmark with ``train_x``/``test_x`` (N, 3, 84, 84) uint8 and labels 0..99;
+    ``class_names`` are the WordNet ids when ``wnids.txt`` is present.
+
+    Raises:
+        DataNotFoundError: ``root`` is None, or the folder or one of its four files is missing.
+        BenchmarkFormatError: a file is truncated or not an .npy array, or has a wrong dtype,
+            shape or label range, or a class has no images.
+    """
+    if root is None:
+        raise DataNotFoundError(
+            "seq-miniimg needs a data root: pass --data-root ROOT (the folder that holds MINIIMG/)"
+        )
+    root = Path(root)
+    folder = root / MINIIMG_FOLDER
+    if not folder.is_dir():
+        raise DataNotFoundError(f"{folder}: miniImageNet folder not found: {_fix(root)}")
+    for name in MINIIMG_FILES:  # report a missing file before reading 1 GB of the others
+        if not (folder / name).is_file():
+            raise DataNotFoundError(f"{folder / name}: miniImageNet file missing: {_fix(root)}")
+    wnids = _read_wnids(folder)
+    train_x, train_y = _split(folder, "train")
+    test_x, test_y = _split(folder, "test")
+    return Benchmark(
+        name="seq-miniimg",
+        n_tasks=20,
+        classes_per_task=(5,) * 20,
+        class_order=tuple(range(N_CLASSES)),
+        input_shape=(3, SIZE, SIZE),
+        mean=MINIIMG_MEAN,
+        std=MINIIMG_STD,
+        train_x=train_x,
+        train_y=train_y,
+        test_x=test_x,
+        test_y=test_y,
+        defaults=SEQ_MINIIMG_DEFAULTS,
+        train_transform=Compose(CropFlip(SIZE, padding=4, flip=True), Normalize(MINIIMG_MEAN, MINIIMG_STD)),
+        test_transform=Normalize(MINIIMG_MEAN, MINIIMG_STD),
+        strong_transform=StrongAugment(SIZE, MINIIMG_MEAN, MINIIMG_STD),
+        class_names=wnids,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Importers
+
+
+@dataclass(frozen=True)
+class MiniImageNetImport:
+    """What an importer wrote.
+
+    Attributes:
+        folder: the ``MINIIMG`` folder holding the four arrays and ``wnids.txt``.
+        wnids: the WordNet id of each label (sorted, so label i is the i-th smallest wnid).
+        n_train, n_test: rows written to ``train_*.npy`` and ``test_*.npy``.
+        resized: source images that were not 84x84 and were resized (CSV importer only).
+    """
+
+    folder: Path
+    wnids: tuple[str, ...]
+    n_train: int
+    n_test: int
+    resized: int = 0
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.wnids)
+
+
+ReadRows = Callable[[int, np.ndarray], np.ndarray]
+"""``read(class_index, positions) -> (len(positions), 84, 84, 3) uint8``: a class's images by
+their positions in the class's file order."""
+
+
+def _plan_split(
+    sizes: Sequence[int], wnids: Sequence[str], test_per_class: int, seed: int, source: Path
+) -> list[np.ndarray]:
+    """Per class (index order), its positions permuted by one ``default_rng(seed)``."""
+    if test_per_class < 1:
+        raise ValueError(f"test_per_class must be at least 1, got {test_per_class}")
+    for wnid, size in zip(wnids, sizes, strict=True):
+        if size <= test_per_class:
+            raise BenchmarkFormatError(
+                f"{source}: class {wnid} has {size} images, too few for {test_per_class} test images "
+                "and at least one training image: lower test_per_class"
+            )
+    rng = np.random.default_rng(seed)
+    return [rng.permutation(size) for size in sizes]
+
+
+Progress = Callable[[Iterable[Any]], Iterable[Any]]
+"""Wraps the iterable an importer walks through (e.g. ``tqdm``); the identity by default."""
+
+
+def _no_progress(items: Iterable[Any]) -> Iterable[Any]:
+    return items
+
+
+def _write_layout(
+    root: Path,
+    wnids: Sequence[str],
+    orders: Sequence[np.ndarray],
+    test_per_class: int,
+    read: ReadRows,
+    progress: Progress = _no_progress,
+) -> MiniImageNetImport:
+    """Write ``<root>/MINIIMG/`` from per-class permutations: the first ``test_per_class``
+    positions of each class are test, the rest train; classes in index order, each class's rows
+    in permuted order. Each file is written under a ``.part`` name and renamed when complete."""
+    folder = root / MINIIMG_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    n_test = test_per_class * len(orders)
+    n_train = sum(len(order) for order in orders) - n_test
+    parts = {name: folder / f"{name}.part" for name in (*MINIIMG_FILES, WNIDS_FILE)}
+    try:
+        arrays = {
+            split: np.lib.format.open_memmap(
+                parts[f"{split}_x.npy"], mode="w+", dtype=np.uint8, shape=(count, *_IMAGE_SHAPE)
+            )
+            for split, count in (("train", n_train), ("test", n_test))
+        }
+        labels = {"train": np.empty(n_train, dtype=np.int64), "test": np.empty(n_test, dtype=np.int64)}
+        cursor = {"train": 0, "test": 0}
+        for c, order in progress(list(enumerate(orders))):
+            for split, positions in (("test", order[:test_per_class]), ("train", order[test_per_class:])):
+                start, stop = cursor[split], cursor[split] + len(positions)
+                arrays[split][start:stop] = read(c, positions)
+                labels[split][start:stop] = c
+                cursor[split] = stop
+        for split in ("train", "test"):
+            arrays[split].flush()
+            with parts[f"{split}_y.npy"].open("wb") as f:
+                np.save(f, labels[split])
+                f.flush()
+                os.fsync(f.fileno())
+        del arrays
+        parts[WNIDS_FILE].write_text("".join(f"{wnid}\n" for wnid in wnids), encoding="utf-8")
+        for name, part in parts.items():
+            os.replace(part, folder / name)
+    finally:
+        for part in parts.values():
+            part.unlink(missing_ok=True)
+    return MiniImageNetImport(folder=folder, wnids=tuple(wnids), n_train=n_train, n_test=n_test)
+
+
+def _require_classes(source: Path, wnids: Sequence[str], where: str) -> None:
+    if len(wnids) != N_CLASSES:
+        raise BenchmarkFormatError(
+            f"{source}: {where} name {len(wnids)} classes, expected the 100 of miniImageNet "
+            "(64 train + 16 val + 20 test): pass the full distribution"
+        )
+
+
+def _read_csv(path: Path) -> list[tuple[str, str]]:
+    if not path.is_file():
+        raise DataNotFoundError(
+            f"{path}: missing; the CSV distribution needs images/ plus train.csv, val.csv and test.csv"
+        )
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            rows = [(n, row) for n, row in enumerate(csv.reader(f), start=1) if row]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise BenchmarkFormatError(f"{path}: not a UTF-8 CSV file ({_one_line(exc)})") from exc
+    if not rows or [cell.strip() for cell in rows[0][1]] != ["filename", "label"]:
+        header = ",".join(rows[0][1]) if rows else "nothing"
+        raise BenchmarkFormatError(f"{path}: first line is {header!r}, expected the header 'filename,label'")
+    entries = []
+    for line, row in rows[1:]:
+        if len(row) != 2 or not row[0].strip() or not row[1].strip():
+            raise BenchmarkFormatError(f"{path}: line {line} is {','.join(row)!r}, expected 'filename,label'")
+        entries.append((row[0].strip(), row[1].strip()))
+    return entries
+
+
+def _read_image(path: Path, listed_in: Path) -> tuple[np.ndarray, bool]:
+    """An RGB image as (84, 84, 3) uint8 (bilinear resize if needed), and whether it was resized."""
+    from PIL import Image
+
+    if not path.is_file():
+        raise DataNotFoundError(f"{path}: image listed in {listed_in} is missing: restore images/")
+    try:
+        with Image.open(path) as image:
+            rgb = image.convert("RGB")
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise BenchmarkFormatError(
+            f"{path}: unreadable image ({_one_line(exc)}): replace it from the miniImageNet archive"
+        ) from exc
+    resized = rgb.size != (SIZE, SIZE)
+    if resized:
+        rgb = rgb.resize((SIZE, SIZE), Image.Resampling.BILINEAR)
+    return np.asarray(rgb, dtype=np.uint8), resized
+
+
+def import_miniimagenet_csv(
+    source: str | Path,
+    root: str | Path,
+    *,
+    test_per_class: int = 100,
+    seed: int = 0,
+    progress: Progress = _no_progress,
+) -> MiniImageNetImport:
+    """Build ``<root>/MINIIMG/`` from the Ravi & Larochelle distribution.
+
+    ``source`` holds ``images/`` and ``train.csv``, ``val.csv``, ``test.csv``, each with the header
+    ``filename,label`` (rows like ``n0153282900000005.jpg,n01532829``). All three are pooled:
+
+    * class index = position of the wnid in sorted order (label 0 is the smallest wnid);
+    * a class's images in file order = their rows in train.csv, then val.csv, then test.csv;
+    * per class in index order, these positions are permuted by one
+      ``numpy.random.default_rng(seed)``; the first ``test_per_class`` are test, the rest train
+      (600 images a class gives 500 / 100, i.e. 50,000 train and 10,000 test images);
+    * each image is read with Pillow, converted to RGB and, if it is not 84x84, resized to 84x84
+      with Pillow's bilinear filter.
+
+    ``progress`` wraps the per-class loop that writes the arrays (e.g. ``tqdm``) to show progress.
+
+    Returns:
+        The counts written (:class:`MiniImageNetImport`).
+
+    Raises:
+        DataNotFoundError: a CSV, ``images/`` or a listed image is missing.
+        BenchmarkFormatError: a CSV header or row is malformed, an image is unreadable, the
+            files do not name 100 classes, or a class has at most ``test_per_class`` images.
+    """
+    source, root = Path(source), Path(root)
+    images_dir = source / "images"
+    if not images_dir.is_dir():
+        raise DataNotFoundError(
+            f"{images_dir}: missing; the CSV distribution needs images/ plus train.csv, val.csv and test.csv"
+        )
+    per_class: dict[str, list[tuple[str, Path]]] = {}
+    for split in ("train", "val", "test"):
+        csv_path = source / f"{split}.csv"
+        for filename, wnid in _read_csv(csv_path):
+            per_class.setdefault(wnid, []).append((filename, csv_path))
+    wnids = sorted(per_class)
+    _require_classes(source, wnids, "train.csv, val.csv and test.csv")
+    files = [per_class[wnid] for wnid in wnids]
+    orders = _plan_split([len(f) for f in files], wnids, test_per_class, seed, source)
+    resized = 0
+
+    def read(c: int, positions: np.ndarray) -> np.ndarray:
+        nonlocal resized
+        out = np.empty((len(positions), *_IMAGE_SHAPE), dtype=np.uint8)
+        for i, position in enumerate(positions):
+            filename, listed_in = files[c][position]
+            out[i], was_resized = _read_image(images_dir / filename, listed_in)
+            resized += was_resized
+        return out
+
+    report = _write_layout(root, wnids, orders, test_per_class, read, progress)
+    return MiniImageNetImport(
+        folder=report.folder,
+        wnids=report.wnids,
+        n_train=report.n_train,
+        n_test=report.n_test,
+        resized=resized,
+    )
+
+
+_CACHE_NAMES = (
+    ("mini-imagenet-cache-train.pkl",),
+    ("mini-imagenet-cache-val.pkl", "mini-imagenet-cache-validation.pkl"),
+    ("mini-imagenet-cache-test.pkl",),
+)
+
+
+def _text(value: Any) -> Any:
+    return value.decode("latin1") if isinstance(value, bytes) else value
+
+
+def _read_cache(path: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``(image_data (N, 84, 84, 3) uint8, {wnid: rows})`` of one cache pickle."""
+    try:
+        with path.open("rb") as f:
+            obj = pickle.load(f, encoding="latin1")
+    except OSError as exc:
+        raise DataNotFoundError(f"{path}: cannot read ({_one_line(exc)})") from exc
+    except Exception as exc:  # a corrupt pickle can raise nearly anything; report it in one line
+        raise BenchmarkFormatError(
+            f"{path}: not a readable pickle ({_one_line(exc)}); the file is truncated or corrupt"
+        ) from exc
+    if not isinstance(obj, Mapping):
+        raise BenchmarkFormatError(f"{path}: holds a {type(obj).__name__}, expected a dict")
+    obj = {_text(key): value for key, value in obj.items()}
+    for key in ("image_data", "class_dict"):
+        if key not in obj:
+            found = ", ".join(sorted(map(str, obj))) or "none"
+            raise BenchmarkFormatError(f"{path}: key {key!r} missing (found: {found})")
+    images, class_dict = obj["image_data"], obj["class_dict"]
+    if (
+        not isinstance(images, np.ndarray)
+        or images.dtype != np.uint8
+        or images.ndim != 4
+        or images.shape[1:] != _IMAGE_SHAPE
+    ):
+        what = f"{images.dtype} {images.shape}" if isinstance(images, np.ndarray) else type(images).__name__
+        raise BenchmarkFormatError(f"{path}: 'image_data' is {what}, expected uint8 (N, 84, 84, 3)")
+    if not isinstance(class_dict, Mapping):
+        raise BenchmarkFormatError(f"{path}: 'class_dict' is a {type(class_dict).__name__}, expected a dict")
+    classes = {}
+    for wnid, rows in class_dict.items():
+        try:
+            rows = np.asarray(rows)
+        except ValueError as exc:
+            raise BenchmarkFormatError(f"{path}: class_dict[{_text(wnid)!r}] is not a list of rows") from exc
+        if rows.ndim != 1 or (len(rows) and rows.dtype.kind not in "iu"):
+            raise BenchmarkFormatError(f"{path}: class_dict[{_text(wnid)!r}] is not a flat list of int rows")
+        rows = rows.astype(np.int64)
+        if len(rows) and (rows.min() < 0 or rows.max() >= len(images)):
+            raise BenchmarkFormatError(
+                f"{path}: class_dict[{_text(wnid)!r}] names rows {rows.min()}..{rows.max()}, but "
+                f"image_data holds {len(images)}"
+            )
+        classes[str(_text(wnid))] = rows
+    return images, classes
+
+
+def import_miniimagenet_pickle(
+    source: str | Path,
+    root: str | Path,
+    *,
+    test_per_class: int = 100,
+    seed: int = 0,
+    progress: Progress = _no_progress,
+) -> MiniImageNetImport:
+    """Build ``<root>/MINIIMG/`` from the ``mini-imagenet-cache-*.pkl`` distribution.
+
+    ``source`` holds ``mini-imagenet-cache-train.pkl``, ``-val.pkl`` (or ``-validation.pkl``) and
+    ``-test.pkl``, each a dict with ``image_data`` uint8 (N, 84, 84, 3) and ``class_dict``
+    ``{wnid: [row, ...]}`` (``str`` or ``bytes`` keys). All three are pooled:
+
+    * class index = position of the wnid in sorted order (label 0 is the smallest wnid);
+    * a class's images in file order = the rows ``class_dict`` lists, in that order (train, then
+      val, then test if a wnid appears in more than one file);
+    * per class in index order, these positions are permuted by one
+      ``numpy.random.default_rng(seed)``; the first ``test_per_class`` are test, the rest train.
+
+    The three ``image_data`` arrays (1.27 GB in all) are held in memory while the output is
+    written through memory maps; no other full copy is made.
+
+    ``progress`` wraps the per-class loop that writes the arrays (e.g. ``tqdm``) to show progress.
+
+    Returns:
+        The counts written (:class:`MiniImageNetImport`).
+
+    Raises:
+        DataNotFoundError: a cache file is missing.
+        BenchmarkFormatError: a file is truncated or not a pickle, lacks a key, has a wrong
+            dtype/shape or out-of-range rows, the files do not name 100 classes, or a class has at
+            most ``test_per_class`` images.
+    """
+    source, root = Path(source), Path(root)
+    paths = []
+    for names in _CACHE_NAMES:  # find all three before reading any (each is hundreds of MB)
+        path = next((source / name for name in names if (source / name).is_file()), None)
+        if path is None:
+            raise DataNotFoundError(
+                f"{source / names[0]}: missing; the pickle distribution needs "
+                "mini-imagenet-cache-{train,val,test}.pkl"
+            )
+        paths.append(path)
+    arrays: list[np.ndarray] = []
+    per_class: dict[str, list[tuple[int, np.ndarray]]] = {}
+    for path in paths:
+        images, classes = _read_cache(path)
+        for wnid, rows in classes.items():
+            per_class.setdefault(wnid, []).append((len(arrays), rows))
+        arrays.append(images)
+    wnids = sorted(per_class)
+    _require_classes(source, wnids, "the cache files")
+    file_ids = [np.concatenate([np.full(len(rows), f) for f, rows in per_class[w]]) for w in wnids]
+    rows_of = [np.concatenate([rows for _, rows in per_class[w]]) for w in wnids]
+    orders = _plan_split([len(r) for r in rows_of], wnids, test_per_class, seed, source)
+
+    def read(c: int, positions: np.ndarray) -> np.ndarray:
+        out = np.empty((len(positions), *_IMAGE_SHAPE), dtype=np.uint8)
+        files, rows = file_ids[c][positions], rows_of[c][positions]
+        for f in np.unique(files):
+            mask = files == f
+            out[mask] = arrays[f][rows[mask]]
+        return out
+
+    return _write_layout(root, wnids, orders, test_per_class, read, progress)

@@ -1,0 +1,110 @@
+"""xder-run data: info (text and JSON), prepare through the converters, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xder_cli.main import main
+
+
+def test_info_json_has_the_promised_keys(capsys) -> None:
+    assert main(["data", "info", "seq-digits", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    for key in (
+        "name",
+        "n_tasks",
+        "classes_per_task",
+        "class_order",
+        "train_size",
+        "test_size",
+        "input_shape",
+    ):
+        assert key in info
+    assert info["name"] == "seq-digits"
+    assert (info["n_tasks"], info["classes_per_task"]) == (5, [2] * 5)
+    assert (info["train_size"], info["test_size"], info["input_shape"]) == (1442, 355, [1, 8, 8])
+    assert [t["classes"] for t in info["tasks"]] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+    assert sum(t["train_size"] for t in info["tasks"]) == 1442
+    assert info["protocol"]["buffer_size"] == 200
+
+
+def test_info_text_and_class_order(capsys) -> None:
+    assert main(["data", "info", "seq-digits", "--class-order", "reversed"]) == 0
+    out = capsys.readouterr().out
+    assert "seq-digits: 5 tasks x 2 classes" in out
+    assert "task 1: " in out
+    assert out.splitlines()[3].endswith("| 9, 8")
+
+
+def _skeleton(path: Path, n_frames: int, offset: float) -> None:
+    lines = [str(n_frames)]
+    for f in range(n_frames):
+        lines += ["1", "72057594037931101 0 1 1 1 1 0 0.02 0.05 2", "25"]
+        lines += [f"{offset + 0.01 * f + 0.001 * j} 0.1 3.0 1 1 1 1 0 0 0 1 2" for j in range(25)]
+    path.write_text("\r\n".join(lines) + "\r\n")
+
+
+def test_prepare_ntu60_then_info(tmp_path: Path, capsys) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    _skeleton(raw / "S001C001P001R001A001.skeleton", 5, 0.0)  # subject 1: train
+    _skeleton(raw / "S001C001P003R001A002.skeleton", 7, 0.5)  # subject 3: test
+    (raw / "S001C001P001R001A003.skeleton").write_text("3\n0\n0\n0\n")  # no body in any frame
+    root = tmp_path / "data"
+    assert (
+        main(["data", "prepare", "ntu60", "--raw", str(raw), "--data-root", str(root), "--frames", "8"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "1 train / 1 test samples" in out
+    assert "1 no_body" in out
+    assert (root / "ntu60" / "xsub.h5").is_file()
+    assert main(["data", "info", "seq-ntu60", "--data-root", str(root), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["train_size"], info["test_size"], info["input_shape"]) == (1, 1, [3, 8, 25, 2])
+    assert info["tasks"][0]["original_classes"][:3] == [17, 39, 42]  # the paper's order, 0-based ids
+
+
+def test_prepare_miniimagenet_from_pickles(tmp_path: Path, capsys) -> None:
+    source = tmp_path / "cache"
+    source.mkdir()
+    rng = np.random.default_rng(0)
+    wnids = [f"n{index:08d}" for index in range(100)]
+    for split, classes in (("train", wnids[:64]), ("val", wnids[64:80]), ("test", wnids[80:])):
+        images = rng.integers(0, 256, (2 * len(classes), 84, 84, 3), dtype=np.uint8)
+        class_dict = {w: [2 * i, 2 * i + 1] for i, w in enumerate(classes)}
+        with open(source / f"mini-imagenet-cache-{split}.pkl", "wb") as handle:
+            pickle.dump({"image_data": images, "class_dict": class_dict}, handle)
+    root = tmp_path / "data"
+    argv = ["data", "prepare", "miniimagenet", "--source", str(source), "--data-root", str(root)]
+    assert main([*argv, "--test-per-class", "1"]) == 0
+    assert "100 classes, 100 train / 100 test images" in capsys.readouterr().out
+    assert main(["data", "info", "seq-miniimg", "--data-root", str(root), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["n_tasks"], info["train_size"], info["input_shape"]) == (20, 100, [3, 84, 84])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["info", "seq-cifar100", "--data-root", "{tmp}"], "run `xder-run data download cifar100"),
+        (["info", "seq-ntu60", "--data-root", "{tmp}"], "xder-run data prepare ntu60"),
+        (["info", "seq-miniimg", "--data-root", "{tmp}"], "MINIIMG"),
+        (["info", "seq-nothing"], "unknown benchmark 'seq-nothing'"),
+        (["prepare", "ntu60", "--data-root", "{tmp}"], "needs --raw DIR"),
+        (["prepare", "ntu60", "--raw", "{tmp}/absent"], "does not exist"),
+        (["prepare", "miniimagenet", "--source", "{tmp}"], "neither train.csv"),
+        (["prepare", "cub200", "--source", "{tmp}"], "invalid choice"),
+        (["download", "imagenet"], "invalid choice"),
+    ],
+)
+def test_data_mistakes_exit_2_with_one_line(argv, message, tmp_path: Path, capsys) -> None:
+    code = main(["data", *(a.replace("{tmp}", str(tmp_path)) for a in argv)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
