@@ -214,3 +214,19 @@ def test_non_finite_loss_stops_the_run(stream, transforms, tiny_net, setting_of)
             callbacks=[Count()],
         )
     assert epochs == []  # no callback (hence no checkpoint) saw the bad epoch
+
+
+@pytest.mark.parametrize(("name", "kind"), [("sgd", torch.optim.SGD), ("radam", torch.optim.RAdam)])
+def test_optimizer_choice(name, kind, stream, transforms, tiny_net, setting_of) -> None:
+    method, g = _method("sgd", stream, transforms, tiny_net, setting_of)
+    seen = []
+
+    class Spy(Callback):
+        def on_epoch_end(self, loop, record) -> None:
+            seen.append(type(loop.optimizer))
+
+    schedule = TrainingSchedule(epochs=1, batch_size=8, lr=0.01, optimizer=name)
+    fit(method, stream, schedule, generator=g, callbacks=[Spy()])
+    assert seen == [kind] * 3
+    with pytest.raises(ValueError, match="optimizer"):
+        TrainingSchedule(optimizer="adam")  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import tempfile
 from datetime import datetime
@@ -34,6 +35,7 @@ __all__ = [
     "EventLog",
     "atomic_write_bytes",
     "check_run_dir",
+    "json_safe",
     "load_checkpoint",
     "new_run_dir",
     "read_config",
@@ -89,8 +91,21 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (e.g. the accuracy of a task without test rows)
+    replaced by None, so that the file is strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def write_json(path: Path, payload: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(payload, indent=2, allow_nan=False) + "\n").encode())
+    """Atomically write strict JSON (non-finite floats become null)."""
+    atomic_write_bytes(path, (json.dumps(json_safe(payload), indent=2, allow_nan=False) + "\n").encode())
 
 
 def write_config(path: Path, config: dict[str, dict[str, Any]]) -> None:
@@ -139,7 +154,7 @@ class EventLog:
 
     def append(self, event: dict[str, Any]) -> None:
         with open(self.path, "a") as handle:
-            handle.write(json.dumps(event, allow_nan=True) + "\n")
+            handle.write(json.dumps(json_safe(event), allow_nan=False) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
         self.count += 1

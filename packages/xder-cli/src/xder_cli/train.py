@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import math
 import platform
 import sys
 import time
@@ -51,6 +52,7 @@ __all__ = ["RunPlan", "build_plan", "resolve_config", "run_training", "summarize
 PROTOCOL_TRAIN_KEYS = (
     "epochs",
     "batch_size",
+    "optimizer",
     "lr",
     "momentum",
     "weight_decay",
@@ -224,7 +226,7 @@ def summarize(history: History) -> dict[str, Any]:
 
 
 def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    return "-" if value is None or not math.isfinite(value) else f"{value:.2f}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ class BenchmarkDefaults:
     lr_gamma: float = 0.1
     warmup_epochs: int = 0
     buffer_size: int = 0
+    optimizer: Literal["sgd", "radam"] = "sgd"
     backbone: str = "resnet18-cifar"
     backbone_options: dict[str, Any] = field(default_factory=dict)
 
@@ -101,6 +102,8 @@ class Benchmark:
         coarse_labels: (num_classes,) super-class of each mapped class, where the data has them.
         coarse_names: super-class names, indexed by the values of ``coarse_labels`` (a class
             order never renumbers super-classes).
+        test_masks: (N_test, H, W) bool, the object's pixels in the test geometry of each test
+            image (segmentation masks for the pointing game), where the data has them.
         class_names: names in mapped label order, where the data has them.
         defaults: the training protocol.
         train_transform: augmentation + normalisation for training batches.
@@ -129,6 +132,7 @@ class Benchmark:
     coarse_labels: Tensor | None = None
     class_names: tuple[str, ...] | None = None
     coarse_names: tuple[str, ...] | None = None
+    test_masks: Tensor | None = None
 
     def __post_init__(self) -> None:
         if len(self.classes_per_task) != self.n_tasks:

@@ -53,7 +53,8 @@ class TrainingSchedule:
     Attributes:
         epochs: epochs per task.
         batch_size: stream batch size.
-        lr, momentum, weight_decay: SGD settings (a fresh optimizer per task).
+        optimizer: ``sgd`` (the paper's, default) or ``radam`` (Split CUB-200); a fresh one per task.
+        lr, momentum, weight_decay: optimizer settings (``momentum`` is SGD's only).
         lr_schedule: ``none``; ``multistep`` (lr times ``lr_gamma`` at each of ``milestones``,
             counted in epochs); ``cosine`` (linear warm-up over ``warmup_epochs``, then cosine
             decay to 0 over the remaining epochs).
@@ -69,6 +70,7 @@ class TrainingSchedule:
 
     epochs: int = 1
     batch_size: int = 32
+    optimizer: Literal["sgd", "radam"] = "sgd"
     lr: float = 0.1
     momentum: float = 0.0
     weight_decay: float = 0.0
@@ -94,6 +96,7 @@ class TrainingSchedule:
                 "lr_schedule must be none, multistep or cosine",
             ),
             (self.class_il_outputs in ("seen", "all"), "class_il_outputs must be seen or all"),
+            (self.optimizer in ("sgd", "radam"), "optimizer must be sgd or radam"),
             (list(self.milestones) == sorted(self.milestones), "milestones must be increasing"),
         ]
         for ok, message in checks:
@@ -308,11 +311,11 @@ def _training_rows(stream: TaskStream, task: int, mode: str) -> Tensor:
 
 
 def _make_optimizer(method: ContinualMethod, schedule: TrainingSchedule) -> torch.optim.Optimizer:
+    parameters = list(method.optimizer_parameters())
+    if schedule.optimizer == "radam":
+        return torch.optim.RAdam(parameters, lr=schedule.lr, weight_decay=schedule.weight_decay)
     return torch.optim.SGD(
-        list(method.optimizer_parameters()),
-        lr=schedule.lr,
-        momentum=schedule.momentum,
-        weight_decay=schedule.weight_decay,
+        parameters, lr=schedule.lr, momentum=schedule.momentum, weight_decay=schedule.weight_decay
     )
 
 
