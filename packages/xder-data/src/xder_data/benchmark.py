@@ -104,6 +104,8 @@ class Benchmark:
             order never renumbers super-classes).
         test_masks: (N_test, H, W) bool, the object's pixels in the test geometry of each test
             image (segmentation masks for the pointing game), where the data has them.
+        train_secondary_y, test_secondary_y: (N,) label of a secondary object in each image
+            (COCO-stitched secondary targets), in the same label space as ``*_y``.
         class_names: names in mapped label order, where the data has them.
         defaults: the training protocol.
         train_transform: augmentation + normalisation for training batches.
@@ -133,6 +135,8 @@ class Benchmark:
     class_names: tuple[str, ...] | None = None
     coarse_names: tuple[str, ...] | None = None
     test_masks: Tensor | None = None
+    train_secondary_y: Tensor | None = None
+    test_secondary_y: Tensor | None = None
 
     def __post_init__(self) -> None:
         if len(self.classes_per_task) != self.n_tasks:
@@ -267,8 +271,10 @@ def with_class_order(bench: Benchmark, spec: ClassOrderSpec, seed: int = 0) -> B
         "train_y": remap_labels(bench.train_y, order),
         "test_y": remap_labels(bench.test_y, order),
     }
-    if bench.val_y is not None:
-        changes["val_y"] = remap_labels(bench.val_y, order)
+    for name in ("val_y", "train_secondary_y", "test_secondary_y"):
+        labels = getattr(bench, name)
+        if labels is not None:
+            changes[name] = remap_labels(labels, order)
     if bench.coarse_labels is not None:
         changes["coarse_labels"] = bench.coarse_labels[torch.as_tensor(order)]
     if bench.class_names is not None:
@@ -279,12 +285,14 @@ def with_class_order(bench: Benchmark, spec: ClassOrderSpec, seed: int = 0) -> B
 def with_validation(bench: Benchmark, fraction: float = 0.1) -> Benchmark:
     """Hold out a stratified ``fraction`` of the training rows as the validation split."""
     train_rows, val_rows = validation_split(bench.train_y, fraction)
+    secondary = bench.train_secondary_y
     return dataclasses.replace(
         bench,
         train_x=bench.train_x[train_rows],
         train_y=bench.train_y[train_rows],
         val_x=bench.train_x[val_rows],
         val_y=bench.train_y[val_rows],
+        train_secondary_y=None if secondary is None else secondary[train_rows],
     )
 
 
