@@ -98,7 +98,8 @@ def test_prepare_miniimagenet_from_pickles(tmp_path: Path, capsys) -> None:
         (["prepare", "ntu60", "--data-root", "{tmp}"], "needs --raw DIR"),
         (["prepare", "ntu60", "--raw", "{tmp}/absent"], "does not exist"),
         (["prepare", "miniimagenet", "--source", "{tmp}"], "neither train.csv"),
-        (["prepare", "cub200", "--source", "{tmp}"], "invalid choice"),
+        (["prepare", "cub200", "--data-root", "{tmp}"], "CUB_200_2011"),
+        (["prepare", "coco", "--source", "{tmp}"], "invalid choice"),
         (["download", "imagenet"], "invalid choice"),
     ],
 )

@@ -121,3 +121,13 @@ def test_resume_mistakes_exit_2(argv_maker, tmp_path: Path, capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "resume" in err
+
+
+def test_joint_trained_once_has_no_forgetting(tmp_path: Path) -> None:
+    assert main(["train", "--method", "joint", "--out", str(tmp_path), *TINY]) == 0
+    (run,) = run_dirs(tmp_path)
+    results = json.loads((run / "results.json").read_text())
+    assert results["forgetting_defined"] is False
+    assert results["ff"] is None
+    assert results["bwt"] is None
+    assert results["faa"] is not None

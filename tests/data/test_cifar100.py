@@ -470,3 +470,77 @@ def test_download_rejects_a_corrupt_archive(tmp_path: Path) -> None:
     archive.write_bytes(b"\x1f\x8b" + b"not really gzip" * 10)
     with pytest.raises(BenchmarkFormatError, match=r"not a readable \.tar\.gz"):
         download_cifar100(tmp_path / "data", archive.as_uri(), expected_md5=_md5(archive))
+
+
+# ---------------------------------------------------------------------------------------------
+# image_size: upsampled once at load (the secondary-targets pre-training at 64x64)
+
+
+@pytest.fixture(scope="module")
+def bench64(written):
+    return load_benchmark("seq-cifar100", written[0], image_size=64)
+
+
+def test_image_size_64_upsamples_every_image_once(bench64, bench) -> None:
+    assert bench64.train_x.shape == (100 * N_TRAIN, 3, 64, 64)
+    assert bench64.test_x.shape == (100 * N_TEST, 3, 64, 64)
+    assert bench64.train_x.dtype == torch.uint8
+    assert bench64.input_shape == (3, 64, 64)
+    expected = torch.nn.functional.interpolate(
+        bench.train_x.float(), size=(64, 64), mode="bilinear", align_corners=False, antialias=False
+    )
+    assert torch.equal(bench64.train_x, expected.round().clamp(0, 255).to(torch.uint8))
+    assert torch.equal(bench64.train_y, bench.train_y)
+    assert torch.equal(bench64.test_y, bench.test_y)
+    assert bench64.class_names == bench.class_names
+    assert torch.equal(bench64.coarse_labels, bench.coarse_labels)
+
+
+def test_bilinear_2x_by_hand() -> None:
+    """Half-pixel centres: output column j samples input x = (j + 0.5) / 2 - 0.5, clamped at the edges."""
+    row = torch.tensor([10, 50, 200, 0], dtype=torch.uint8)
+    images = row.view(1, 1, 1, 4).expand(1, 3, 4, 4).contiguous()
+    out = cifar100_module.upsample_images(images, 8)
+    # x = -0.25 (clamped to 0), 0.25, 0.75, 1.25, 1.75, 2.25, 2.75, 3.25 (clamped to 3).
+    expected = [10, 20, 40, 87.5, 162.5, 150, 50, 0]
+    assert out.shape == (1, 3, 8, 8)
+    assert out[0, 1, 5].tolist() == [round(v) for v in expected] == [10, 20, 40, 88, 162, 150, 50, 0]
+    assert cifar100_module.upsample_images(images, 4) is images
+
+
+def test_image_size_scales_the_transforms(bench64, written) -> None:
+    crop, normalize = bench64.train_transform.transforms
+    assert isinstance(crop, CropFlip)
+    assert (crop.size, crop.padding, crop.flip) == ((64, 64), 8, True)
+    assert isinstance(normalize, Normalize)
+    assert (normalize.mean, normalize.std) == (MEAN, STD)
+    assert isinstance(bench64.strong_transform, StrongAugment)
+    assert bench64.strong_transform.size == 64
+    g = torch.Generator().manual_seed(0)
+    assert bench64.train_transform(bench64.train_x[:4], g).shape == (4, 3, 64, 64)
+    assert bench64.strong_transform(bench64.train_x[:4], g).shape == (4, 3, 64, 64)
+    assert bench64.defaults is benchmark_defaults("seq-cifar100")
+    bench48 = cifar100_module.seq_cifar100(written[0], image_size=48)
+    assert bench48.input_shape == (3, 48, 48)
+    assert bench48.train_transform.transforms[0].padding == 6
+
+
+def test_default_image_size_is_the_native_32(bench, written) -> None:
+    explicit = load_benchmark("seq-cifar100", written[0], image_size=32)
+    assert torch.equal(explicit.train_x, bench.train_x)
+    assert explicit.input_shape == (3, 32, 32)
+    assert explicit.train_transform.transforms[0].padding == 4
+    assert explicit.strong_transform.size == 32
+
+
+@pytest.mark.parametrize("image_size", [16, 31, 64.0, True, "64"])
+def test_image_size_must_be_an_integer_of_at_least_32(written, image_size: Any) -> None:
+    with pytest.raises(ValueError, match="image_size must be an integer of at least 32"):
+        load_benchmark("seq-cifar100", written[0], image_size=image_size)
+
+
+def test_upsample_images_only_enlarges_uint8() -> None:
+    with pytest.raises(ValueError, match="only enlarges"):
+        cifar100_module.upsample_images(torch.zeros(1, 3, 32, 32, dtype=torch.uint8), 16)
+    with pytest.raises(ValueError, match="expected uint8"):
+        cifar100_module.upsample_images(torch.zeros(1, 3, 32, 32), 64)

@@ -90,15 +90,21 @@ def test_evaluate_by_hand() -> None:
     method = FixedLogits(table)
     x = torch.arange(4)
     identity = lambda v, g=None: v  # noqa: E731
-    cil, til = evaluate(method, x, labels, setting, seen_tasks=1, transform=identity)
+    cil, til, heads = evaluate(method, x, labels, setting, seen_tasks=1, transform=identity)
     assert cil == [100.0]
     assert til == [100.0, 50.0]
+    assert heads == [[0, 0]]
     # Once all four classes are seen, labels 0 and 1 lose to classes 2 and 3; label 3 stays right.
-    cil, til = evaluate(method, x, labels, setting, seen_tasks=2, transform=identity, batch_size=3)
+    cil, til, heads = evaluate(method, x, labels, setting, seen_tasks=2, transform=identity, batch_size=3)
     assert cil == [0.0, 50.0]
     assert til == [100.0, 50.0]
-    cil, _ = evaluate(method, x, labels, setting, seen_tasks=1, transform=identity, class_il_outputs="all")
+    # Task 0's two mistakes went to task 1's classes (2 and 3); task 1's one (label 2 -> 1) to task 0.
+    assert heads == [[0, 2], [1, 0]]
+    cil, _, heads = evaluate(
+        method, x, labels, setting, seen_tasks=1, transform=identity, class_il_outputs="all"
+    )
     assert cil == [0.0]
+    assert heads == [[0, 2]]
 
 
 class Recorder(Callback):
@@ -230,3 +236,44 @@ def test_optimizer_choice(name, kind, stream, transforms, tiny_net, setting_of) 
     assert seen == [kind] * 3
     with pytest.raises(ValueError, match="optimizer"):
         TrainingSchedule(optimizer="adam")  # type: ignore[arg-type]
+
+
+def test_group_gradient_norms_by_hand() -> None:
+    from xder_methods.loop import _group_grad_norms
+
+    w = nn.Parameter(torch.tensor([1.0, 0.0]))
+    optimizer = torch.optim.SGD([w], lr=0.1)
+    groups = {"stream": (w * torch.tensor([3.0, 4.0])).sum(), "buffer": w.pow(2).sum()}
+    norms = _group_grad_norms(groups, optimizer)
+    assert float(norms["stream"]) == pytest.approx(5.0)
+    assert float(norms["buffer"]) == pytest.approx(2.0)
+    assert w.grad is None  # recording leaves the optimiser's gradients alone
+
+
+def test_fit_records_stream_and_buffer_gradient_norms(stream, transforms, tiny_net, setting_of) -> None:
+    method, g = _method("derpp", stream, transforms, tiny_net, setting_of, buffer_size=10, minibatch_size=4)
+    records = []
+
+    class Keep(Callback):
+        def on_epoch_end(self, loop, record) -> None:
+            records.append(record)
+
+    fit(
+        method,
+        stream,
+        TrainingSchedule(epochs=1, batch_size=8, lr=0.05, record_every=1),
+        generator=g,
+        callbacks=[Keep()],
+    )
+    assert set(records[0].grad_norms) == {"stream", "buffer"}
+    assert all(v > 0 for r in records for v in r.grad_norms.values())
+    records.clear()
+    method, g = _method("derpp", stream, transforms, tiny_net, setting_of, buffer_size=10, minibatch_size=4)
+    fit(
+        method,
+        stream,
+        TrainingSchedule(epochs=1, batch_size=8, lr=0.05, record_every=0),
+        generator=g,
+        callbacks=[Keep()],
+    )
+    assert all(r.grad_norms == {} for r in records)

@@ -18,12 +18,13 @@ from xder_data import (
     import_ntu60_efficientgcn,
     import_ntu60_stgcn,
     load_benchmark,
+    prepare_cub200,
     prepare_ntu60,
 )
 
 __all__ = ["PREPARE_KINDS", "benchmark_info", "command_data"]
 
-PREPARE_KINDS = ("ntu60", "ntu60-stgcn", "ntu60-efficientgcn", "miniimagenet")
+PREPARE_KINDS = ("ntu60", "ntu60-stgcn", "ntu60-efficientgcn", "miniimagenet", "cub200")
 DOWNLOADS = ("cifar100",)
 
 
@@ -126,6 +127,11 @@ def command_data(args: Any) -> int:
 
 def _prepare(args: Any, root: Path) -> int:
     kind = args.kind
+    if kind == "cub200":
+        done = prepare_cub200(root, progress=_progress("images"))
+        masks = "with" if done.masks else "without"
+        print(f"cub200: {done.n_train} train / {done.n_test} test images cached {masks} masks -> {done.path}")
+        return 0
     source = args.raw or args.source
     if source is None:
         flag = "--raw" if kind == "ntu60" else "--source"

@@ -138,7 +138,84 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.set_defaults(handler="train")
     _add_data_parser(commands)
+    _add_analyze_parser(commands)
+    _add_report_parser(commands)
     return parser
+
+
+def _add_report_parser(commands: argparse._SubParsersAction) -> None:
+    from xder_cli.report import DEFAULT_REPORT_OUT
+
+    report = commands.add_parser(
+        "report",
+        help="Table-1-style tables (FAA ± std (FF ± std) over seeds) and plots from run directories",
+        description=(
+            "Tabulate the final average accuracy (FAA) and final forgetting (FF) of complete runs as "
+            "mean ± sample std over seeds: one row per method (and preset, and any setting on which its "
+            "runs differ), one column per benchmark and buffer size, buffer-less methods in every column "
+            "of their benchmark. Plots the accuracy after each task (mean ± std band) per column and the "
+            "mean accuracy matrix per group. Runs without results.json, unreadable or incomplete runs, "
+            "and missing seeds are listed, not fatal. DIR receives table.md, table.csv, report.json, "
+            "curves_<benchmark>_m<buffer>.png and matrix_<benchmark>_m<buffer>_<method>.png."
+        ),
+    )
+    report.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="a run directory, or a folder whose subfolders are run directories (e.g. runs)",
+    )
+    report.add_argument(
+        "--out",
+        default=DEFAULT_REPORT_OUT,
+        metavar="DIR",
+        help=f"folder for the tables, plots and report.json (default: {DEFAULT_REPORT_OUT})",
+    )
+    report.add_argument(
+        "--task-il", action="store_true", help="tabulate and plot Task-IL accuracy instead of Class-IL"
+    )
+    report.set_defaults(handler="report")
+
+
+def _add_analyze_parser(commands: argparse._SubParsersAction) -> None:
+    from xder_cli.analyze import ANALYSES
+
+    analyze = commands.add_parser(
+        "analyze",
+        help="the paper's analyses of a trained run, into RUN_DIR/analysis/",
+        description="Analyses of a trained run (X-DER paper Sec. 6): "
+        + ", ".join(ANALYSES)
+        + ". Those that do not apply (no super-classes, no masks, no buffer...) are skipped with the reason. "
+        "Results: RUN_DIR/analysis/analysis.json and PNG plots.",
+    )
+    analyze.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by xder-run train")
+    analyze.add_argument("--only", metavar="NAME,...", help="run only these analyses (comma-separated)")
+    analyze.add_argument(
+        "--json", action="store_true", help="print the JSON instead of one line per analysis"
+    )
+    analyze.add_argument("--device", metavar="DEV", help="where to compute (default: the run's)")
+    analyze.add_argument("--data-root", metavar="DIR", help="datasets folder (default: the run's)")
+    analyze.add_argument(
+        "--max-items",
+        type=int,
+        default=500,
+        metavar="N",
+        help="training items per task for flatness/Fisher (500)",
+    )
+    analyze.add_argument(
+        "--buffer-epochs",
+        type=int,
+        default=70,
+        metavar="N",
+        help="epochs of the from-scratch buffer training (70)",
+    )
+    analyze.add_argument(
+        "--probe-epochs", type=int, default=50, metavar="N", help="epochs of the secondary-targets probe (50)"
+    )
+    analyze.add_argument(
+        "--tolerance", type=float, default=0.0, metavar="PX", help="pointing-game tolerance in pixels (0)"
+    )
+    analyze.set_defaults(handler="analyze")
 
 
 def _add_data_parser(commands: argparse._SubParsersAction) -> None:
@@ -166,7 +243,8 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
         description="ntu60: raw .skeleton files (--raw) -> DATA_ROOT/ntu60/xsub.h5; ntu60-stgcn, "
         "ntu60-efficientgcn: those projects' preprocessed .npy + .pkl (--source) -> the same file; "
         "miniimagenet: the CSV + images or mini-imagenet-cache-*.pkl distribution (--source) -> "
-        "DATA_ROOT/MINIIMG/*.npy with a seeded per-class train/test split.",
+        "DATA_ROOT/MINIIMG/*.npy with a seeded per-class train/test split; cub200: decode "
+        "DATA_ROOT/CUB_200_2011 (+ segmentations/) once into the cache DATA_ROOT/cub200/cub200.h5.",
     )
     prepare.add_argument("kind", choices=PREPARE_KINDS, metavar="KIND", help=", ".join(PREPARE_KINDS))
     prepare.add_argument("--raw", metavar="DIR", help="ntu60: the folder of raw .skeleton files")
@@ -206,6 +284,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from xder_cli.data import command_data
 
             return command_data(args)
+        if args.handler == "report":
+            from xder_cli.report import command_report
+
+            return command_report(args)
+        if args.handler == "analyze":
+            from xder_cli.analyze import command_analyze
+
+            return command_analyze(args)
         raise AssertionError(f"unhandled command {args.handler}")  # pragma: no cover
     except (UsageError, DataError, MethodError, UnknownBackboneError) as error:
         message = " ".join(str(error).split())

@@ -18,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from xder_cli import rundir
+from xder_cli.analyze import task_end_analysis
 from xder_cli.config import RunSettings, validate_section
 from xder_cli.errors import UsageError
 from xder_cli.presets import default_preset, preset_values
@@ -198,13 +199,15 @@ def _matrix_metrics(matrix: list[list[float]], prefix: str) -> dict[str, Any]:
     return out
 
 
-def summarize(history: History) -> dict[str, Any]:
+def summarize(history: History, *, forgetting_defined: bool = True) -> dict[str, Any]:
     """The metrics of ``results.json`` from the accuracy matrices (in %).
 
     Keys: ``accuracy_matrix``/``faa``/``ff``/``bwt``/``average_accuracy`` (Class-IL),
     ``task_il_accuracy_matrix`` (square: every task after each task) with ``task_il_faa``,
     ``task_il_ff``, ``task_il_bwt`` and ``fwt`` (Task-IL forward transfer against the untrained
-    network), and the same with a ``val_`` prefix when there is a validation split.
+    network), and the same with a ``val_`` prefix when there is a validation split. With
+    ``forgetting_defined=False`` (a method whose rows before the last task are not trained models,
+    as JT's default) FF and BWT are null and ``forgetting_defined`` says why.
     """
     out: dict[str, Any] = {
         "accuracy_matrix": history.class_il,
@@ -222,6 +225,9 @@ def summarize(history: History) -> dict[str, Any]:
         out["val_task_il_accuracy_matrix"] = history.val_task_il
         out |= _matrix_metrics(history.val_class_il, "val_")
         out |= _matrix_metrics(history.val_task_il, "val_task_il_")
+    out["forgetting_defined"] = forgetting_defined
+    if not forgetting_defined:
+        out |= {k: None for k in out if k.endswith(("ff", "bwt"))}
     return out
 
 
@@ -269,7 +275,7 @@ class RunRecorder(Callback):
             "buffer_size": self.plan.buffer_size,
             "n_tasks": loop.n_tasks,
             "complete": complete,
-            **summarize(loop.history),
+            **summarize(loop.history, forgetting_defined=getattr(loop.method, "forgetting_defined", True)),
             "wall_time_s": self.elapsed(),
             "environment": {
                 "device": str(self.device),
@@ -295,6 +301,7 @@ class RunRecorder(Callback):
         self.checkpoint(loop)
 
     def on_task_end(self, loop: Loop, record: TaskRecord) -> None:
+        self.events.append(task_end_analysis(loop))
         self.events.append({"event": "task", **dataclasses.asdict(record)})
         self.write_results(loop, complete=False)
         self.checkpoint(loop)

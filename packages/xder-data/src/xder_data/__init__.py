@@ -1,8 +1,9 @@
 """xder-data: class-incremental benchmarks as device-resident tensors, and batched augmentation.
 
-Benchmarks are registered by name and built with :func:`load_benchmark`: ``seq-digits`` (offline),
-``seq-cifar100``, ``seq-miniimg`` and ``seq-ntu60``. Augmentations in :mod:`xder_data.augment` and
-:mod:`xder_data.skeleton` act on whole batches with per-sample random parameters.
+Benchmarks are registered by name and built with :func:`load_benchmark`: ``seq-digits``
+(offline), ``seq-cifar100``, ``seq-miniimg``, ``seq-ntu60`` and ``seq-cub200``. Augmentations in
+:mod:`xder_data.augment` and :mod:`xder_data.skeleton` act on whole batches with per-sample random
+parameters.
 """
 
 from xder_data import digits as _digits  # noqa: F401  (registers seq-digits)
@@ -26,6 +27,12 @@ from xder_data.cifar100 import (  # registers seq-cifar100
     cifar100_coarse_names,
     download_cifar100,
     verify_cifar100,
+)
+from xder_data.cub200 import (  # registers seq-cub200
+    CUB200Annotations,
+    CUB200PrepareReport,
+    prepare_cub200,
+    read_cub200_annotations,
 )
 from xder_data.errors import (
     BenchmarkFormatError,
@@ -51,6 +58,8 @@ __all__ = [
     "Benchmark",
     "BenchmarkDefaults",
     "BenchmarkFormatError",
+    "CUB200Annotations",
+    "CUB200PrepareReport",
     "ClassOrderError",
     "Compose",
     "CropFlip",
@@ -74,7 +83,9 @@ __all__ = [
     "import_ntu60_stgcn",
     "list_benchmarks",
     "load_benchmark",
+    "prepare_cub200",
     "prepare_ntu60",
+    "read_cub200_annotations",
     "register_benchmark",
     "remap_labels",
     "resolve_class_order",

@@ -21,6 +21,16 @@ Protocol (X-DER, Sec. 5.1 and App. "Data Augmentation Techniques"; the authors' 
 std (0.2675, 0.2565, 0.2761); 50 epochs per task, batch 32, replay minibatch 32, SGD lr 0.03
 divided by 10 at epochs 35 and 45; buffer 500; the CIFAR ResNet18 (width 64).
 
+Option ``image_size`` (default 32, the native size): the paper's secondary-targets experiment
+pre-trains "on Split CIFAR-100 with images upsampled to 64 x 64" (X-DER, App. "Secondary Targets:
+experiment details"). With ``image_size=S`` every image is upsampled once, at load, to S x S with
+:func:`upsample_images` (bilinear, ``align_corners=False``, no antialiasing filter, which only
+matters when shrinking; rounded to the nearest integer) and stored uint8 at that size (614 MB for
+the training set at 64), so that no batch pays for the interpolation. The training crop scales:
+``CropFlip(S, padding=4 * S // 32)`` (8 pixels at 64), as does the strong augmentation
+(``StrongAugment(S)``); ``input_shape`` is ``(3, S, S)``. ``image_size=32`` leaves every tensor and
+transform exactly as described above.
+
 ``Benchmark.coarse_labels`` holds the super-class (0..19) of each class, derived from the
 per-image (fine, coarse) pairs of both files; the super-class names are
 :func:`cifar100_coarse_names`. Pickles can run code when loaded: read only files you trust (the
@@ -45,6 +55,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
@@ -62,6 +73,7 @@ __all__ = [
     "cifar100_coarse_names",
     "download_cifar100",
     "seq_cifar100",
+    "upsample_images",
     "verify_cifar100",
 ]
 
@@ -81,7 +93,9 @@ CIFAR100_STD = (0.2675, 0.2565, 0.2761)
 
 N_FINE = 100
 N_COARSE = 20
-_ROW_SIZE = 3 * 32 * 32
+_NATIVE_SIZE = 32
+_ROW_SIZE = 3 * _NATIVE_SIZE * _NATIVE_SIZE
+_UPSAMPLE_CHUNK = 1024  # images interpolated at a time (a 64x64 float chunk is 50 MB)
 _SPLIT_KEYS = ("data", "fine_labels", "coarse_labels", "filenames", "batch_label")
 _META_KEYS = ("fine_label_names", "coarse_label_names")
 
@@ -264,18 +278,61 @@ def cifar100_coarse_names(root: str | Path) -> tuple[str, ...]:
     return _read_meta(Path(root))[1]
 
 
+def upsample_images(images: torch.Tensor, size: int) -> torch.Tensor:
+    """Bilinear upsampling of uint8 images, as ``seq-cifar100`` does for ``image_size > 32``.
+
+    ``torch.nn.functional.interpolate`` with ``mode="bilinear"``, ``align_corners=False`` and
+    ``antialias=False`` on the float values 0..255, rounded half to even and clamped to 0..255;
+    done in chunks of 1024 images so that the float copy stays small.
+
+    Args:
+        images: (N, C, H, W) uint8.
+        size: output height and width, at least H and W (this only enlarges).
+
+    Returns:
+        (N, C, size, size) uint8; ``images`` itself when it is already ``size`` x ``size``.
+    """
+    if images.dtype != torch.uint8 or images.dim() != 4:
+        raise ValueError(f"expected uint8 images (N, C, H, W), got {images.dtype} {tuple(images.shape)}")
+    height, width = images.shape[2:]
+    if size < max(height, width):
+        raise ValueError(f"upsample_images only enlarges: size {size} is below the input {height}x{width}")
+    if (height, width) == (size, size):
+        return images
+    out = torch.empty((*images.shape[:2], size, size), dtype=torch.uint8)
+    for start in range(0, len(images), _UPSAMPLE_CHUNK):
+        chunk = images[start : start + _UPSAMPLE_CHUNK].to(torch.float32)
+        resized = F.interpolate(
+            chunk, size=(size, size), mode="bilinear", align_corners=False, antialias=False
+        )
+        out[start : start + len(chunk)] = resized.round_().clamp_(0, 255).to(torch.uint8)
+    return out
+
+
 @register_benchmark("seq-cifar100", defaults=SEQ_CIFAR100_DEFAULTS)
-def seq_cifar100(root: Path | None) -> Benchmark:
+def seq_cifar100(root: Path | None, *, image_size: int = _NATIVE_SIZE) -> Benchmark:
     """Load ``seq-cifar100`` from ``<root>/cifar-100-python/`` in natural class order.
 
-    Returns a benchmark with ``train_x`` (N, 3, 32, 32) uint8 (50000 rows for the real data),
+    Args:
+        root: the data root holding ``cifar-100-python/``.
+        image_size: side S of the stored images; above 32, each image is upsampled once with
+            :func:`upsample_images` (bilinear, no antialiasing) and the crop padding and strong
+            augmentation scale with S (see the module docstring).
+
+    Returns a benchmark with ``train_x`` (N, 3, S, S) uint8 (50000 rows for the real data),
     ``test_x`` (10000 rows), fine labels 0..99, ``coarse_labels`` (100,) and ``class_names``.
 
     Raises:
+        ValueError: ``image_size`` is not an integer of at least 32.
         DataNotFoundError: ``root`` is None, or the folder or one of its files is missing.
         BenchmarkFormatError: a file is truncated, not a pickle, or has a wrong key, dtype,
             shape, label range or name count, or fine and coarse labels disagree.
     """
+    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < _NATIVE_SIZE:
+        raise ValueError(
+            f"image_size must be an integer of at least {_NATIVE_SIZE} (images are only upsampled), "
+            f"got {image_size!r}"
+        )
     folder = _folder(root)
     root = folder.parent
     train_path, test_path = _file(root, "train"), _file(root, "test")
@@ -284,22 +341,27 @@ def seq_cifar100(root: Path | None) -> Benchmark:
     test_x, test_fine, test_coarse = _read_split(test_path)
     coarse_of_fine = _coarse_of_fine(train_path, train_fine, train_coarse)
     _check_coarse(test_path, coarse_of_fine, test_fine, test_coarse)
+    size = image_size
+    # Padding scales with the side (4 px at 32), so the crop shifts the same fraction of the image.
+    padding = 4 * size // _NATIVE_SIZE
     return Benchmark(
         name="seq-cifar100",
         n_tasks=10,
         classes_per_task=(10,) * 10,
         class_order=tuple(range(N_FINE)),
-        input_shape=(3, 32, 32),
+        input_shape=(3, size, size),
         mean=CIFAR100_MEAN,
         std=CIFAR100_STD,
-        train_x=torch.from_numpy(train_x),
+        train_x=upsample_images(torch.from_numpy(train_x), size),
         train_y=torch.from_numpy(train_fine),
-        test_x=torch.from_numpy(test_x),
+        test_x=upsample_images(torch.from_numpy(test_x), size),
         test_y=torch.from_numpy(test_fine),
         defaults=SEQ_CIFAR100_DEFAULTS,
-        train_transform=Compose(CropFlip(32, padding=4, flip=True), Normalize(CIFAR100_MEAN, CIFAR100_STD)),
+        train_transform=Compose(
+            CropFlip(size, padding=padding, flip=True), Normalize(CIFAR100_MEAN, CIFAR100_STD)
+        ),
         test_transform=Normalize(CIFAR100_MEAN, CIFAR100_STD),
-        strong_transform=StrongAugment(32, CIFAR100_MEAN, CIFAR100_STD),
+        strong_transform=StrongAugment(size, CIFAR100_MEAN, CIFAR100_STD),
         coarse_labels=torch.from_numpy(coarse_of_fine),
         class_names=fine_names,
         coarse_names=coarse_names,

@@ -45,12 +45,15 @@ class DER(ER):
         ce = F.cross_entropy(logits, batch.y)
         terms = {"ce": ce.detach()}
         loss = ce
+        groups = {"stream": ce}
         if len(self.buffer):
-            loss = loss + self.replay_loss(terms)
+            replay = self.replay_loss(terms)
+            loss = loss + replay
+            groups["buffer"] = replay
         self.buffer.add_reservoir(
             batch.x_raw, batch.y, logits.detach(), task_labels=batch.task, generator=self.generator
         )
-        return StepOutput(loss, terms)
+        return StepOutput(loss, terms, groups)
 
     def replay_loss(self, terms: dict[str, Tensor]) -> Tensor:
         """The buffer terms of the step (logged into ``terms``)."""

@@ -76,6 +76,9 @@ class ER(MethodBase):
             sample = self.buffer.sample(self.config.minibatch_size, self.generator)
             x = torch.cat([x, self.transforms.train(sample.examples, self.generator)])
             y = torch.cat([y, sample.labels])
-        loss = F.cross_entropy(self.net(x), y)
+        per_item = F.cross_entropy(self.net(x), y, reduction="none")
+        loss = per_item.mean()
+        stream_part = per_item[: batch.y.shape[0]].sum() / per_item.shape[0]
+        groups = {"stream": stream_part, "buffer": loss - stream_part}
         self.buffer.add_reservoir(batch.x_raw, batch.y, task_labels=batch.task, generator=self.generator)
-        return StepOutput(loss, {"ce": loss.detach()})
+        return StepOutput(loss, {"ce": loss.detach()}, groups)

@@ -45,6 +45,11 @@ class Joint(MethodBase):
             return "cumulative"
         return "none"
 
+    @property
+    def forgetting_defined(self) -> bool:
+        """FF needs a trained model after every task: not the case in ``final`` mode (the paper: "-")."""
+        return self.config.mode == "cumulative"
+
     def observe(self, batch: Batch) -> StepOutput:
         loss = seen_class_cross_entropy(self.net(batch.x), batch.y, self.seen_classes(batch.task))
         return StepOutput(loss, {"ce": loss.detach()})

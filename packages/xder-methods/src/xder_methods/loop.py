@@ -10,11 +10,12 @@ augmented on the device; loss terms are read back once per epoch, never per step
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
@@ -33,6 +34,7 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "Callback",
     "EpochRecord",
+    "Evaluation",
     "History",
     "Loop",
     "TaskRecord",
@@ -64,6 +66,9 @@ class TrainingSchedule:
             compiled steps. A fresh shuffle per epoch still shows every example. Off: the
             partial batch is kept (a DataLoader's ``drop_last=False``, the authors' code).
         eval_batch_size: batch size of evaluation passes.
+        record_every: every this many steps of a task, back-propagate each of the step's loss
+            groups (stream, buffer) alone and record its gradient norm (0: never). Costs one
+            extra backward pass per group on those steps only.
         class_il_outputs: Class-IL argmax over the ``seen`` classes (default) or ``all`` outputs
             (the authors' code of 2022).
     """
@@ -81,12 +86,14 @@ class TrainingSchedule:
     drop_last: bool = True
     eval_batch_size: int = 512
     class_il_outputs: Literal["seen", "all"] = "seen"
+    record_every: int = 50
 
     def __post_init__(self) -> None:
         checks = [
             (self.epochs >= 0, "epochs must be >= 0"),
             (self.batch_size >= 1, "batch_size must be >= 1"),
             (self.eval_batch_size >= 1, "eval_batch_size must be >= 1"),
+            (self.record_every >= 0, "record_every must be >= 0"),
             (self.lr > 0, "lr must be > 0"),
             (self.momentum >= 0, "momentum must be >= 0"),
             (self.weight_decay >= 0, "weight_decay must be >= 0"),
@@ -140,6 +147,18 @@ def batch_bounds(n: int, batch_size: int, drop_last: bool = True) -> list[tuple[
     return bounds
 
 
+class Evaluation(NamedTuple):
+    """Accuracies (%) per task, and where the Class-IL mistakes went.
+
+    ``head_counts[i][j]``: test rows of task i (seen) misclassified in Class-IL as a class of
+    task j (the paper's analysis of the bias towards the newest head, Fig. "derpperrors").
+    """
+
+    class_il: list[float]
+    task_il: list[float]
+    head_counts: list[list[int]]
+
+
 @torch.no_grad()
 def evaluate(
     method: ContinualMethod,
@@ -151,7 +170,7 @@ def evaluate(
     transform: Transform,
     batch_size: int = 512,
     class_il_outputs: Literal["seen", "all"] = "seen",
-) -> tuple[list[float], list[float]]:
+) -> Evaluation:
     """Accuracy (%) per task of ``method.predict`` on ``(x, y)``.
 
     Args:
@@ -159,8 +178,9 @@ def evaluate(
         class_il_outputs: argmax over the seen classes or over all outputs.
 
     Returns:
-        ``(class_il, task_il)``: Class-IL accuracy of each seen task, and Task-IL accuracy
-        (argmax inside the task's own classes) of every task, seen or not.
+        ``(class_il, task_il, head_counts)``: Class-IL accuracy of each seen task, Task-IL
+        accuracy (argmax inside the task's own classes) of every task, seen or not, and the
+        (seen_tasks, n_tasks) counts of Class-IL mistakes by the task of the predicted class.
     """
     n_tasks = setting.n_tasks
     device = y.device
@@ -171,6 +191,7 @@ def evaluate(
     correct_cil = torch.zeros(n_tasks, dtype=torch.int64, device=device)
     correct_til = torch.zeros(n_tasks, dtype=torch.int64, device=device)
     counts = torch.zeros(n_tasks, dtype=torch.int64, device=device)
+    heads = torch.zeros(n_tasks * n_tasks, dtype=torch.int64, device=device)
     for start in range(0, y.shape[0], batch_size):
         xb = transform(x[start : start + batch_size])
         yb = y[start : start + batch_size]
@@ -182,11 +203,14 @@ def evaluate(
         counts.index_add_(0, tasks, torch.ones_like(yb))
         correct_cil.index_add_(0, tasks, (pred_cil == yb).long())
         correct_til.index_add_(0, tasks, (pred_til == yb).long())
+        wrong = (pred_cil != yb).long()
+        heads.index_add_(0, tasks * n_tasks + task_of_class[pred_cil], wrong)
     # One read-back; percentages from exact counts (a task without rows gives NaN).
     n_cil, n_til, n = torch.stack([correct_cil, correct_til, counts]).tolist()
+    head_counts = heads.view(n_tasks, n_tasks)[:seen_tasks].tolist()
     cil = [100.0 * c / m if m else math.nan for c, m in zip(n_cil, n, strict=True)]
     til = [100.0 * c / m if m else math.nan for c, m in zip(n_til, n, strict=True)]
-    return cil[:seen_tasks], til
+    return Evaluation(cil[:seen_tasks], til, head_counts)
 
 
 @dataclass
@@ -196,6 +220,7 @@ class History:
     ``class_il[t]`` holds tasks 0..t after training task t (a lower-triangular list of rows);
     ``task_il[t]`` holds every task (those after t are unseen: forward transfer reads them).
     ``random_init_task_il`` is the Task-IL accuracy of the untrained model (FWT's baseline).
+    ``head_counts[t]`` is :class:`Evaluation`'s ``head_counts`` after task t (test split).
     The ``val_*`` fields mirror these on the validation split, when there is one.
     """
 
@@ -205,18 +230,21 @@ class History:
     val_class_il: list[list[float]] = field(default_factory=list)
     val_task_il: list[list[float]] = field(default_factory=list)
     val_random_init_task_il: list[float] | None = None
+    head_counts: list[list[list[int]]] = field(default_factory=list)
 
     def state_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> History:
-        return cls(**state)
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in state.items() if k in known})
 
 
 @dataclass(frozen=True)
 class EpochRecord:
-    """One finished epoch: mean of each loss term over the epoch's steps."""
+    """One finished epoch: mean of each loss term over the epoch's steps, and the mean gradient
+    norm of each loss group over the epoch's sampled steps (``record_every``)."""
 
     task: int
     epoch: int
@@ -224,6 +252,7 @@ class EpochRecord:
     steps: int
     seconds: float
     losses: dict[str, float]
+    grad_norms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -236,6 +265,7 @@ class TaskRecord:
     val_class_il: list[float] | None
     val_task_il: list[float] | None
     seconds: float
+    head_counts: list[list[int]] = field(default_factory=list)
 
 
 class Callback:
@@ -319,9 +349,7 @@ def _make_optimizer(method: ContinualMethod, schedule: TrainingSchedule) -> torc
     )
 
 
-def _evaluate_all(
-    loop: Loop, seen_tasks: int
-) -> tuple[list[float], list[float], list[float] | None, list[float] | None]:
+def _evaluate_all(loop: Loop, seen_tasks: int) -> tuple[Evaluation, Evaluation | None]:
     stream, schedule, method = loop.stream, loop.schedule, loop.method
     kwargs = {
         "seen_tasks": seen_tasks,
@@ -330,12 +358,12 @@ def _evaluate_all(
         "class_il_outputs": schedule.class_il_outputs,
     }
     method.train(False)
-    cil, til = evaluate(method, stream.test_x, stream.test_y, loop.setting, **kwargs)
-    val_cil = val_til = None
+    test = evaluate(method, stream.test_x, stream.test_y, loop.setting, **kwargs)
+    val = None
     if stream.val_x is not None and stream.val_y is not None:
-        val_cil, val_til = evaluate(method, stream.val_x, stream.val_y, loop.setting, **kwargs)
+        val = evaluate(method, stream.val_x, stream.val_y, loop.setting, **kwargs)
     method.train(True)
-    return cil, til, val_cil, val_til
+    return test, val
 
 
 def fit(
@@ -380,9 +408,9 @@ def fit(
         loop.restore_rng(resume)
         loop.task, loop.epoch = start_task, start_epoch
     else:
-        _, til, _, val_til = _evaluate_all(loop, 0)
-        loop.history.random_init_task_il = til
-        loop.history.val_random_init_task_il = val_til
+        test, val = _evaluate_all(loop, 0)
+        loop.history.random_init_task_il = test.task_il
+        loop.history.val_random_init_task_il = None if val is None else val.task_il
 
     for callback in calls:
         callback.on_fit_start(loop)
@@ -407,15 +435,25 @@ def fit(
                 callback.on_epoch_end(loop, record)
         task_rows = stream.task(task).train
         method.end_task(task, TaskData(stream.train_x[task_rows], stream.train_y[task_rows], task))
-        cil, til, val_cil, val_til = _evaluate_all(loop, task + 1)
+        test, val = _evaluate_all(loop, task + 1)
         history = loop.history
-        history.class_il.append(cil)
-        history.task_il.append(til)
-        if val_cil is not None and val_til is not None:
-            history.val_class_il.append(val_cil)
-            history.val_task_il.append(val_til)
+        history.class_il.append(test.class_il)
+        history.task_il.append(test.task_il)
+        history.head_counts.append(test.head_counts)
+        if val is not None:
+            history.val_class_il.append(val.class_il)
+            history.val_task_il.append(val.task_il)
         loop.task, loop.epoch, loop.optimizer = task + 1, 0, None
-        record = TaskRecord(task, cil, til, val_cil, val_til, time.perf_counter() - task_started)
+        seconds = time.perf_counter() - task_started
+        record = TaskRecord(
+            task,
+            test.class_il,
+            test.task_il,
+            None if val is None else val.class_il,
+            None if val is None else val.task_il,
+            seconds,
+            test.head_counts,
+        )
         for callback in calls:
             callback.on_task_end(loop, record)
     for callback in calls:
@@ -441,10 +479,17 @@ def _run_epoch(
     method.train(True)
     order = rows[torch.randperm(rows.shape[0], generator=generator, device=rows.device)]
     sums: dict[str, Tensor] = {}
-    for start, end in bounds:
+    norm_sums: dict[str, Tensor] = {}
+    norm_counts: dict[str, int] = {}
+    every = loop.schedule.record_every
+    for step, (start, end) in enumerate(bounds):
         index = order[start:end]
         x_raw, y = stream.train_x[index], stream.train_y[index]
         out = method.observe(Batch(method.transforms.train(x_raw, generator), y, x_raw, task))
+        if out.groups and every and (epoch * len(bounds) + step) % every == 0:
+            for name, norm in _group_grad_norms(out.groups, optimizer).items():
+                norm_sums[name] = norm_sums.get(name, 0) + norm
+                norm_counts[name] = norm_counts.get(name, 0) + 1
         if out.loss is not None:
             optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
@@ -455,13 +500,32 @@ def _run_epoch(
         for callback in calls:
             callback.on_step(loop)
     steps = len(bounds)
-    names = list(sums)
-    values = torch.stack([sums[n].float() for n in names]).div(max(steps, 1)).tolist() if names else []
-    losses = dict(zip(names, values, strict=True))
+    names = list(sums) + [f"norm/{n}" for n in norm_sums]
+    stacked = [sums[n].float() / max(steps, 1) for n in sums]
+    stacked += [norm_sums[n].float() / norm_counts[n] for n in norm_sums]
+    values = torch.stack(stacked).tolist() if stacked else []  # the epoch's one read-back
+    read = dict(zip(names, values, strict=True))
+    losses = {n: v for n, v in read.items() if not n.startswith("norm/")}
+    grad_norms = {n.removeprefix("norm/"): v for n, v in read.items() if n.startswith("norm/")}
     bad = [n for n, v in losses.items() if not math.isfinite(v)]
     if bad:
         raise NonFiniteLossError(
             f"loss term {bad[0]!r} became {losses[bad[0]]} in task {task} epoch {epoch}: "
             "lower the learning rate or the loss weights (the run's checkpoint keeps the last good state)"
         )
-    return EpochRecord(task, epoch, lr, steps, time.perf_counter() - started, losses)
+    return EpochRecord(task, epoch, lr, steps, time.perf_counter() - started, losses, grad_norms)
+
+
+def _group_grad_norms(groups: dict[str, Tensor], optimizer: torch.optim.Optimizer) -> dict[str, Tensor]:
+    """L2 norm of the gradient of each loss group alone w.r.t. the optimised parameters (device
+    tensors: read once per epoch). The graphs are kept for the step's own backward pass."""
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    norms = {}
+    for name, part in groups.items():
+        if not part.requires_grad:
+            continue
+        grads = torch.autograd.grad(part, params, retain_graph=True, allow_unused=True)
+        squares = [g.pow(2).sum() for g in grads if g is not None]
+        if squares:
+            norms[name] = torch.stack(squares).sum().sqrt()
+    return norms

@@ -121,11 +121,20 @@ class TaskData:
 
 @dataclass
 class StepOutput:
-    """What ``observe`` returns: the loss to back-propagate (None: nothing to optimise) and the
-    detached scalar terms the loop logs (averaged per epoch, read once per epoch)."""
+    """What ``observe`` returns.
+
+    Attributes:
+        loss: the loss to back-propagate (None: nothing to optimise this step).
+        terms: detached scalar terms the loop logs (averaged per epoch, read once per epoch).
+        groups: optional graph-attached parts of ``loss`` by data source, ``"stream"`` and
+            ``"buffer"`` (they need not cover every term): the loop back-propagates each alone at
+            sampled steps to record the gradient norm of stream vs replay data (X-DER paper
+            Fig. "derppgradients").
+    """
 
     loss: Tensor | None
     terms: dict[str, Tensor] = field(default_factory=dict)
+    groups: dict[str, Tensor] = field(default_factory=dict)
 
 
 class TaskView(Protocol):

@@ -255,6 +255,7 @@ class XDER(MethodBase):
         ce_end = available if cfg.future_heads == "ce" else seen
         loss = separated_cross_entropy(out, batch.y, past, ce_end)
         terms: dict[str, Tensor] = {"ce": loss.detach()}
+        groups = {"stream": loss}
 
         buffer_out = buffer_labels = keep = None
         if len(self.buffer):
@@ -270,6 +271,7 @@ class XDER(MethodBase):
             buffer_ce = cfg.beta * seen_class_cross_entropy(out2, second.labels, past)
             loss = loss + der + buffer_ce
             terms |= {"der": der.detach(), "buffer_ce": buffer_ce.detach()}
+            groups["buffer"] = der + buffer_ce
 
             index = torch.cat([first.index, second.index])
             buffer_out = torch.cat([out1, out2])
@@ -308,7 +310,7 @@ class XDER(MethodBase):
             )
             loss = loss + fc
             terms["future_constraint"] = fc.detach()
-        return StepOutput(loss, terms)
+        return StepOutput(loss, terms, groups)
 
     def _future_preparation(self, batch: Batch, task: int, available: int) -> Tensor:
         cfg = self.config

@@ -1,0 +1,145 @@
+"""``xder-run report``: Table-1-style tables (mean ± std over seeds) and plots over run directories.
+
+Reading is here; grouping, statistics, tables and plots are :mod:`xder_eval.report`. A run that
+cannot be used (no results.json, unreadable files, ``complete: false``) is listed, never fatal;
+only a path that does not exist, or a folder holding no run directory, is a usage error.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from xder_cli import rundir
+from xder_cli.errors import UsageError
+from xder_eval import (
+    RunRecord,
+    build_report,
+    file_token,
+    plot_report_curves,
+    plot_report_matrix,
+    report_csv,
+    report_dict,
+    report_markdown,
+)
+
+__all__ = ["DEFAULT_REPORT_OUT", "command_report", "find_run_dirs", "read_run"]
+
+DEFAULT_REPORT_OUT = "report"
+TABLE_MD, TABLE_CSV, REPORT_JSON = "table.md", "table.csv", "report.json"
+
+
+def _is_run_dir(path: Path) -> bool:
+    return (path / rundir.CONFIG).is_file() or (path / rundir.RESULTS).is_file()
+
+
+def find_run_dirs(paths: list[str]) -> list[Path]:
+    """The run directories named by ``paths``: each is a run directory (it holds config.toml or
+    results.json) or a folder whose direct subfolders are scanned for run directories. Order
+    is kept (subfolders by name); a run named twice is read once.
+
+    Raises:
+        UsageError: a path that does not exist, is not a folder, or holds no run directory.
+    """
+    found: list[Path] = []
+    seen: set[Path] = set()
+    for text in paths:
+        path = Path(text)
+        if not path.exists():
+            raise UsageError(f"{path}: no such directory; give run directories or the folder holding them")
+        if not path.is_dir():
+            raise UsageError(f"{path}: not a directory; give run directories or the folder holding them")
+        if _is_run_dir(path):
+            candidates = [path]
+        else:
+            candidates = sorted(p for p in path.iterdir() if p.is_dir() and _is_run_dir(p))
+            if not candidates:
+                raise UsageError(
+                    f"{path}: not a run directory and none in it (no {rundir.CONFIG} here or one level "
+                    "down); give folders that xder-run train created, or the folder holding them"
+                )
+        for candidate in candidates:
+            key = candidate.resolve()
+            if key not in seen:
+                seen.add(key)
+                found.append(candidate)
+    return found
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def read_run(path: Path) -> RunRecord:
+    """Parse a run directory's config.toml and results.json; what cannot be read becomes the
+    record's ``error`` (the report lists it) instead of an exception."""
+    config: dict[str, Any] | None = None
+    results: Any = None
+    errors: list[str] = []
+    config_path, results_path = path / rundir.CONFIG, path / rundir.RESULTS
+    if not config_path.is_file():
+        errors.append(f"no {rundir.CONFIG}")
+    else:
+        try:
+            config = tomllib.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+            errors.append(f"unreadable {rundir.CONFIG}: {_first_line(error)}")
+    if results_path.is_file():
+        try:
+            results = json.loads(results_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            errors.append(f"unreadable {rundir.RESULTS}: {_first_line(error)}")
+            results = None
+        else:
+            if not isinstance(results, dict):
+                errors.append(f"{rundir.RESULTS} is not a JSON object")
+                results = None
+    return RunRecord(str(path), config, results, "; ".join(errors) or None)
+
+
+def command_report(args: Any) -> int:
+    """Entry point of ``xder-run report``.
+
+    ``args``: ``run_dirs`` (paths), ``out`` (folder, created if needed), ``task_il`` (bool).
+    Writes ``table.md``, ``table.csv``, ``report.json``, ``curves_<benchmark>_m<buffer>.png``
+    per column and ``matrix_<benchmark>_m<buffer>_<method>.png`` per group (the method's row
+    name when it has several rows; buffer 0 for buffer-less methods), then prints the table.
+    """
+    records = [read_run(path) for path in find_run_dirs(list(args.run_dirs))]
+    task_il = bool(args.task_il)
+    report = build_report(records)
+
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot create the output folder {out}: {error.strerror}") from error
+
+    markdown = report_markdown(report, task_il=task_il)
+    rundir.atomic_write_bytes(out / TABLE_MD, markdown.encode())
+    rundir.atomic_write_bytes(out / TABLE_CSV, report_csv(report).encode())
+    plots: list[str] = []
+    for column in report.columns:
+        name = f"curves_{file_token(column.benchmark)}_m{column.buffer_size}.png"
+        plot_report_curves(report, column, out / name, task_il=task_il)
+        plots.append(name)
+    for group in report.groups:
+        k = group.key
+        name = (
+            f"matrix_{file_token(k.benchmark)}_m{k.buffer_size}_{file_token(report.row_of(group).name)}.png"
+        )
+        plot_report_matrix(report, group, out / name, task_il=task_il)
+        plots.append(name)
+    payload = report_dict(report, task_il=task_il)
+    payload["files"] = [TABLE_MD, TABLE_CSV, REPORT_JSON, *plots]
+    rundir.write_json(out / REPORT_JSON, payload)
+
+    print(markdown, end="")
+    print(
+        f"\n{len(records)} runs read, {len(report.groups)} groups: wrote {TABLE_MD}, {TABLE_CSV}, "
+        f"{REPORT_JSON} and {len(plots)} plots to {out}"
+    )
+    return 0

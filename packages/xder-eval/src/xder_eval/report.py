@@ -1,0 +1,880 @@
+"""Table-1-style reports over many runs: FAA (FF) as mean ± std over seeds, curves, heat maps.
+
+The input is what a run directory holds, already parsed (:class:`RunRecord`: its path, the
+sections of ``config.toml`` and the ``results.json`` object); this module reads no file. A
+:class:`Report` is built in three steps:
+
+1. **Status.** A run enters the means only when its results say ``complete: true`` and hold an
+   accuracy matrix. Every other run is listed as a :class:`RunProblem` (no ``results.json``,
+   unreadable files, ``complete: false`` with the number of tasks done) instead of failing the
+   report.
+2. **Grouping.** Complete runs are grouped by ``(benchmark, buffer size, method, preset,
+   settings)``. ``settings`` names the configuration keys on which runs of the same method and
+   preset disagree *within one (benchmark, buffer) cell*: for each (method, preset) the keys that
+   vary inside any of its cells are collected, and every group of that (method, preset) is
+   labelled with its values of those keys, e.g. ``"train.epochs=1"`` (the ``--set`` spelling).
+   Keys that identify the run rather than configure it (:data:`RUN_IDENTITY_KEYS`: seed, device,
+   data root, and the method, benchmark, preset and buffer size already in the key) are never
+   compared. So two differently configured sets of runs of one method are never averaged
+   together, and a setting that differs only between benchmarks (their protocols) labels
+   nothing.
+3. **Table.** One row per (method, preset, settings), one column per (benchmark, buffer size).
+   Runs without a buffer (``buffer_size`` 0: FT, JT, LwF.MC) fill every buffer column of their
+   benchmark, as in the paper's Table 1; a benchmark holding only such runs gets one column.
+   Each group's seeds are compared with the union of seeds run on its benchmark (complete or
+   not): the seeds it lacks are listed as a problem, as is a seed that was run twice.
+
+Statistics are the mean and the sample standard deviation (``ddof=1``) over a group's seeds;
+with one seed there is no standard deviation. Accuracies are in percent, as in ``results.json``.
+FAA and FF are recomputed from the accuracy matrices (:mod:`xder_eval.metrics`), Class-IL by
+default and Task-IL on request.
+
+matplotlib (the ``[plots]`` extra) is imported only when a plot is drawn.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xder_eval.metrics import average_accuracy_curve, final_average_accuracy, final_forgetting
+from xder_eval.plots import _figure, plot_accuracy_matrix
+
+__all__ = [
+    "CSV_COLUMNS",
+    "RUN_IDENTITY_KEYS",
+    "GroupKey",
+    "GroupSummary",
+    "Report",
+    "ReportColumn",
+    "ReportRow",
+    "RunProblem",
+    "RunRecord",
+    "SeedStats",
+    "SettingSummary",
+    "build_report",
+    "file_token",
+    "group_runs",
+    "plot_report_curves",
+    "plot_report_matrix",
+    "report_csv",
+    "report_dict",
+    "report_markdown",
+    "report_problems",
+    "summarize_group",
+]
+
+RUN_IDENTITY_KEYS = frozenset(
+    {
+        "run.seed",
+        "run.device",
+        "run.data_root",
+        "run.method",
+        "run.benchmark",
+        "run.preset",
+        "method.buffer_size",
+    }
+)
+"""Flattened ``config.toml`` keys never used to tell configurations apart."""
+
+# Rows follow the paper's Table 1 (bounds, regularisation, replay, DER family); other methods
+# come after, alphabetically.
+_METHOD_ORDER = (
+    "joint",
+    "sgd",
+    "lwf_mc",
+    "er",
+    "gdumb",
+    "er_ace",
+    "rpc",
+    "bic",
+    "icarl",
+    "lucir",
+    "der",
+    "derpp",
+    "xder",
+)
+
+CSV_COLUMNS = (
+    "benchmark",
+    "buffer",
+    "method",
+    "preset",
+    "settings",
+    "n",
+    "seeds",
+    "missing_seeds",
+    "faa_mean",
+    "faa_std",
+    "ff_mean",
+    "ff_std",
+    "task_il_faa_mean",
+    "task_il_faa_std",
+    "task_il_ff_mean",
+    "task_il_ff_std",
+    "runs",
+)
+"""The header of :func:`report_csv`: one line per group, Class-IL and Task-IL side by side."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs and outputs
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run directory as read from disk.
+
+    Attributes:
+        path: where the run lives (only shown, never opened).
+        config: the sections of ``config.toml`` (``{"run": {...}, "method": {...}, ...}``), or
+            None when it could not be read.
+        results: the ``results.json`` object, or None when the file does not exist.
+        error: why the directory could not be read (unreadable JSON or TOML, no config.toml);
+            such a run is listed, never averaged.
+    """
+
+    path: str
+    config: Mapping[str, Mapping[str, Any]] | None = None
+    results: Mapping[str, Any] | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RunProblem:
+    """A run or group left out of (or thin in) the means.
+
+    Attributes:
+        kind: ``unreadable``, ``missing`` (no results.json), ``incomplete`` (``complete: false``),
+            ``missing_seeds`` (a group lacks seeds its benchmark's other runs have) or
+            ``duplicate_seed`` (a group holds one seed more than once).
+        message: one line for people, naming the path or group.
+        path: the run directory (empty for group-level problems).
+        method, benchmark, buffer_size, seed: what is known of the run or group (None if unknown).
+        tasks_done, n_tasks: progress of an incomplete run.
+        seeds: the missing or duplicated seeds of a group problem.
+    """
+
+    kind: str
+    message: str
+    path: str = ""
+    method: str | None = None
+    benchmark: str | None = None
+    buffer_size: int | None = None
+    seed: int | None = None
+    tasks_done: int | None = None
+    n_tasks: int | None = None
+    seeds: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, order=True)
+class GroupKey:
+    """What a group's runs share. ``settings`` is the label of their distinguishing settings
+    (``"train.epochs=1, backbone.width=4"``; empty when nothing distinguishes them)."""
+
+    benchmark: str
+    buffer_size: int
+    method: str
+    preset: str
+    settings: str = ""
+
+
+@dataclass(frozen=True)
+class SeedStats:
+    """Mean and sample standard deviation (None below two values) of per-seed values."""
+
+    mean: float | None
+    std: float | None
+    values: tuple[float, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+
+@dataclass(frozen=True)
+class SettingSummary:
+    """One setting's (Class-IL or Task-IL) statistics of a group: FAA and FF over seeds, the mean
+    and sample std of the accuracy-after-each-task curve (std None below two seeds), and the
+    element-wise mean accuracy matrix (rows as ``results.json`` stores them)."""
+
+    faa: SeedStats
+    ff: SeedStats
+    curve_mean: tuple[float, ...]
+    curve_std: tuple[float | None, ...]
+    matrix_mean: tuple[tuple[float, ...], ...]
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """The statistics of one group of complete runs (seeds in ascending order).
+
+    ``class_il`` and ``task_il`` hold the FAA and FF :class:`SeedStats`, the mean and std of the
+    accuracy-after-each-task curve, and the element-wise mean accuracy matrix.
+    """
+
+    key: GroupKey
+    seeds: tuple[int, ...]
+    paths: tuple[str, ...]
+    class_il: SettingSummary
+    task_il: SettingSummary
+    missing_seeds: tuple[int, ...] = ()
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds)
+
+    def setting(self, task_il: bool) -> SettingSummary:
+        """``task_il`` if asked for, else ``class_il``."""
+        return self.task_il if task_il else self.class_il
+
+
+@dataclass(frozen=True)
+class ReportColumn:
+    """A table column: a benchmark at one buffer size (0: a benchmark with buffer-less runs only)."""
+
+    benchmark: str
+    buffer_size: int
+
+    @property
+    def header(self) -> str:
+        return f"{self.benchmark} m{self.buffer_size}" if self.buffer_size else self.benchmark
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """A table row. ``name`` is the method alone when no other row has the same method, else
+    ``method [preset; settings]``: the legend and file-name label."""
+
+    method: str
+    preset: str
+    settings: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """Groups, the table's rows and columns, and the problems, in display order."""
+
+    groups: tuple[GroupSummary, ...]
+    rows: tuple[ReportRow, ...]
+    columns: tuple[ReportColumn, ...]
+    problems: tuple[RunProblem, ...]
+
+    def cell(self, row: ReportRow, column: ReportColumn) -> GroupSummary | None:
+        """The group shown at (row, column): its own buffer size, or a buffer-less group of the
+        column's benchmark."""
+        for group in self.groups:
+            k = group.key
+            if (k.method, k.preset, k.settings) != (row.method, row.preset, row.settings):
+                continue
+            if k.benchmark == column.benchmark and k.buffer_size in (column.buffer_size, 0):
+                return group
+        return None
+
+    def row_of(self, group: GroupSummary) -> ReportRow:
+        k = group.key
+        return next(
+            r for r in self.rows if (r.method, r.preset, r.settings) == (k.method, k.preset, k.settings)
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the records
+
+
+@dataclass(frozen=True)
+class _Run:
+    record: RunRecord
+    method: str | None
+    benchmark: str | None
+    buffer_size: int | None
+    seed: int | None
+    preset: str
+    flat_config: dict[str, Any]
+
+    def describe(self) -> str:
+        parts = [self.method or "?", "on", self.benchmark or "?"]
+        if self.buffer_size:
+            parts.append(f"m{self.buffer_size}")
+        parts.append(f"seed {'?' if self.seed is None else self.seed}")
+        return " ".join(parts)
+
+
+def _flatten(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for section, values in (config or {}).items():
+        if isinstance(values, Mapping):
+            for key, value in values.items():
+                flat[f"{section}.{key}"] = value
+        else:
+            flat[str(section)] = values
+    return flat
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _identify(record: RunRecord) -> _Run:
+    results = record.results if isinstance(record.results, Mapping) else {}
+    config = record.config if isinstance(record.config, Mapping) else {}
+    run = config.get("run", {}) if isinstance(config.get("run"), Mapping) else {}
+    method_section = config.get("method", {}) if isinstance(config.get("method"), Mapping) else {}
+
+    def pick(result_key: str, config_value: Any) -> Any:
+        value = results.get(result_key)
+        return config_value if value is None else value
+
+    method = pick("method", run.get("method"))
+    benchmark = pick("benchmark", run.get("benchmark"))
+    buffer_size = _int_or_none(pick("buffer_size", method_section.get("buffer_size", 0 if config else None)))
+    return _Run(
+        record=record,
+        method=str(method) if method is not None else None,
+        benchmark=str(benchmark) if benchmark is not None else None,
+        buffer_size=buffer_size,
+        seed=_int_or_none(pick("seed", run.get("seed"))),
+        preset=str(run.get("preset", "none")),
+        flat_config=_flatten(config),
+    )
+
+
+def _matrix_ok(matrix: Any) -> bool:
+    if not isinstance(matrix, Sequence) or isinstance(matrix, str) or not matrix:
+        return False
+    for t, row in enumerate(matrix):
+        if not isinstance(row, Sequence) or isinstance(row, str) or len(row) < t + 1:
+            return False
+        if not all(v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in row):
+            return False
+    return True
+
+
+def _status(run: _Run) -> RunProblem | None:
+    """None for a run that enters the means, else why it does not."""
+    record = run.record
+    known = {
+        "path": record.path,
+        "method": run.method,
+        "benchmark": run.benchmark,
+        "buffer_size": run.buffer_size,
+        "seed": run.seed,
+    }
+    if record.error is not None:
+        return RunProblem("unreadable", f"{record.path}: {record.error} ({run.describe()})", **known)
+    if record.results is None:
+        return RunProblem(
+            "missing", f"{record.path}: no results.json, no task finished ({run.describe()})", **known
+        )
+    results = record.results
+    if not isinstance(results, Mapping):
+        return RunProblem("unreadable", f"{record.path}: results.json is not a JSON object", **known)
+    if None in (run.method, run.benchmark, run.buffer_size, run.seed):
+        return RunProblem(
+            "unreadable",
+            f"{record.path}: method, benchmark, buffer size or seed unknown ({run.describe()})",
+            **known,
+        )
+    n_tasks = _int_or_none(results.get("n_tasks"))
+    matrix = results.get("accuracy_matrix") or []
+    tasks_done = _int_or_none(results.get("tasks_done"))
+    if tasks_done is None and isinstance(matrix, Sequence):
+        tasks_done = len(matrix)
+    if results.get("complete") is not True:
+        of = "?" if n_tasks is None else str(n_tasks)
+        return RunProblem(
+            "incomplete",
+            f"{record.path}: incomplete, {tasks_done} of {of} tasks done ({run.describe()})",
+            tasks_done=tasks_done,
+            n_tasks=n_tasks,
+            **known,
+        )
+    if not _matrix_ok(results.get("accuracy_matrix")) or not _matrix_ok(
+        results.get("task_il_accuracy_matrix")
+    ):
+        return RunProblem(
+            "unreadable",
+            f"{record.path}: results.json has no valid accuracy_matrix/task_il_accuracy_matrix "
+            f"({run.describe()})",
+            **known,
+        )
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Grouping
+
+
+def _format_value(value: Any) -> str:
+    if value is _UNSET:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Sequence):
+        return "[" + ", ".join(_format_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}={_format_value(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+class _Unset:
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return "unset"
+
+
+_UNSET = _Unset()
+
+
+def group_runs(records: Iterable[RunRecord]) -> tuple[dict[GroupKey, list[RunRecord]], list[RunProblem]]:
+    """Split ``records`` into groups of complete runs and a list of the runs left out.
+
+    See the module docstring for the grouping rule. Returns the groups (records in input order)
+    and the run-level problems (``unreadable``, ``missing``, ``incomplete``) in input order.
+    """
+    included: list[_Run] = []
+    problems: list[RunProblem] = []
+    for record in records:
+        run = _identify(record)
+        problem = _status(run)
+        if problem is None:
+            included.append(run)
+        else:
+            problems.append(problem)
+
+    cells: dict[tuple[Any, ...], list[_Run]] = defaultdict(list)  # (benchmark, buffer, method, preset)
+    for run in included:
+        cells[(run.benchmark, run.buffer_size, run.method, run.preset)].append(run)
+    varying: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for (_, _, method, preset), runs in cells.items():
+        keys = set().union(*(run.flat_config for run in runs)) - RUN_IDENTITY_KEYS
+        for key in keys:
+            first = runs[0].flat_config.get(key, _UNSET)
+            if any(run.flat_config.get(key, _UNSET) != first for run in runs[1:]):
+                varying[(method, preset)].add(key)
+
+    groups: dict[GroupKey, list[RunRecord]] = defaultdict(list)
+    for (benchmark, buffer_size, method, preset), runs in cells.items():
+        keys = sorted(varying[(method, preset)])
+        for run in runs:
+            label = ", ".join(f"{k}={_format_value(run.flat_config.get(k, _UNSET))}" for k in keys)
+            groups[GroupKey(benchmark, buffer_size, method, preset, label)].append(run.record)
+    return dict(groups), problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+
+
+def _stat(values: Sequence[float | None]) -> SeedStats:
+    finite = tuple(float(v) for v in values if v is not None and math.isfinite(v))
+    if not finite:
+        return SeedStats(None, None, ())
+    array = np.asarray(finite, dtype=np.float64)
+    std = float(array.std(ddof=1)) if array.size >= 2 else None
+    return SeedStats(float(array.mean()), std, finite)
+
+
+def _columnwise(rows: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and sample std per position over sequences of possibly different lengths (NaN where
+    no value, std NaN below two values)."""
+    width = max(len(r) for r in rows)
+    grid = np.full((len(rows), width), np.nan)
+    for i, r in enumerate(rows):
+        grid[i, : len(r)] = np.asarray(r, dtype=np.float64)
+    counts = np.sum(~np.isnan(grid), axis=0)
+    sums = np.nansum(grid, axis=0)
+    mean = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    squares = np.nansum((grid - mean) ** 2, axis=0)
+    std = np.where(counts > 1, np.sqrt(squares / np.maximum(counts - 1, 1)), np.nan)
+    return mean, std
+
+
+def _none_if_nan(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
+
+
+def _as_float_rows(matrix: Sequence[Sequence[Any]]) -> list[list[float]]:
+    return [[math.nan if v is None else float(v) for v in row] for row in matrix]
+
+
+def _mode_summary(matrices: Sequence[list[list[float]]], forgetting_defined: bool = True) -> SettingSummary:
+    faa = _stat([final_average_accuracy(m) for m in matrices])
+    ff = _stat([final_forgetting(m) if len(m) >= 2 and forgetting_defined else None for m in matrices])
+    mean, std = _columnwise([average_accuracy_curve(m) for m in matrices])
+    n_rows = max(len(m) for m in matrices)
+    matrix_mean = []
+    for t in range(n_rows):
+        row_mean, _ = _columnwise([m[t] for m in matrices if len(m) > t])
+        matrix_mean.append(tuple(float(v) for v in row_mean))
+    return SettingSummary(
+        faa=faa,
+        ff=ff,
+        curve_mean=tuple(float(v) for v in mean),
+        curve_std=tuple(_none_if_nan(v) for v in std),
+        matrix_mean=tuple(matrix_mean),
+    )
+
+
+def summarize_group(key: GroupKey, records: Sequence[RunRecord]) -> GroupSummary:
+    """Mean and sample std over seeds of FAA, FF, the accuracy curve and the accuracy matrix,
+    for Class-IL and Task-IL; records are sorted by seed first.
+
+    Raises:
+        ValueError: no records, or a record without valid results (use :func:`group_runs`).
+    """
+    if not records:
+        raise ValueError(f"group {key} has no runs")
+    runs = sorted(records, key=lambda r: (_int_or_none((r.results or {}).get("seed")) or 0, r.path))
+    for run in runs:
+        if run.results is None or _status(_identify(run)) is not None:
+            raise ValueError(f"{run.path} is not a complete run")
+    class_il = [_as_float_rows(r.results["accuracy_matrix"]) for r in runs]  # type: ignore[index]
+    task_il = [_as_float_rows(r.results["task_il_accuracy_matrix"]) for r in runs]  # type: ignore[index]
+    # A run can declare forgetting meaningless (JT trained once after the last task: the paper's "-").
+    defined = all((r.results or {}).get("forgetting_defined", True) for r in runs)
+    return GroupSummary(
+        key=key,
+        seeds=tuple(int(r.results["seed"]) for r in runs),  # type: ignore[index]
+        paths=tuple(r.path for r in runs),
+        class_il=_mode_summary(class_il, defined),
+        task_il=_mode_summary(task_il, defined),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The report
+
+
+def _method_rank(method: str) -> tuple[int, str]:
+    return (_METHOD_ORDER.index(method) if method in _METHOD_ORDER else len(_METHOD_ORDER), method)
+
+
+def build_report(records: Iterable[RunRecord]) -> Report:
+    """Group ``records``, summarize every group, lay out the table and list the problems.
+
+    Never raises on a bad run: it becomes a :class:`RunProblem`.
+    """
+    records = list(records)
+    grouped, problems = group_runs(records)
+
+    expected: dict[str, set[int]] = defaultdict(set)  # every seed tried on a benchmark
+    for record in records:
+        run = _identify(record)
+        if run.benchmark is not None and run.seed is not None:
+            expected[run.benchmark].add(run.seed)
+
+    summaries: list[GroupSummary] = []
+    group_problems: list[RunProblem] = []
+    for key in sorted(grouped, key=lambda k: (k.benchmark, k.buffer_size, *_method_rank(k.method), k)):
+        summary = summarize_group(key, grouped[key])
+        missing = tuple(sorted(expected[key.benchmark] - set(summary.seeds)))
+        summary = GroupSummary(
+            key=summary.key,
+            seeds=summary.seeds,
+            paths=summary.paths,
+            class_il=summary.class_il,
+            task_il=summary.task_il,
+            missing_seeds=missing,
+        )
+        summaries.append(summary)
+        where = _group_title(key)
+        if missing:
+            group_problems.append(
+                RunProblem(
+                    "missing_seeds",
+                    f"{where}: seed{'s' if len(missing) > 1 else ''} {_join(missing)} missing "
+                    f"(complete: {_join(summary.seeds)})",
+                    method=key.method,
+                    benchmark=key.benchmark,
+                    buffer_size=key.buffer_size,
+                    seeds=missing,
+                )
+            )
+        repeated = tuple(sorted({s for s in summary.seeds if summary.seeds.count(s) > 1}))
+        if repeated:
+            group_problems.append(
+                RunProblem(
+                    "duplicate_seed",
+                    f"{where}: seed{'s' if len(repeated) > 1 else ''} {_join(repeated)} run more than once, "
+                    "each run counted",
+                    method=key.method,
+                    benchmark=key.benchmark,
+                    buffer_size=key.buffer_size,
+                    seeds=repeated,
+                )
+            )
+
+    row_keys = sorted(
+        {(g.key.method, g.key.preset, g.key.settings) for g in summaries},
+        key=lambda r: (*_method_rank(r[0]), r[1], r[2]),
+    )
+    per_method = defaultdict(int)
+    for method, _, _ in row_keys:
+        per_method[method] += 1
+    rows = tuple(
+        ReportRow(
+            method,
+            preset,
+            settings,
+            method if per_method[method] == 1 else _variant_name(method, preset, settings),
+        )
+        for method, preset, settings in row_keys
+    )
+
+    buffered = {(g.key.benchmark, g.key.buffer_size) for g in summaries if g.key.buffer_size > 0}
+    benchmarks = {g.key.benchmark for g in summaries}
+    columns = sorted(buffered | {(b, 0) for b in benchmarks if not any(c[0] == b for c in buffered)})
+    return Report(
+        groups=tuple(summaries),
+        rows=rows,
+        columns=tuple(ReportColumn(b, m) for b, m in columns),
+        problems=tuple(problems + group_problems),
+    )
+
+
+def _variant_name(method: str, preset: str, settings: str) -> str:
+    return f"{method} [{preset}; {settings}]" if settings else f"{method} [{preset}]"
+
+
+def _group_title(key: GroupKey) -> str:
+    where = ReportColumn(key.benchmark, key.buffer_size).header
+    return f"{_variant_name(key.method, key.preset, key.settings)} on {where}"
+
+
+def _join(values: Iterable[int]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _mean_std(stat: SeedStats) -> str:
+    if stat.mean is None:
+        return "-"
+    return _number(stat.mean) if stat.std is None else f"{stat.mean:.2f} ± {stat.std:.2f}"
+
+
+def _cell(group: GroupSummary | None, task_il: bool) -> str:
+    if group is None:
+        return ""
+    mode = group.setting(task_il)
+    return f"{_mean_std(mode.faa)} ({_mean_std(mode.ff)}) n={group.n}"
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def report_markdown(report: Report, *, task_il: bool = False) -> str:
+    """The table as Markdown: a caption line, then one row per method (variant) with columns
+    ``method``, ``preset``, ``settings`` (only when a row has distinguishing settings) and one
+    column per (benchmark, buffer); a cell reads ``FAA ± std (FF ± std) n=<seeds>`` (2 decimals,
+    ``± std`` omitted with one seed, ``-`` for a missing value, empty where no group), and a list
+    of the problems when there are any."""
+    setting = "Task-IL" if task_il else "Class-IL"
+    lines = [
+        f"{setting} final average accuracy FAA (final forgetting FF), %: "
+        "mean ± sample standard deviation over n seeds.",
+        "",
+    ]
+    if not report.rows:
+        lines.append("No complete runs.")
+    else:
+        with_settings = any(row.settings for row in report.rows)
+        header = [
+            "method",
+            "preset",
+            *(["settings"] if with_settings else []),
+            *(c.header for c in report.columns),
+        ]
+        lines.append("| " + " | ".join(_md_escape(h) for h in header) + " |")
+        lines.append("|" + "|".join(["---"] * (2 + with_settings) + [":-:"] * len(report.columns)) + "|")
+        for row in report.rows:
+            cells = [row.method, row.preset, *([row.settings] if with_settings else [])]
+            cells += [_cell(report.cell(row, column), task_il) for column in report.columns]
+            lines.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
+    if report.problems:
+        lines += ["", "Missing or incomplete:", ""]
+        lines += [f"- {problem.message}" for problem in report.problems]
+    return "\n".join(lines) + "\n"
+
+
+def _csv_number(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
+def report_csv(report: Report) -> str:
+    """One line per group (a buffer-less group once, with buffer 0) under :data:`CSV_COLUMNS`:
+    means and sample stds to 4 decimals (empty when undefined), seeds and run paths joined by
+    ``;``. Independent of the Class-IL/Task-IL choice: both are there."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for group in report.groups:
+        k = group.key
+        c, t = group.class_il, group.task_il
+        writer.writerow(
+            [
+                k.benchmark,
+                k.buffer_size,
+                k.method,
+                k.preset,
+                k.settings,
+                group.n,
+                ";".join(str(s) for s in group.seeds),
+                ";".join(str(s) for s in group.missing_seeds),
+                *(_csv_number(v) for v in (c.faa.mean, c.faa.std, c.ff.mean, c.ff.std)),
+                *(_csv_number(v) for v in (t.faa.mean, t.faa.std, t.ff.mean, t.ff.std)),
+                ";".join(group.paths),
+            ]
+        )
+    return out.getvalue()
+
+
+def report_problems(report: Report) -> list[str]:
+    """The problems, one line each (empty when every group is complete)."""
+    return [problem.message for problem in report.problems]
+
+
+def _json_number(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _stat_dict(stat: SeedStats) -> dict[str, Any]:
+    return {"mean": stat.mean, "std": stat.std, "n": stat.n, "values": list(stat.values)}
+
+
+def _mode_dict(mode: SettingSummary) -> dict[str, Any]:
+    return {
+        "faa": _stat_dict(mode.faa),
+        "ff": _stat_dict(mode.ff),
+        "curve_mean": [_json_number(v) for v in mode.curve_mean],
+        "curve_std": [_json_number(v) for v in mode.curve_std],
+        "matrix_mean": [[_json_number(v) for v in row] for row in mode.matrix_mean],
+    }
+
+
+def report_dict(report: Report, *, task_il: bool = False) -> dict[str, Any]:
+    """Everything in the report as strict-JSON-ready data (NaN -> None): the table layout, each
+    group's statistics (both settings, per-seed values, curves, mean matrices) and the problems.
+    ``setting`` records which of Class-IL/Task-IL the table shows."""
+    return {
+        "setting": "task-il" if task_il else "class-il",
+        "columns": [{"benchmark": c.benchmark, "buffer_size": c.buffer_size} for c in report.columns],
+        "rows": [
+            {"method": r.method, "preset": r.preset, "settings": r.settings, "name": r.name}
+            for r in report.rows
+        ],
+        "groups": [
+            {
+                "benchmark": g.key.benchmark,
+                "buffer_size": g.key.buffer_size,
+                "method": g.key.method,
+                "preset": g.key.preset,
+                "settings": g.key.settings,
+                "name": report.row_of(g).name,
+                "n": g.n,
+                "seeds": list(g.seeds),
+                "missing_seeds": list(g.missing_seeds),
+                "runs": list(g.paths),
+                "class_il": _mode_dict(g.class_il),
+                "task_il": _mode_dict(g.task_il),
+            }
+            for g in report.groups
+        ],
+        "problems": [
+            {
+                "kind": p.kind,
+                "message": p.message,
+                "path": p.path or None,
+                "method": p.method,
+                "benchmark": p.benchmark,
+                "buffer_size": p.buffer_size,
+                "seed": p.seed,
+                "tasks_done": p.tasks_done,
+                "n_tasks": p.n_tasks,
+                "seeds": list(p.seeds),
+            }
+            for p in report.problems
+        ],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots
+
+
+def file_token(text: str) -> str:
+    """``text`` reduced to a file-name-safe token (letters, digits, ``.``, ``_``, ``-``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "run"
+
+
+def plot_report_curves(
+    report: Report, column: ReportColumn, path: str | Path, *, task_il: bool = False
+) -> Path:
+    """The paper's Fig. "accuracies" for one (benchmark, buffer): the mean accuracy on the seen
+    tasks after each task, one line per row shown in ``column`` (buffer-less methods included),
+    with a band of ± one sample std over seeds where there are two or more."""
+    setting = "Task-IL" if task_il else "Class-IL"
+    fig = _figure(7, 4.5)
+    ax = fig.add_subplot()
+    longest = 1
+    for row in report.rows:
+        group = report.cell(row, column)
+        if group is None:
+            continue
+        mode = group.setting(task_il)
+        mean = np.asarray(mode.curve_mean, dtype=np.float64)
+        std = np.asarray([np.nan if s is None else s for s in mode.curve_std], dtype=np.float64)
+        tasks = np.arange(1, mean.size + 1)
+        longest = max(longest, mean.size)
+        (line,) = ax.plot(tasks, mean, marker="o", label=f"{row.name} (n={group.n})")
+        if np.any(~np.isnan(std)):
+            ax.fill_between(tasks, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set_xlabel("tasks trained")
+    ax.set_ylabel(f"{setting} accuracy on seen tasks (%)")
+    ax.set_ylim(0, 100)
+    ax.set_xticks(np.arange(1, longest + 1))
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")
+    ax.set_title(f"{column.header}: mean ± std over seeds")
+    path = Path(path)
+    fig.savefig(path)
+    return path
+
+
+def plot_report_matrix(
+    report: Report, group: GroupSummary, path: str | Path, *, task_il: bool = False
+) -> Path:
+    """Heat map of a group's mean accuracy matrix (:func:`xder_eval.plot_accuracy_matrix`)."""
+    setting = "Task-IL" if task_il else "Class-IL"
+    where = ReportColumn(group.key.benchmark, group.key.buffer_size).header
+    return plot_accuracy_matrix(
+        [list(row) for row in group.setting(task_il).matrix_mean],
+        path,
+        title=f"{report.row_of(group).name} on {where}\nmean {setting} accuracy (%), n={group.n}",
+    )

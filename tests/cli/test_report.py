@@ -1,0 +1,171 @@
+"""xder-run report over tiny real runs (2 methods x 2 seeds, 1 epoch, width 4) and hand-made broken
+run directories: the files written, the printed table, and the one-line usage errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from xder_cli.errors import UsageError
+from xder_cli.main import main
+from xder_cli.report import command_report, find_run_dirs, read_run
+
+TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """runs/: er and sgd, seeds 0 and 1, complete; plus an er seed-2 run stopped after task 2."""
+    out = tmp_path_factory.mktemp("runs")
+    for method in ("er", "sgd"):
+        for seed in ("0", "1"):
+            assert main(["train", "--method", method, "--seed", seed, "--out", str(out), *TINY]) == 0
+    (source,) = out.glob("*-er-seq-digits-m200-s0")
+    stopped = out / "20000101-000000-er-seq-digits-m200-s2"
+    stopped.mkdir()
+    config = (source / "config.toml").read_text()
+    assert "seed = 0\n" in config
+    (stopped / "config.toml").write_text(config.replace("seed = 0\n", "seed = 2\n"))
+    results = json.loads((source / "results.json").read_text())
+    results |= {
+        "seed": 2,
+        "complete": False,
+        "tasks_done": 2,
+        "accuracy_matrix": results["accuracy_matrix"][:2],
+        "task_il_accuracy_matrix": results["task_il_accuracy_matrix"][:2],
+    }
+    (stopped / "results.json").write_text(json.dumps(results))
+    return out
+
+
+def results_of(runs: Path, method: str) -> list[dict]:
+    return [
+        json.loads((run / "results.json").read_text())
+        for run in sorted(runs.glob(f"*-{method}-seq-digits-m*-s[01]"))
+    ]
+
+
+def expected_cell(results: list[dict], prefix: str = "") -> str:
+    faa = [r[f"{prefix}faa"] for r in results]
+    ff = [r[f"{prefix}ff"] for r in results]
+    return (
+        f"{statistics.mean(faa):.2f} ± {statistics.stdev(faa):.2f} "
+        f"({statistics.mean(ff):.2f} ± {statistics.stdev(ff):.2f}) n={len(results)}"
+    )
+
+
+def test_report_of_a_runs_folder(runs: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "report"
+    capsys.readouterr()
+    assert command_report(SimpleNamespace(run_dirs=[str(runs)], out=str(out), task_il=False)) == 0
+    printed = capsys.readouterr().out
+
+    assert {p.name for p in out.iterdir()} == {
+        "table.md",
+        "table.csv",
+        "report.json",
+        "curves_seq-digits_m200.png",
+        "matrix_seq-digits_m200_er.png",
+        "matrix_seq-digits_m0_sgd.png",
+    }
+    for png in out.glob("*.png"):
+        assert png.read_bytes().startswith(PNG)
+
+    table = (out / "table.md").read_text()
+    assert table in printed  # the table and the list of problems are printed too
+    er_cell = expected_cell(results_of(runs, "er"))
+    sgd_cell = expected_cell(results_of(runs, "sgd"))
+    assert "| method | preset | seq-digits m200 |" in table
+    assert f"| sgd | none | {sgd_cell} |" in table
+    assert f"| er | none | {er_cell} |" in table
+    stopped = runs / "20000101-000000-er-seq-digits-m200-s2"
+    assert f"- {stopped}: incomplete, 2 of 5 tasks done (er on seq-digits m200 seed 2)" in table
+    assert "- sgd [none] on seq-digits: seed 2 missing (complete: 0, 1)" in table
+    assert "- er [none] on seq-digits m200: seed 2 missing (complete: 0, 1)" in table
+    assert "5 runs read, 2 groups" in printed
+
+    rows = list(csv.DictReader(io.StringIO((out / "table.csv").read_text())))
+    assert [(r["benchmark"], r["buffer"], r["method"], r["n"], r["seeds"]) for r in rows] == [
+        ("seq-digits", "0", "sgd", "2", "0;1"),
+        ("seq-digits", "200", "er", "2", "0;1"),
+    ]
+    er_faa = [r["faa"] for r in results_of(runs, "er")]
+    assert float(rows[1]["faa_mean"]) == pytest.approx(statistics.mean(er_faa), abs=1e-4)
+    assert float(rows[1]["faa_std"]) == pytest.approx(statistics.stdev(er_faa), abs=1e-4)
+    assert rows[1]["missing_seeds"] == "2"
+
+    payload = json.loads((out / "report.json").read_text())
+    assert payload["setting"] == "class-il"
+    assert "matrix_seq-digits_m0_sgd.png" in payload["files"]
+    (incomplete,) = [p for p in payload["problems"] if p["kind"] == "incomplete"]
+    assert (incomplete["tasks_done"], incomplete["n_tasks"], incomplete["seed"]) == (2, 5, 2)
+    sgd = next(g for g in payload["groups"] if g["method"] == "sgd")
+    sgd_results = results_of(runs, "sgd")
+    assert sgd["class_il"]["faa"]["values"] == pytest.approx([r["faa"] for r in sgd_results])
+    assert sgd["task_il"]["ff"]["values"] == pytest.approx([r["task_il_ff"] for r in sgd_results])
+    assert sgd["class_il"]["curve_mean"] == pytest.approx(
+        [statistics.mean(v) for v in zip(*(r["average_accuracy"] for r in sgd_results), strict=True)]
+    )
+
+
+def test_report_of_named_run_dirs_in_task_il(runs: Path, tmp_path: Path, capsys) -> None:
+    named = sorted(str(p) for p in runs.glob("*-s[01]"))
+    out = tmp_path / "til"
+    args = SimpleNamespace(run_dirs=[*named, named[0]], out=str(out), task_il=True)  # a run named twice
+    assert command_report(args) == 0
+    table = capsys.readouterr().out
+    assert table.startswith("Task-IL final average accuracy")
+    assert f"| er | none | {expected_cell(results_of(runs, 'er'), 'task_il_')} |" in table
+    assert "Missing or incomplete" not in table  # only seeds 0 and 1 were named
+    assert json.loads((out / "report.json").read_text())["setting"] == "task-il"
+
+
+def test_broken_run_directories_are_listed(tmp_path: Path, capsys) -> None:
+    config = '[run]\nmethod = "er"\nbenchmark = "seq-digits"\nseed = 0\n\n[method]\nbuffer_size = 200\n'
+    fresh = tmp_path / "runs" / "fresh"  # died before its first task
+    fresh.mkdir(parents=True)
+    (fresh / "config.toml").write_text(config)
+    garbled = tmp_path / "runs" / "garbled"
+    garbled.mkdir()
+    (garbled / "config.toml").write_text(config.replace("seed = 0", "seed = 1"))
+    (garbled / "results.json").write_text('{"method": "er", ')
+    (tmp_path / "runs" / "notes").mkdir()  # not a run directory: skipped by the scan
+
+    assert [p.name for p in find_run_dirs([str(tmp_path / "runs")])] == ["fresh", "garbled"]
+    assert read_run(fresh).results is None
+    assert read_run(garbled).error.startswith("unreadable results.json: Expecting")
+
+    out = tmp_path / "out"
+    assert (
+        command_report(SimpleNamespace(run_dirs=[str(tmp_path / "runs")], out=str(out), task_il=False)) == 0
+    )
+    printed = capsys.readouterr().out
+    assert "No complete runs." in printed
+    assert f"- {fresh}: no results.json, no task finished (er on seq-digits m200 seed 0)" in printed
+    assert f"- {garbled}: unreadable results.json: Expecting" in printed
+    assert {p.name for p in out.iterdir()} == {"table.md", "table.csv", "report.json"}
+    kinds = [p["kind"] for p in json.loads((out / "report.json").read_text())["problems"]]
+    assert kinds == ["missing", "unreadable"]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda root: root / "nothing", "no such directory"),
+        (lambda root: root, "not a run directory and none in it"),
+        (lambda root: (root / "file.txt").write_text("x") and root / "file.txt", "not a directory"),
+    ],
+)
+def test_bad_paths_are_usage_errors(make, message, tmp_path: Path) -> None:
+    path = make(tmp_path)
+    with pytest.raises(UsageError, match=message) as caught:
+        command_report(SimpleNamespace(run_dirs=[str(path)], out=str(tmp_path / "out"), task_il=False))
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "out").exists()
