@@ -18,13 +18,14 @@ from xder_data import (
     import_ntu60_efficientgcn,
     import_ntu60_stgcn,
     load_benchmark,
+    prepare_coco_stitch,
     prepare_cub200,
     prepare_ntu60,
 )
 
 __all__ = ["PREPARE_KINDS", "benchmark_info", "command_data"]
 
-PREPARE_KINDS = ("ntu60", "ntu60-stgcn", "ntu60-efficientgcn", "miniimagenet", "cub200")
+PREPARE_KINDS = ("ntu60", "ntu60-stgcn", "ntu60-efficientgcn", "miniimagenet", "cub200", "coco-stitch")
 DOWNLOADS = ("cifar100",)
 
 
@@ -150,6 +151,13 @@ def _prepare(args: Any, root: Path) -> int:
         report = importer(
             source, root, num_frames=args.frames, missing_list=args.missing, progress=_progress(kind)
         )
+    elif kind == "coco-stitch":
+        done = prepare_coco_stitch(source, root, seed=args.seed, progress=_progress("examples"))
+        print(
+            f"coco-stitch: {done.n_train} train / {done.n_test} test stitched {done.size}x{done.size} "
+            f"images -> {done.paths['train'].parent}"
+        )
+        return 0
     elif kind == "miniimagenet":
         form = args.format or _detect_miniimagenet(Path(source))
         importer = import_miniimagenet_csv if form == "csv" else import_miniimagenet_pickle

@@ -244,7 +244,9 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
         "ntu60-efficientgcn: those projects' preprocessed .npy + .pkl (--source) -> the same file; "
         "miniimagenet: the CSV + images or mini-imagenet-cache-*.pkl distribution (--source) -> "
         "DATA_ROOT/MINIIMG/*.npy with a seeded per-class train/test split; cub200: decode "
-        "DATA_ROOT/CUB_200_2011 (+ segmentations/) once into the cache DATA_ROOT/cub200/cub200.h5.",
+        "DATA_ROOT/CUB_200_2011 (+ segmentations/) once into the cache DATA_ROOT/cub200/cub200.h5; "
+        "coco-stitch: COCO 2017 objects (--source: annotations/, train2017/, val2017/) pasted on "
+        "CIFAR-100 images of DATA_ROOT (the secondary-targets set, DATA_ROOT/coco_stitch/).",
     )
     prepare.add_argument("kind", choices=PREPARE_KINDS, metavar="KIND", help=", ".join(PREPARE_KINDS))
     prepare.add_argument("--raw", metavar="DIR", help="ntu60: the folder of raw .skeleton files")
@@ -258,7 +260,9 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
         "--format", choices=("csv", "pickle"), help="miniimagenet: the source's format (detected)"
     )
     prepare.add_argument("--test-per-class", type=int, default=100, metavar="N", help="miniimagenet: (100)")
-    prepare.add_argument("--seed", type=int, default=0, metavar="N", help="miniimagenet: split seed (0)")
+    prepare.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="miniimagenet, coco-stitch: seed (0)"
+    )
 
     download = data_commands.add_parser("download", help="fetch and checksum an official archive")
     download.add_argument("dataset", choices=DOWNLOADS, metavar="DATASET", help=", ".join(DOWNLOADS))

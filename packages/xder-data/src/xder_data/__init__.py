@@ -1,7 +1,8 @@
 """xder-data: class-incremental benchmarks as device-resident tensors, and batched augmentation.
 
 Benchmarks are registered by name and built with :func:`load_benchmark`: ``seq-digits``
-(offline), ``seq-cifar100``, ``seq-miniimg``, ``seq-ntu60`` and ``seq-cub200``. Augmentations in
+(offline), ``seq-cifar100``, ``seq-miniimg``, ``seq-ntu60``, ``seq-cub200``, and ``coco-stitch``
+(the secondary-targets probe set). Augmentations in
 :mod:`xder_data.augment` and :mod:`xder_data.skeleton` act on whole batches with per-sample random
 parameters.
 """
@@ -26,7 +27,14 @@ from xder_data.benchmark import (
 from xder_data.cifar100 import (  # registers seq-cifar100
     cifar100_coarse_names,
     download_cifar100,
+    upsample_images,
     verify_cifar100,
+)
+from xder_data.coco_stitch import (  # registers coco-stitch
+    COCOStitchReport,
+    decode_mask,
+    paste_instance,
+    prepare_coco_stitch,
 )
 from xder_data.cub200 import (  # registers seq-cub200
     CUB200Annotations,
@@ -58,6 +66,7 @@ __all__ = [
     "Benchmark",
     "BenchmarkDefaults",
     "BenchmarkFormatError",
+    "COCOStitchReport",
     "CUB200Annotations",
     "CUB200PrepareReport",
     "ClassOrderError",
@@ -76,6 +85,7 @@ __all__ = [
     "UnknownBenchmarkError",
     "benchmark_defaults",
     "cifar100_coarse_names",
+    "decode_mask",
     "download_cifar100",
     "import_miniimagenet_csv",
     "import_miniimagenet_pickle",
@@ -83,6 +93,8 @@ __all__ = [
     "import_ntu60_stgcn",
     "list_benchmarks",
     "load_benchmark",
+    "paste_instance",
+    "prepare_coco_stitch",
     "prepare_cub200",
     "prepare_ntu60",
     "read_cub200_annotations",
@@ -90,6 +102,7 @@ __all__ = [
     "remap_labels",
     "resolve_class_order",
     "task_indices",
+    "upsample_images",
     "validation_split",
     "verify_cifar100",
     "with_class_order",

@@ -104,8 +104,8 @@ class Benchmark:
             order never renumbers super-classes).
         test_masks: (N_test, H, W) bool, the object's pixels in the test geometry of each test
             image (segmentation masks for the pointing game), where the data has them.
-        train_secondary_y, test_secondary_y: (N,) label of a secondary object in each image
-            (COCO-stitched secondary targets), in the same label space as ``*_y``.
+        train_secondary_y, test_secondary_y, val_secondary_y: (N,) label of a secondary object in
+            each image (COCO-stitched secondary targets), in the same label space as ``*_y``.
         class_names: names in mapped label order, where the data has them.
         defaults: the training protocol.
         train_transform: augmentation + normalisation for training batches.
@@ -137,6 +137,7 @@ class Benchmark:
     test_masks: Tensor | None = None
     train_secondary_y: Tensor | None = None
     test_secondary_y: Tensor | None = None
+    val_secondary_y: Tensor | None = None
 
     def __post_init__(self) -> None:
         if len(self.classes_per_task) != self.n_tasks:
@@ -271,7 +272,7 @@ def with_class_order(bench: Benchmark, spec: ClassOrderSpec, seed: int = 0) -> B
         "train_y": remap_labels(bench.train_y, order),
         "test_y": remap_labels(bench.test_y, order),
     }
-    for name in ("val_y", "train_secondary_y", "test_secondary_y"):
+    for name in ("val_y", "train_secondary_y", "test_secondary_y", "val_secondary_y"):
         labels = getattr(bench, name)
         if labels is not None:
             changes[name] = remap_labels(labels, order)
@@ -293,6 +294,7 @@ def with_validation(bench: Benchmark, fraction: float = 0.1) -> Benchmark:
         val_x=bench.train_x[val_rows],
         val_y=bench.train_y[val_rows],
         train_secondary_y=None if secondary is None else secondary[train_rows],
+        val_secondary_y=None if secondary is None else secondary[val_rows],
     )
 
 
