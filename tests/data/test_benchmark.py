@@ -58,3 +58,20 @@ def test_unknown_benchmark_names_the_choices() -> None:
     with pytest.raises(UnknownBenchmarkError, match="seq-digits"):
         load_benchmark("seq-nonsense")
     assert "seq-digits" in list_benchmarks()
+
+
+def test_secondary_labels_follow_validation_splits_and_class_orders() -> None:
+    import dataclasses
+
+    from xder_data import with_class_order, with_validation
+
+    bench = load_benchmark("seq-digits")
+    secondary = (bench.train_y + 1) % 10
+    bench = dataclasses.replace(bench, train_secondary_y=secondary, test_secondary_y=(bench.test_y + 1) % 10)
+    held = with_validation(bench, 0.1)
+    assert torch.equal(held.train_secondary_y, (held.train_y + 1) % 10)
+    assert torch.equal(held.val_secondary_y, (held.val_y + 1) % 10)
+    flipped = with_class_order(held, "reversed")
+    # Original class c becomes 9 - c, for primary and secondary labels alike.
+    assert torch.equal(flipped.val_secondary_y, 9 - (held.val_y + 1) % 10)
+    assert torch.equal(flipped.test_secondary_y, 9 - (bench.test_y + 1) % 10)
