@@ -109,3 +109,31 @@ def test_data_mistakes_exit_2_with_one_line(argv, message, tmp_path: Path, capsy
     assert code == 2
     assert message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_malformed_files_exit_2_with_one_line(tmp_path: Path, capsys) -> None:
+    import h5py
+
+    cifar = tmp_path / "c" / "cifar-100-python"
+    cifar.mkdir(parents=True)
+    for name in ("train", "test", "meta"):
+        (cifar / name).write_bytes(b"\x80\x02}q\x00(X")  # a truncated pickle
+    mini = tmp_path / "m" / "MINIIMG"
+    mini.mkdir(parents=True)
+    np.save(mini / "train_x.npy", np.zeros((10, 84, 84), np.uint8))  # no channel axis
+    np.save(mini / "train_y.npy", np.zeros(10, np.int64))
+    np.save(mini / "test_x.npy", np.zeros((10, 84, 84, 3), np.uint8))
+    np.save(mini / "test_y.npy", np.zeros(10, np.int64))
+    ntu = tmp_path / "n" / "ntu60"
+    ntu.mkdir(parents=True)
+    with h5py.File(ntu / "xsub.h5", "w") as handle:  # an HDF5 file without the layout
+        handle["train/data"] = np.zeros((2, 3, 4, 25, 2), np.float32)
+    for benchmark, folder, message in (
+        ("seq-cifar100", "c", "truncated"),
+        ("seq-miniimg", "m", "shape (10, 84, 84)"),
+        ("seq-ntu60", "n", "'train/label' missing"),
+    ):
+        assert main(["data", "info", benchmark, "--data-root", str(tmp_path / folder)]) == 2
+        err = capsys.readouterr().err
+        assert message in err
+        assert len(err.strip().splitlines()) == 1

@@ -50,6 +50,9 @@ class RunSettings:
         data_root: folder the benchmark's files sit under.
         preset: the preset applied (``none``: protocol + method defaults).
         validation: fraction of train held out for model selection (0: none).
+        data_device: where the data live while training: ``device`` (the training device),
+            ``host`` (page-locked host memory, each batch copied over), or ``auto`` (the device
+            when the data take less than half of its free memory, else the host).
     """
 
     method: str
@@ -60,6 +63,7 @@ class RunSettings:
     data_root: str = "data"
     preset: str = "none"
     validation: float = 0.0
+    data_device: Literal["auto", "device", "host"] = "auto"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.validation < 1.0:

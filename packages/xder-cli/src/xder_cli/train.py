@@ -22,7 +22,7 @@ from xder_cli.analyze import task_end_analysis
 from xder_cli.config import RunSettings, validate_section
 from xder_cli.errors import UsageError
 from xder_cli.presets import default_preset, preset_values
-from xder_data import benchmark_defaults, load_benchmark
+from xder_data import Benchmark, benchmark_defaults, load_benchmark
 from xder_eval import (
     average_accuracy_curve,
     backward_transfer,
@@ -182,6 +182,22 @@ def resolve_device(spec: str) -> torch.device:
     elif device.type != "cpu":
         raise UsageError(f"run.device {spec!r} is not supported: use auto, cpu, cuda or cuda:N")
     return device
+
+
+def place_data(bench: Benchmark, device: torch.device, where: str) -> Benchmark:
+    """Put the benchmark's tensors where ``run.data_device`` says (see :class:`RunSettings`)."""
+    if device.type != "cuda" or where == "device":
+        return bench.to(device)
+    if where == "auto":
+        free, _ = torch.cuda.mem_get_info(device)
+        if bench.nbytes < free / 2:
+            return bench.to(device)
+        print(
+            f"note: the data ({bench.nbytes / 2**30:.1f} GiB) stay in host memory: less than twice their "
+            f"size is free on {device}",
+            file=sys.stderr,
+        )
+    return bench.pin_memory()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,13 +409,16 @@ def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[
     events = rundir.EventLog(run_dir / rundir.EVENTS)
     events.truncate(int(state["run"]["events"]) if state is not None else 0)
 
-    bench = load_benchmark(
-        settings.benchmark,
-        settings.data_root,
-        class_order=settings.class_order,
-        seed=settings.seed,
-        validation=settings.validation,
-        device=device,
+    bench = place_data(
+        load_benchmark(
+            settings.benchmark,
+            settings.data_root,
+            class_order=settings.class_order,
+            seed=settings.seed,
+            validation=settings.validation,
+        ),
+        device,
+        settings.data_device,
     )
     torch.manual_seed(settings.seed)
     options = {k: v for k, v in plan.backbone.items() if k != "name"}

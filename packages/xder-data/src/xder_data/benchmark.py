@@ -173,14 +173,26 @@ class Benchmark:
             val=val,
         )
 
-    def to(self, device: torch.device | str) -> Benchmark:
-        """The same benchmark with every tensor on ``device``."""
-        moved = {
-            f.name: getattr(self, f.name).to(device)
+    def _tensors(self) -> dict[str, Tensor]:
+        return {
+            f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
             if isinstance(getattr(self, f.name), Tensor)
         }
-        return dataclasses.replace(self, **moved)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the benchmark's tensors."""
+        return sum(t.numel() * t.element_size() for t in self._tensors().values())
+
+    def to(self, device: torch.device | str) -> Benchmark:
+        """The same benchmark with every tensor on ``device``."""
+        return dataclasses.replace(self, **{k: t.to(device) for k, t in self._tensors().items()})
+
+    def pin_memory(self) -> Benchmark:
+        """The same benchmark in page-locked host memory, for data too large for the training
+        device: the loop then copies each batch over (needs CUDA)."""
+        return dataclasses.replace(self, **{k: t.cpu().pin_memory() for k, t in self._tensors().items()})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from xder_methods.errors import MethodConfigError, NonFiniteLossError
 from xder_methods.protocols import (
@@ -183,7 +183,7 @@ def evaluate(
         (seen_tasks, n_tasks) counts of Class-IL mistakes by the task of the predicted class.
     """
     n_tasks = setting.n_tasks
-    device = y.device
+    device = next(iter(method.parameters()), y).device if isinstance(method, nn.Module) else y.device
     task_of_class = setting.task_of_class(device)
     seen_end = setting.class_range(seen_tasks - 1)[1] if seen_tasks else setting.num_classes
     if class_il_outputs == "all":
@@ -193,8 +193,8 @@ def evaluate(
     counts = torch.zeros(n_tasks, dtype=torch.int64, device=device)
     heads = torch.zeros(n_tasks * n_tasks, dtype=torch.int64, device=device)
     for start in range(0, y.shape[0], batch_size):
-        xb = transform(x[start : start + batch_size])
-        yb = y[start : start + batch_size]
+        xb = transform(x[start : start + batch_size].to(device, non_blocking=True))
+        yb = y[start : start + batch_size].to(device, non_blocking=True)
         logits = method.predict(xb).float()
         tasks = task_of_class[yb]
         pred_cil = logits[:, :seen_end].argmax(dim=1)
@@ -434,7 +434,12 @@ def fit(
             for callback in calls:
                 callback.on_epoch_end(loop, record)
         task_rows = stream.task(task).train
-        method.end_task(task, TaskData(stream.train_x[task_rows], stream.train_y[task_rows], task))
+        data = TaskData(
+            stream.train_x[task_rows].to(generator.device),
+            stream.train_y[task_rows].to(generator.device),
+            task,
+        )
+        method.end_task(task, data)
         test, val = _evaluate_all(loop, task + 1)
         history = loop.history
         history.class_il.append(test.class_il)
@@ -477,14 +482,18 @@ def _run_epoch(
         group["lr"] = lr
     started = time.perf_counter()
     method.train(True)
-    order = rows[torch.randperm(rows.shape[0], generator=generator, device=rows.device)]
+    # The permutation is drawn on the training device; data kept in host memory (too large for the
+    # device) are indexed there and each batch is copied over (one read-back per epoch).
+    device = generator.device
+    order = rows[torch.randperm(rows.shape[0], generator=generator, device=device).to(rows.device)]
     sums: dict[str, Tensor] = {}
     norm_sums: dict[str, Tensor] = {}
     norm_counts: dict[str, int] = {}
     every = loop.schedule.record_every
     for step, (start, end) in enumerate(bounds):
         index = order[start:end]
-        x_raw, y = stream.train_x[index], stream.train_y[index]
+        x_raw = stream.train_x[index].to(device, non_blocking=True)
+        y = stream.train_y[index].to(device, non_blocking=True)
         out = method.observe(Batch(method.transforms.train(x_raw, generator), y, x_raw, task))
         if out.groups and every and (epoch * len(bounds) + step) % every == 0:
             for name, norm in _group_grad_norms(out.groups, optimizer).items():
