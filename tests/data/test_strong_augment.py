@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from xder_data import StrongAugment
-from xder_data.augment import grayscale, hsv_to_rgb, rgb_to_hsv
+from xder_data.augment import colour_transforms, grayscale, hue_rotation
 
 
 def test_crop_boxes_follow_the_scale_and_ratio_ranges() -> None:
@@ -69,16 +69,35 @@ def test_colour_probabilities() -> None:
     assert abs(float(unchanged.float().mean()) - 0.16) < 0.03
 
 
-def test_hsv_round_trip_and_hue_by_hand() -> None:
-    x = torch.rand(10, 3, 5, 5, generator=torch.Generator().manual_seed(0))
-    torch.testing.assert_close(hsv_to_rgb(rgb_to_hsv(x)), x, atol=1e-6, rtol=0)
-    red = torch.tensor([1.0, 0.0, 0.0]).view(1, 3, 1, 1)
-    hsv = rgb_to_hsv(red)
-    assert hsv.flatten().tolist() == [0.0, 1.0, 1.0]
-    hsv[:, 0] = 1 / 3  # rotate the hue by a third: red becomes green
-    torch.testing.assert_close(hsv_to_rgb(hsv).flatten(), torch.tensor([0.0, 1.0, 0.0]), atol=1e-6, rtol=0)
-    gray = torch.full((1, 3, 1, 1), 0.4)
-    assert rgb_to_hsv(gray).flatten().tolist() == pytest.approx([0.0, 0.0, 0.4])
+def test_hue_rotation_keeps_grey_and_turns_red_to_green() -> None:
+    rotation = hue_rotation(torch.tensor([2 * math.pi / 3, 0.3]))
+    torch.testing.assert_close(rotation[0] @ torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 1.0, 0.0]))
+    for r in rotation:
+        torch.testing.assert_close(r @ r.T, torch.eye(3), atol=1e-6, rtol=0)
+        torch.testing.assert_close(r @ torch.full((3,), 0.4), torch.full((3,), 0.4))
+        assert float(torch.linalg.det(r)) == pytest.approx(1.0)
+
+
+def test_colour_transforms_equal_the_operations_applied_in_order() -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(6, 3, 5, 4, generator=g, dtype=torch.float64).float()
+    order = torch.stack([torch.randperm(4, generator=g) for _ in range(6)])
+    b, c, s = (0.6 + 0.8 * torch.rand(6, generator=g) for _ in range(3))
+    h = -0.1 + 0.2 * torch.rand(6, generator=g)
+    matrix, offset = colour_transforms(order, b, c, s, h, x.mean(dim=(2, 3)))
+    got = torch.einsum("bij,bjhw->bihw", matrix, x) + offset[:, :, None, None]
+    for i in range(6):  # an independent, sequential reference without clamping
+        y = x[i]
+        for op in order[i].tolist():
+            if op == 0:
+                y = b[i] * y
+            elif op == 1:
+                y = c[i] * y + (1 - c[i]) * grayscale(y[None]).mean()
+            elif op == 2:
+                y = s[i] * y + (1 - s[i]) * grayscale(y[None])[0]
+            else:
+                y = torch.einsum("ij,jhw->ihw", hue_rotation(2 * math.pi * h[i : i + 1])[0], y)
+        torch.testing.assert_close(got[i], y, atol=1e-5, rtol=1e-5)
 
 
 def test_grayscale_weights() -> None:

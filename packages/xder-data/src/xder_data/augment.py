@@ -24,9 +24,9 @@ __all__ = [
     "Normalize",
     "StrongAugment",
     "Transform",
+    "colour_transforms",
     "grayscale",
-    "hsv_to_rgb",
-    "rgb_to_hsv",
+    "hue_rotation",
 ]
 
 
@@ -149,37 +149,58 @@ def grayscale(x: Tensor) -> Tensor:
     return (_GRAY_WEIGHTS[0] * r + _GRAY_WEIGHTS[1] * g + _GRAY_WEIGHTS[2] * b).unsqueeze(1)
 
 
-def rgb_to_hsv(x: Tensor) -> Tensor:
-    """RGB in [0, 1] ``(B, 3, H, W)`` -> HSV with hue in [0, 1)."""
-    r, g, b = x.unbind(dim=1)
-    value, _ = x.max(dim=1)
-    low, _ = x.min(dim=1)
-    chroma = value - low
-    safe_chroma = torch.where(chroma > 0, chroma, torch.ones_like(chroma))
-    saturation = torch.where(value > 0, chroma / torch.where(value > 0, value, torch.ones_like(value)), 0.0)
-    # Hue sector by which channel holds the maximum (red wins ties, then green).
-    hue = torch.where(
-        value == r,
-        (g - b) / safe_chroma,
-        torch.where(value == g, 2.0 + (b - r) / safe_chroma, 4.0 + (r - g) / safe_chroma),
+def hue_rotation(angle: Tensor) -> Tensor:
+    """(B, 3, 3) rotations of RGB about the grey axis (1, 1, 1) by ``angle`` radians (B,): a hue
+    shift of ``angle / (2 pi)`` of the colour wheel that keeps grey pixels grey (Rodrigues)."""
+    k = torch.full((3,), 3**-0.5, device=angle.device)
+    cross = (
+        torch.tensor([[0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-1.0, 1.0, 0.0]], device=angle.device) * 3**-0.5
     )
-    hue = torch.where(chroma > 0, torch.remainder(hue / 6.0, 1.0), 0.0)
-    return torch.stack((hue, saturation, value), dim=1)
+    cos, sin = angle.cos()[:, None, None], angle.sin()[:, None, None]
+    eye = torch.eye(3, device=angle.device)
+    return cos * eye + sin * cross + (1 - cos) * torch.outer(k, k)
 
 
-def hsv_to_rgb(x: Tensor) -> Tensor:
-    """HSV ``(B, 3, H, W)`` (hue in [0, 1)) -> RGB in [0, 1].
+def colour_transforms(
+    order: Tensor, brightness: Tensor, contrast: Tensor, saturation: Tensor, hue: Tensor, mean_rgb: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Per-sample affine colour maps ``x -> A x + o`` composing the four jitter operations in each
+    sample's order (PERFORMANCE.md, design point 2: "per-sample colour matrices").
 
-    Uses the closed form ``f(n) = v - v s max(0, min(k, 4 - k, 1))`` with
-    ``k = (n + 6 h) mod 6`` for n = 5, 3, 1 (red, green, blue).
+    The operations, each linear in the image: brightness ``b x``; contrast ``c x + (1 - c) m``
+    with m the mean grey level of the image at that point; saturation ``s x + (1 - s) grey(x)``;
+    hue: :func:`hue_rotation` by ``2 pi h``.
+
+    Args:
+        order: (B, 4) each sample's permutation of (0 brightness, 1 contrast, 2 saturation, 3 hue).
+        brightness, contrast, saturation, hue: (B,) factors (hue as a fraction of the wheel).
+        mean_rgb: (B, 3) mean of each channel of the input image.
+
+    Returns:
+        ``A: (B, 3, 3)`` and ``o: (B, 3)``.
     """
-    hue, saturation, value = x.unbind(dim=1)
-    channels = []
-    for n in (5.0, 3.0, 1.0):
-        k = torch.remainder(n + 6.0 * hue, 6.0)
-        ramp = torch.clamp(torch.minimum(k, 4.0 - k), 0.0, 1.0)
-        channels.append(value - value * saturation * ramp)
-    return torch.stack(channels, dim=1)
+    batch, device = order.shape[0], order.device
+    luma = torch.tensor(_GRAY_WEIGHTS, device=device)
+    eye = torch.eye(3, device=device).expand(batch, 3, 3)
+    grey = torch.outer(torch.ones(3, device=device), luma)  # x -> (luma . x) in every channel
+    scale_b = brightness[:, None, None] * eye
+    scale_s = saturation[:, None, None] * eye + (1 - saturation)[:, None, None] * grey
+    rotate = hue_rotation(2 * math.pi * hue)
+    matrix = eye.clone()
+    offset = torch.zeros(batch, 3, device=device)
+    for stage in range(4):
+        op = order[:, stage]
+        mean_now = torch.einsum("bij,bj->bi", matrix, mean_rgb) + offset  # image mean at this point
+        m = (mean_now * luma).sum(dim=1)
+        candidates = (
+            (torch.bmm(scale_b, matrix), brightness[:, None] * offset),
+            (contrast[:, None, None] * matrix, contrast[:, None] * offset + ((1 - contrast) * m)[:, None]),
+            (torch.bmm(scale_s, matrix), torch.einsum("bij,bj->bi", scale_s, offset)),
+            (torch.bmm(rotate, matrix), torch.einsum("bij,bj->bi", rotate, offset)),
+        )
+        matrix = torch.stack([c[0] for c in candidates])[op, torch.arange(batch, device=device)]
+        offset = torch.stack([c[1] for c in candidates])[op, torch.arange(batch, device=device)]
+    return matrix, offset
 
 
 def _per_sample(values: Tensor, x: Tensor) -> Tensor:
@@ -196,12 +217,19 @@ class StrongAugment:
        central fallback), bilinear;
     2. horizontal flip with probability 0.5;
     3. with probability 0.8, colour jitter: brightness, contrast and saturation factors uniform
-       in [0.6, 1.4] and a hue shift uniform in [-0.1, 0.1], applied in a random order;
+       in [0.6, 1.4] and a hue shift uniform in [-0.1, 0.1], applied in a random order, composed
+       into one per-sample affine colour map (:func:`colour_transforms`) and clamped once;
     4. grayscale with probability 0.2;
     5. :class:`Normalize`.
 
     One-channel inputs skip the colour steps (3 and 4). The crop and flip are one
     ``affine_grid``/``grid_sample`` over the batch; nothing loops over samples.
+
+    Deviation from torchvision's ``ColorJitter`` (PERFORMANCE.md's design): the four operations
+    are composed as linear maps and clamped to [0, 1] once at the end instead of after each
+    operation, and the hue shift is a rotation of RGB about the grey axis instead of a shift of
+    the hue in HSV. Both are the same operations up to clipping and the hue geometry; the cost is
+    one 3x3 map per image instead of four HSV round trips.
 
     Call: ``x: (B, C, H, W)`` uint8 (or float in [0, 1]) -> float32 ``(B, C, size, size)``.
     """
@@ -282,41 +310,20 @@ class StrongAugment:
         batch, device = x.shape[0], x.device
         b, c, s, hue = self.jitter
         u = torch.rand(batch, 6, generator=generator, device=device)
-        bright = 1 - b + 2 * b * u[:, 0]
-        contrast = 1 - c + 2 * c * u[:, 1]
-        saturation = 1 - s + 2 * s * u[:, 2]
-        shift = -hue + 2 * hue * u[:, 3]
+        order = torch.rand(batch, 4, generator=generator, device=device).argsort(dim=1)
+        matrix, offset = colour_transforms(
+            order,
+            brightness=1 - b + 2 * b * u[:, 0],
+            contrast=1 - c + 2 * c * u[:, 1],
+            saturation=1 - s + 2 * s * u[:, 2],
+            hue=-hue + 2 * hue * u[:, 3],
+            mean_rgb=x.mean(dim=(2, 3)),
+        )
         jitter_on = u[:, 4] < self.jitter_p
         gray_on = u[:, 5] < self.grayscale_p
-        order = torch.rand(batch, 4, generator=generator, device=device).argsort(dim=1)
-        jittered = x
-        for stage in range(4):
-            op = _per_sample(order[:, stage], x)
-            candidates = (
-                (jittered * _per_sample(bright, x)).clamp(0, 1),
-                _blend(jittered, grayscale(jittered).mean(dim=(1, 2, 3), keepdim=True), contrast),
-                _blend(jittered, grayscale(jittered), saturation),
-                _shift_hue(jittered, shift),
-            )
-            jittered = torch.where(
-                op == 0,
-                candidates[0],
-                torch.where(op == 1, candidates[1], torch.where(op == 2, candidates[2], candidates[3])),
-            )
+        jittered = (torch.einsum("bij,bjhw->bihw", matrix, x) + offset[:, :, None, None]).clamp(0, 1)
         x = torch.where(_per_sample(jitter_on, x), jittered, x)
         return torch.where(_per_sample(gray_on, x), grayscale(x).expand_as(x), x)
 
     def __repr__(self) -> str:
         return f"StrongAugment(size={self.size}, {self.normalize!r})"
-
-
-def _blend(x: Tensor, other: Tensor, factor: Tensor) -> Tensor:
-    """``factor * x + (1 - factor) * other``, clamped to [0, 1] (torchvision's _blend)."""
-    f = _per_sample(factor, x)
-    return (f * x + (1 - f) * other).clamp(0, 1)
-
-
-def _shift_hue(x: Tensor, shift: Tensor) -> Tensor:
-    hsv = rgb_to_hsv(x)
-    hue = torch.remainder(hsv[:, 0] + shift.view(-1, 1, 1), 1.0)
-    return hsv_to_rgb(torch.cat([hue.unsqueeze(1), hsv[:, 1:]], dim=1))
