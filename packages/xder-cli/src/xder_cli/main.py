@@ -140,7 +140,43 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_parser(commands)
     _add_analyze_parser(commands)
     _add_report_parser(commands)
+    _add_bench_parser(commands)
     return parser
+
+
+def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
+    bench = commands.add_parser(
+        "bench",
+        help="step time vs the hardware floor, host syncs and ops per step, per method",
+        description="Benchmark training steps (PERFORMANCE.md): in one process, methods interleaved, on "
+        "synthetic data shaped like the benchmark with each method at task T and its buffer full. Reports "
+        "seconds per step (median after warm-up), images per step, the floor (one forward+backward of the "
+        "backbone over the same images), their ratio, host syncs and ops per step (counted by intercepting "
+        "dispatched ops), one synthetic epoch and the projected time of the paper's protocol.",
+    )
+    bench.add_argument("--methods", default="er,derpp,xder", metavar="A,B", help="methods (er,derpp,xder)")
+    bench.add_argument(
+        "--benchmark",
+        default="seq-cifar100",
+        metavar="NAME",
+        help="data shape: seq-cifar100, seq-miniimg, seq-digits",
+    )
+    bench.add_argument("--backbone", default="resnet18-cifar", metavar="NAME", help="(resnet18-cifar)")
+    bench.add_argument(
+        "--width", type=int, default=8, metavar="W", help="resnet18-cifar width (8; the paper: 64)"
+    )
+    bench.add_argument("--batch-size", type=int, default=32, metavar="B", help="stream and replay batch (32)")
+    bench.add_argument("--buffer-size", type=int, default=500, metavar="M", help="buffer size (500)")
+    bench.add_argument("--task", type=int, default=1, metavar="T", help="task index the steps belong to (1)")
+    bench.add_argument("--device", default="auto", metavar="DEV", help="auto (default), cpu, cuda, cuda:N")
+    bench.add_argument("--steps", type=int, default=20, metavar="N", help="timed rounds (20)")
+    bench.add_argument("--warmup", type=int, default=5, metavar="N", help="untimed rounds first (5)")
+    bench.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="autocast (fp32)")
+    bench.add_argument("--channels-last", action="store_true", help="channels-last memory format")
+    bench.add_argument("--compile", action="store_true", help="nn.Module.compile the backbone")
+    bench.add_argument("--no-epoch", dest="epoch", action="store_false", help="skip the synthetic epoch")
+    bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    bench.set_defaults(handler="bench")
 
 
 def _add_report_parser(commands: argparse._SubParsersAction) -> None:
@@ -288,6 +324,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from xder_cli.data import command_data
 
             return command_data(args)
+        if args.handler == "bench":
+            from xder_cli.bench import command_bench
+
+            return command_bench(args)
         if args.handler == "report":
             from xder_cli.report import command_report
 

@@ -423,6 +423,10 @@ def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[
     torch.manual_seed(settings.seed)
     options = {k: v for k, v in plan.backbone.items() if k != "name"}
     net = create_backbone(plan.backbone["name"], bench.num_classes, **options).to(device)
+    if plan.schedule.channels_last:
+        net = net.to(memory_format=torch.channels_last)
+    if plan.schedule.compile:
+        net.compile()  # in place: parameter names (and checkpoints) stay those of the network
     generator = torch.Generator(device=device).manual_seed(settings.seed)
     method = create_method(
         settings.method,

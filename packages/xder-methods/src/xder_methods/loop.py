@@ -10,6 +10,7 @@ augmented on the device; loss terms are read back once per epoch, never per step
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -39,6 +40,7 @@ __all__ = [
     "Loop",
     "TaskRecord",
     "TrainingSchedule",
+    "autocast",
     "batch_bounds",
     "evaluate",
     "fit",
@@ -66,6 +68,11 @@ class TrainingSchedule:
             compiled steps. A fresh shuffle per epoch still shows every example. Off: the
             partial batch is kept (a DataLoader's ``drop_last=False``, the authors' code).
         eval_batch_size: batch size of evaluation passes.
+        precision: ``fp32`` or ``bf16`` (autocast of every forward pass of the training step and of
+            evaluation; the backward pass and the optimiser stay in float32).
+        channels_last, compile: network options applied when it is built (``xder-run train``
+            converts it to the channels-last memory format / ``nn.Module.compile``s it); the loop
+            itself does not read them.
         record_every: every this many steps of a task, back-propagate each of the step's loss
             groups (stream, buffer) alone and record its gradient norm (0: never). Costs one
             extra backward pass per group on those steps only.
@@ -86,6 +93,9 @@ class TrainingSchedule:
     drop_last: bool = True
     eval_batch_size: int = 512
     class_il_outputs: Literal["seen", "all"] = "seen"
+    precision: Literal["fp32", "bf16"] = "fp32"
+    channels_last: bool = False
+    compile: bool = False
     record_every: int = 50
 
     def __post_init__(self) -> None:
@@ -94,6 +104,7 @@ class TrainingSchedule:
             (self.batch_size >= 1, "batch_size must be >= 1"),
             (self.eval_batch_size >= 1, "eval_batch_size must be >= 1"),
             (self.record_every >= 0, "record_every must be >= 0"),
+            (self.precision in ("fp32", "bf16"), "precision must be fp32 or bf16"),
             (self.lr > 0, "lr must be > 0"),
             (self.momentum >= 0, "momentum must be >= 0"),
             (self.weight_decay >= 0, "weight_decay must be >= 0"),
@@ -128,6 +139,13 @@ def learning_rate(schedule: TrainingSchedule, epoch: int) -> float:
         span = max(schedule.epochs - warmup, 1)
         return lr * 0.5 * (1.0 + math.cos(math.pi * (epoch - warmup) / span))
     return lr
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """bf16 autocast on ``device`` for ``precision == "bf16"``, else nothing."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def batch_bounds(n: int, batch_size: int, drop_last: bool = True) -> list[tuple[int, int]]:
@@ -358,10 +376,11 @@ def _evaluate_all(loop: Loop, seen_tasks: int) -> tuple[Evaluation, Evaluation |
         "class_il_outputs": schedule.class_il_outputs,
     }
     method.train(False)
-    test = evaluate(method, stream.test_x, stream.test_y, loop.setting, **kwargs)
-    val = None
-    if stream.val_x is not None and stream.val_y is not None:
-        val = evaluate(method, stream.val_x, stream.val_y, loop.setting, **kwargs)
+    with autocast(schedule.precision, loop.generator.device):
+        test = evaluate(method, stream.test_x, stream.test_y, loop.setting, **kwargs)
+        val = None
+        if stream.val_x is not None and stream.val_y is not None:
+            val = evaluate(method, stream.val_x, stream.val_y, loop.setting, **kwargs)
     method.train(True)
     return test, val
 
@@ -494,7 +513,8 @@ def _run_epoch(
         index = order[start:end]
         x_raw = stream.train_x[index].to(device, non_blocking=True)
         y = stream.train_y[index].to(device, non_blocking=True)
-        out = method.observe(Batch(method.transforms.train(x_raw, generator), y, x_raw, task))
+        with autocast(loop.schedule.precision, device):
+            out = method.observe(Batch(method.transforms.train(x_raw, generator), y, x_raw, task))
         if out.groups and every and (epoch * len(bounds) + step) % every == 0:
             for name, norm in _group_grad_norms(out.groups, optimizer).items():
                 norm_sums[name] = norm_sums.get(name, 0) + norm

@@ -1,0 +1,278 @@
+"""``xder-run bench``: step time against the hardware floor, host syncs and ops per step.
+
+PERFORMANCE.md, "How it is measured": in one process, methods interleaved round by round so that
+machine drift hits all of them alike, each method is brought to task T on synthetic data shaped
+like the benchmark (its buffer full), then:
+
+* ``seconds_per_step``: median wall time of one training step (augmentation, ``observe``,
+  backward, optimizer step) after warm-up;
+* ``images_per_step``: images the backbone forwards in one step (counted by a forward hook);
+* ``floor_seconds``: median time of ONE forward+backward+step of the same backbone over that many
+  images (the step's arithmetic in one batch), timed in the same rounds;
+* ``host_syncs_per_step`` and ``ops_per_step``: dispatched ATen ops of one step, and those that
+  make the host wait (:class:`xder_methods.OpCounter`; exact on any hardware);
+* ``epoch_seconds``: one synthetic epoch of task T end to end (batch gathering from device-resident
+  data, augmentation, steps), and ``projected_protocol_seconds``: that epoch time times the
+  benchmark's epochs and tasks (the step time of task T taken for every task; evaluation and
+  end-of-task work left out).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from xder_cli.errors import UsageError
+from xder_data import BenchmarkDefaults, Compose, CropFlip, Normalize, StrongAugment, benchmark_defaults
+from xder_methods import (
+    Batch,
+    ContinualSetting,
+    OpCounter,
+    TaskData,
+    Transforms,
+    autocast,
+    batch_bounds,
+    create_method,
+    method_config_class,
+)
+from xder_models import create_backbone
+
+__all__ = ["BENCH_SHAPES", "command_bench", "run_bench"]
+
+# Synthetic data shaped like each benchmark: (input shape, classes per task, tasks, items per class).
+BENCH_SHAPES: dict[str, tuple[tuple[int, ...], int, int, int]] = {
+    "seq-cifar100": ((3, 32, 32), 10, 10, 500),
+    "seq-digits": ((1, 8, 8), 2, 5, 144),
+    "seq-miniimg": ((3, 84, 84), 5, 20, 500),
+}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class _Subject:
+    """One method brought to task T, with its step and floor functions."""
+
+    name: str
+    step: Any
+    floor: Any
+    images: int
+    ops: int
+    syncs: int
+    sync_names: dict[str, int]
+    epoch: Any
+
+
+def _subject(name: str, args: Any, device: torch.device, defaults: BenchmarkDefaults) -> _Subject:
+    shape, per_task, n_tasks, per_class = BENCH_SHAPES[args.benchmark]
+    num_classes = per_task * n_tasks
+    mean, std = (0.5,) * shape[0], (0.25,) * shape[0]
+    image = shape[1] if len(shape) == 3 else None
+    if image is None:
+        raise UsageError(f"bench needs an image benchmark, not {args.benchmark}")
+    transforms = Transforms(
+        Compose(CropFlip(image, padding=max(1, image // 8), flip=shape[0] == 3), Normalize(mean, std)),
+        Normalize(mean, std),
+        StrongAugment(image, mean, std),
+    )
+    setting = ContinualSetting((per_task,) * n_tasks, shape)
+    options = {"width": args.width, "in_channels": shape[0]} if args.backbone == "resnet18-cifar" else {}
+    torch.manual_seed(0)
+    net = create_backbone(args.backbone, num_classes, **options).to(device)
+    if args.channels_last:
+        net = net.to(memory_format=torch.channels_last)
+    if args.compile:
+        net.compile()
+    generator = torch.Generator(device=device).manual_seed(0)
+    fields = {f for f in method_config_class(name).__dataclass_fields__}
+    config = {
+        k: v
+        for k, v in {"buffer_size": args.buffer_size, "minibatch_size": args.batch_size}.items()
+        if k in fields
+    }
+    method = create_method(
+        name,
+        net=net,
+        setting=setting,
+        transforms=transforms,
+        config=method_config_class(name)(**config),
+        generator=generator,
+    )
+    data_gen = torch.Generator(device=device).manual_seed(1)
+    n_items = per_class * per_task
+    task_x = torch.randint(0, 256, (n_items, *shape), generator=data_gen, device=device, dtype=torch.uint8)
+    for t in range(args.task):  # bring the method to task T with a full buffer
+        method.begin_task(t)
+        labels = torch.arange(t * per_task, (t + 1) * per_task, device=device).repeat_interleave(per_class)
+        buffer = getattr(method, "buffer", None)
+        if name == "xder" or buffer is None:
+            method.end_task(t, TaskData(task_x, labels, t))
+        else:
+            logits = torch.randn(n_items, num_classes, device=device) if buffer.logits is not None else None
+            buffer.add_reservoir(task_x, labels, logits, task_labels=t, generator=generator)
+    method.begin_task(args.task)
+    task_y = torch.arange(args.task * per_task, (args.task + 1) * per_task, device=device).repeat_interleave(
+        per_class
+    )
+    optimizer = torch.optim.SGD(list(method.optimizer_parameters()), lr=0.01)
+    batch_rows = torch.arange(args.batch_size, device=device)
+
+    def step(rows: torch.Tensor = batch_rows) -> None:
+        x_raw, y = task_x[rows], task_y[rows]
+        with autocast(args.precision, device):
+            out = method.observe(Batch(transforms.train(x_raw, generator), y, x_raw, args.task))
+        if out.loss is not None:
+            optimizer.zero_grad(set_to_none=True)
+            out.loss.backward()
+            optimizer.step()
+
+    seen = []
+    hook = net.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0].shape[0]))
+    step()
+    hook.remove()
+    images = sum(seen)
+    with OpCounter() as counter:
+        step()
+    floor_net = create_backbone(args.backbone, num_classes, **options).to(device)
+    if args.channels_last:
+        floor_net = floor_net.to(memory_format=torch.channels_last)
+    if args.compile:
+        floor_net.compile()
+    floor_opt = torch.optim.SGD(floor_net.parameters(), lr=0.01)
+    floor_x = torch.randn(images, *shape, device=device)
+
+    def floor() -> None:
+        with autocast(args.precision, device):
+            loss = floor_net(floor_x).float().logsumexp(dim=1).mean()
+        floor_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        floor_opt.step()
+
+    def epoch() -> int:
+        order = torch.randperm(n_items, generator=generator, device=device)
+        bounds = batch_bounds(n_items, args.batch_size)
+        for start, end in bounds:
+            step(order[start:end])
+        return len(bounds)
+
+    return _Subject(name, step, floor, images, counter.total, counter.host_syncs, dict(counter.syncs), epoch)
+
+
+def run_bench(args: Any) -> dict[str, Any]:
+    """Measure every method of ``args.methods``; returns the JSON payload."""
+    from xder_cli.train import resolve_device
+
+    device = resolve_device(args.device)
+    if args.benchmark not in BENCH_SHAPES:
+        raise UsageError(f"bench shapes exist for {', '.join(BENCH_SHAPES)}, not {args.benchmark!r}")
+    defaults = benchmark_defaults(args.benchmark)
+    _, _, n_tasks, _ = BENCH_SHAPES[args.benchmark]
+    if not 0 <= args.task < n_tasks:
+        raise UsageError(f"--task must be in [0, {n_tasks - 1}] for {args.benchmark}")
+    names = [n.strip() for n in args.methods.split(",") if n.strip()]
+    for name in names:
+        method_config_class(name)  # UnknownMethodError names the choices
+    subjects = [_subject(name, args, device, defaults) for name in names]
+    steps = {s.name: [] for s in subjects}
+    floors = {s.name: [] for s in subjects}
+    for round_ in range(args.warmup + args.steps):  # interleaved: drift hits every method alike
+        for subject in subjects:
+            for fn, store in ((subject.step, steps), (subject.floor, floors)):
+                _sync(device)
+                started = time.perf_counter()
+                fn()
+                _sync(device)
+                if round_ >= args.warmup:
+                    store[subject.name].append(time.perf_counter() - started)
+    rows = []
+    for subject in subjects:
+        _sync(device)
+        started = time.perf_counter()
+        n_steps = subject.epoch() if args.epoch else 0
+        _sync(device)
+        epoch_seconds = time.perf_counter() - started if args.epoch else None
+        seconds = statistics.median(steps[subject.name])
+        floor = statistics.median(floors[subject.name])
+        row = {
+            "method": subject.name,
+            "seconds_per_step": seconds,
+            "images_per_step": subject.images,
+            "floor_seconds": floor,
+            "step_over_floor": seconds / floor,
+            "host_syncs_per_step": subject.syncs,
+            "host_sync_ops": subject.sync_names,
+            "ops_per_step": subject.ops,
+            "epoch_steps": n_steps,
+            "epoch_seconds": epoch_seconds,
+            "projected_protocol_seconds": None
+            if epoch_seconds is None
+            else epoch_seconds * defaults.epochs * n_tasks,
+        }
+        rows.append(row)
+    by_name = {r["method"]: r["seconds_per_step"] for r in rows}
+    ratios = {
+        f"{a}/{b}": by_name[a] / by_name[b]
+        for a in ("xder",)
+        for b in ("derpp", "er")
+        if a in by_name and b in by_name
+    }
+    return {
+        "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)",
+        "torch": torch.__version__,
+        "settings": {
+            "benchmark": args.benchmark,
+            "backbone": args.backbone,
+            "width": args.width,
+            "batch_size": args.batch_size,
+            "buffer_size": args.buffer_size,
+            "task": args.task,
+            "precision": args.precision,
+            "channels_last": args.channels_last,
+            "compile": args.compile,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "protocol_epochs": defaults.epochs,
+        },
+        "methods": rows,
+        "ratios": ratios,
+    }
+
+
+def command_bench(args: Any) -> int:
+    """Entry point of ``xder-run bench``."""
+    payload = run_bench(args)
+    print(f"device: {payload['device']}, torch {payload['torch']}, {json.dumps(payload['settings'])}")
+    header = ("method", "s/step", "images", "floor s", "x floor", "syncs", "ops", "epoch s", "protocol")
+    print(f"{header[0]:8} " + " ".join(f"{h:>9}" for h in header[1:]))
+    for row in payload["methods"]:
+        epoch = "-" if row["epoch_seconds"] is None else f"{row['epoch_seconds']:.1f}"
+        protocol = (
+            "-"
+            if row["projected_protocol_seconds"] is None
+            else f"{row['projected_protocol_seconds'] / 3600:.2f} h"
+        )
+        print(
+            f"{row['method']:8} {row['seconds_per_step']:9.4f} {row['images_per_step']:9d} "
+            f"{row['floor_seconds']:9.4f} {row['step_over_floor']:9.2f} {row['host_syncs_per_step']:9d} "
+            f"{row['ops_per_step']:9d} {epoch:>9} {protocol:>9}"
+        )
+    for name, value in payload["ratios"].items():
+        print(f"{name}: {value:.2f}")
+    if args.json:
+        from xder_cli.rundir import write_json
+
+        write_json(Path(args.json), payload)
+        print(f"written: {args.json}")
+    return 0

@@ -1,0 +1,150 @@
+"""RPC (``rpc``): Experience Replay with a fixed Regular Polytope Classifier (Pernici et al.,
+"Class-Incremental Learning with Pre-Allocated Fixed Classifiers", ICPR 2020).
+
+The network's first K - 1 outputs (K = every class of the sequence, future ones included) are read
+as a point of R^{K-1}; the logits are its dot products with the K vertices of a regular simplex
+(:func:`~xder_methods.heads.regular_simplex`, the construction X-DER's ``future_heads="rpc"`` uses):
+
+    ``logits = f(x)[:, :K-1] @ V.T``,  ``V``: (K, K-1), unit rows, pairwise dot product -1/(K-1).
+
+``V`` is a fixed buffer, never a parameter: every class, seen or not, keeps the same geometry, and
+the output nodes of future classes receive negative examples from the first step. Training is
+ER's: the stream batch and ``minibatch_size`` weakly augmented buffer items are concatenated and
+take one cross-entropy over ALL K polytope logits (the pre-allocated classes included, as in the
+paper). ``predict`` returns the same polytope logits.
+
+Hyperparameters: only the buffer. The X-DER paper's App. "Hyperparameter Choice" (Split
+CIFAR-100, M = 500 and 2000) selects lr 0.1, momentum 0, weight decay 0: benchmark protocol and
+CLI presets, not this config.
+
+Deviations from the authors' code (mammoth's ``rpc``):
+
+* mammoth trains on the network's RAW K outputs and only evaluates through the polytope, so the
+  classifier it evaluates is not the one it trained; here training and evaluation share the
+  polytope output space (SPEC-XDER.md section 3);
+* mammoth fills its memory at the end of each task, class-balanced (every stored class shrunk to
+  ``M // seen classes`` items, the free slots shared among the new classes); this module follows
+  SPEC-XDER.md ("ER with the fixed polytope classifier": a reservoir buffer filled during the
+  task) by default and offers mammoth's memory as ``buffer_policy="class_balanced"``;
+* the network's K-th output takes no part in the logits; its weights receive no gradient (they
+  stay in ``optimizer_parameters``, being a row of the network's own classifier).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from xder_methods._registry import register_method
+from xder_methods.er import ER, ReplayConfig
+from xder_methods.errors import MethodConfigError
+from xder_methods.heads import regular_simplex
+from xder_methods.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
+from xder_methods.xder import class_balanced_quotas, rank_within_class
+
+__all__ = ["RPC", "RPCConfig", "polytope_logits"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RPCConfig(ReplayConfig):
+    """Attributes:
+    buffer_policy: ``reservoir`` (ER's memory, SPEC-XDER.md; default) or ``class_balanced``
+        (mammoth's: filled at each task end, every seen class holding ``M // seen`` items; no
+        replay during task 0).
+    """
+
+    buffer_policy: Literal["reservoir", "class_balanced"] = "reservoir"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.buffer_policy not in ("reservoir", "class_balanced"):
+            raise MethodConfigError(
+                f"method.buffer_policy must be reservoir or class_balanced, got {self.buffer_policy!r}"
+            )
+
+
+def polytope_logits(outputs: Tensor, vertices: Tensor) -> Tensor:
+    """Logits through a fixed polytope: ``outputs[:, :D] @ vertices.T``.
+
+    Args:
+        outputs: (B, >= D) network outputs; only the first D = ``vertices.shape[1]`` are used.
+        vertices: (K, D) fixed class vectors (a regular simplex has D = K - 1).
+
+    Returns:
+        (B, K) logits.
+    """
+    dim = vertices.shape[1]
+    return outputs[:, :dim] @ vertices.to(outputs.dtype).T
+
+
+@register_method("rpc", RPCConfig)
+class RPC(ER):
+    """ER through a fixed Regular Polytope Classifier (see the module docstring)."""
+
+    polytope: Tensor
+
+    def __init__(
+        self,
+        net: nn.Module,
+        setting: ContinualSetting,
+        transforms: Transforms,
+        config: Any,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(net, setting, transforms, config, generator)
+        # A function of K only: kept out of the state dict, never optimised.
+        self.register_buffer("polytope", regular_simplex(setting.num_classes).to(self.device), persistent=False)
+
+    def logits(self, x: Tensor) -> Tensor:
+        """(B, K) polytope logits of ``x``."""
+        return polytope_logits(self.net(x), self.polytope)
+
+    def predict(self, x: Tensor) -> Tensor:
+        return self.logits(x)
+
+    def observe(self, batch: Batch) -> StepOutput:
+        x, y = batch.x, batch.y
+        if len(self.buffer):
+            sample = self.buffer.sample(self.config.minibatch_size, self.generator)
+            x = torch.cat([x, self.transforms.train(sample.examples, self.generator)])
+            y = torch.cat([y, sample.labels])
+        per_item = F.cross_entropy(self.logits(x), y, reduction="none")
+        loss = per_item.mean()
+        stream_part = per_item[: batch.y.shape[0]].sum() / per_item.shape[0]
+        groups = {"stream": stream_part, "buffer": loss - stream_part}
+        if self.config.buffer_policy == "reservoir":
+            self.buffer.add_reservoir(batch.x_raw, batch.y, task_labels=batch.task, generator=self.generator)
+        return StepOutput(loss, {"ce": loss.detach()}, groups)
+
+    @torch.no_grad()
+    def end_task(self, task: int, data: TaskData) -> None:
+        if self.config.buffer_policy == "class_balanced":
+            self._fill_class_balanced(task, data)
+
+    def _fill_class_balanced(self, task: int, data: TaskData) -> None:
+        """mammoth's end-of-task memory: shrink every stored class to ``M // seen`` items (keeping
+        the earliest), then share the free slots among the new classes (random items of each)."""
+        buffer, capacity = self.buffer, self.buffer.capacity
+        start, end = self.setting.class_range(task)
+        kept = 0
+        if len(buffer):
+            stored = buffer.all()
+            rank = rank_within_class(stored.labels, self.setting.num_classes)
+            rows = torch.nonzero(rank < capacity // end).flatten()
+            kept = rows.shape[0]
+            item = buffer.gather(rows)
+            slots = torch.arange(kept, device=rows.device)
+            buffer.write(slots, item.examples, item.labels, task_labels=item.task_labels)
+        new_classes = end - start
+        quotas = class_balanced_quotas(capacity - kept, new_classes, self.generator, data.y.device)
+        order = torch.randperm(data.y.shape[0], generator=self.generator, device=data.y.device)
+        local = data.y[order] - start
+        picked = order[rank_within_class(local, new_classes) < quotas[local]]
+        slots = torch.arange(kept, kept + picked.shape[0], device=picked.device)
+        buffer.write(slots, data.x_raw[picked], data.y[picked], task_labels=task)
+        buffer.set_size(kept + picked.shape[0])
+        buffer.num_seen = len(buffer)

@@ -1,0 +1,96 @@
+"""xder-run bench on a tiny configuration: the JSON it promises, exact counts, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from xder_cli.bench import run_bench
+from xder_cli.main import main
+
+
+def _args(**overrides) -> SimpleNamespace:
+    base = {
+        "methods": "er,derpp,xder",
+        "benchmark": "seq-digits",
+        "backbone": "resnet18-cifar",
+        "width": 4,
+        "batch_size": 8,
+        "buffer_size": 40,
+        "task": 1,
+        "device": "cpu",
+        "steps": 2,
+        "warmup": 1,
+        "precision": "fp32",
+        "channels_last": False,
+        "compile": False,
+        "epoch": True,
+        "json": None,
+    }
+    return SimpleNamespace(**(base | overrides))
+
+
+def test_bench_reports_every_figure() -> None:
+    payload = run_bench(_args())
+    assert set(payload) == {"device", "torch", "settings", "methods", "ratios"}
+    rows = {r["method"]: r for r in payload["methods"]}
+    assert set(rows) == {"er", "derpp", "xder"}
+    b = 8
+    # ER: stream + replay in one forward; DER++: three forwards; X-DER: three forwards plus two
+    # strong views of (B stream + min(simclr_batch_size 64, M 40) buffer) items.
+    assert rows["er"]["images_per_step"] == 2 * b
+    assert rows["derpp"]["images_per_step"] == 3 * b
+    assert rows["xder"]["images_per_step"] == 3 * b + 2 * (b + 40)
+    for row in rows.values():
+        assert row["host_syncs_per_step"] == 0
+        assert row["ops_per_step"] > 0
+        assert row["seconds_per_step"] > 0
+        assert row["step_over_floor"] == pytest.approx(row["seconds_per_step"] / row["floor_seconds"])
+        assert row["epoch_steps"] == 36  # 144 items per class x 2 classes / batch 8
+        assert row["projected_protocol_seconds"] == pytest.approx(row["epoch_seconds"] * 10 * 5)
+    assert payload["ratios"]["xder/derpp"] == pytest.approx(
+        rows["xder"]["seconds_per_step"] / rows["derpp"]["seconds_per_step"]
+    )
+
+
+def test_bench_command_writes_json(tmp_path: Path, capsys) -> None:
+    target = tmp_path / "bench.json"
+    argv = ["bench", "--benchmark", "seq-digits", "--width", "4", "--batch-size", "8", "--buffer-size", "40"]
+    argv += [
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--no-epoch",
+        "--device",
+        "cpu",
+        "--methods",
+        "er",
+        "--json",
+        str(target),
+    ]
+    assert main(argv) == 0
+    assert "x floor" in capsys.readouterr().out
+    payload = json.loads(target.read_text())
+    assert payload["methods"][0]["method"] == "er"
+    assert payload["methods"][0]["epoch_seconds"] is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--methods", "er,nope"], "unknown method 'nope'"),
+        (["--benchmark", "seq-ntu60"], "bench shapes exist for"),
+        (["--task", "9"], "--task must be in"),
+    ],
+)
+def test_bench_mistakes_exit_2(argv, message, capsys) -> None:
+    benchmark = [] if "--benchmark" in argv else ["--benchmark", "seq-digits"]
+    code = main(["bench", "--device", "cpu", *benchmark, *argv])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
