@@ -5,10 +5,19 @@ dataclass whose defaults are the paper's values. The package imports only torch:
 data reach it through the protocols in :mod:`xder_methods.protocols`.
 """
 
+from xder_methods import bic as _bic  # noqa: F401  (registers bic)
 from xder_methods import der as _der  # noqa: F401  (registers der)
 from xder_methods import derpp as _derpp  # noqa: F401  (registers derpp)
+from xder_methods import derpp_ace as _derpp_ace  # noqa: F401  (registers derpp_ace)
 from xder_methods import er as _er  # noqa: F401  (registers er)
+from xder_methods import er_ace as _er_ace  # noqa: F401  (registers er_ace)
+from xder_methods import flatness as _flatness  # noqa: F401  (registers er_flat)
+from xder_methods import gdumb as _gdumb  # noqa: F401  (registers gdumb)
+from xder_methods import icarl as _icarl  # noqa: F401  (registers icarl)
 from xder_methods import joint as _joint  # noqa: F401  (registers joint)
+from xder_methods import lucir as _lucir  # noqa: F401  (registers lucir)
+from xder_methods import lwf_mc as _lwf_mc  # noqa: F401  (registers lwf_mc)
+from xder_methods import rpc as _rpc  # noqa: F401  (registers rpc)
 from xder_methods import sgd as _sgd  # noqa: F401  (registers sgd)
 from xder_methods import xder as _xder  # noqa: F401  (registers xder)
 from xder_methods._registry import (
@@ -19,17 +28,23 @@ from xder_methods._registry import (
     register_method,
 )
 from xder_methods.base import MethodBase, frozen_batchnorm_stats
+from xder_methods.bic import BiC, BiCConfig
 from xder_methods.buffer import Buffer, BufferSample, reservoir_slots
 from xder_methods.der import DER, DERConfig
 from xder_methods.derpp import DERpp, DERppConfig
+from xder_methods.derpp_ace import DERppACE, DERppACEConfig
 from xder_methods.er import ER, ReplayConfig
+from xder_methods.er_ace import ERACE, ERACEConfig
 from xder_methods.errors import (
     MethodConfigError,
     MethodError,
     NonFiniteLossError,
     UnknownMethodError,
 )
+from xder_methods.flatness import ERFlat, ERFlatConfig, local_flatness, local_linearity
+from xder_methods.gdumb import GDumb, GDumbConfig
 from xder_methods.heads import regular_simplex
+from xder_methods.icarl import ICaRL, ICaRLConfig
 from xder_methods.joint import Joint, JointConfig
 from xder_methods.loop import (
     CHECKPOINT_FORMAT,
@@ -46,6 +61,8 @@ from xder_methods.loop import (
     fit,
     learning_rate,
 )
+from xder_methods.lucir import LUCIR, CosineHead, LUCIRConfig
+from xder_methods.lwf_mc import LwFMC, LwFMCConfig
 from xder_methods.profiling import OpCounter, is_host_sync
 from xder_methods.protocols import (
     Backbone,
@@ -58,6 +75,7 @@ from xder_methods.protocols import (
     Transform,
     Transforms,
 )
+from xder_methods.rpc import RPC, RPCConfig
 from xder_methods.sgd import SGD, SGDConfig
 from xder_methods.xder import XDER, XDERConfig
 
@@ -65,29 +83,48 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "DER",
     "ER",
+    "ERACE",
+    "LUCIR",
+    "RPC",
     "SGD",
     "XDER",
     "Backbone",
     "Batch",
+    "BiC",
+    "BiCConfig",
     "Buffer",
     "BufferSample",
     "Callback",
     "ContinualMethod",
     "ContinualSetting",
+    "CosineHead",
     "DERConfig",
     "DERpp",
+    "DERppACE",
+    "DERppACEConfig",
     "DERppConfig",
+    "ERACEConfig",
+    "ERFlat",
+    "ERFlatConfig",
     "EpochRecord",
     "Evaluation",
+    "GDumb",
+    "GDumbConfig",
     "History",
+    "ICaRL",
+    "ICaRLConfig",
     "Joint",
     "JointConfig",
+    "LUCIRConfig",
     "Loop",
+    "LwFMC",
+    "LwFMCConfig",
     "MethodBase",
     "MethodConfigError",
     "MethodError",
     "NonFiniteLossError",
     "OpCounter",
+    "RPCConfig",
     "ReplayConfig",
     "SGDConfig",
     "StepOutput",
@@ -108,6 +145,8 @@ __all__ = [
     "is_host_sync",
     "learning_rate",
     "list_methods",
+    "local_flatness",
+    "local_linearity",
     "method_class",
     "method_config_class",
     "register_method",

@@ -71,7 +71,9 @@ def distillation_targets(
     Returns:
         (B, num_seen) float targets in [0, 1], without gradient.
     """
-    one_hot = F.one_hot(labels, num_seen).float()[:, num_old:]
+    # A comparison, not F.one_hot: on the CPU one_hot reads the labels' range back (a host sync).
+    classes = torch.arange(num_old, num_seen, device=labels.device)
+    one_hot = (labels[:, None] == classes[None, :]).float()
     if num_old == 0:
         return one_hot
     if teacher_logits is None:

@@ -97,7 +97,9 @@ class RPC(ER):
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
         # A function of K only: kept out of the state dict, never optimised.
-        self.register_buffer("polytope", regular_simplex(setting.num_classes).to(self.device), persistent=False)
+        self.register_buffer(
+            "polytope", regular_simplex(setting.num_classes).to(self.device), persistent=False
+        )
 
     def logits(self, x: Tensor) -> Tensor:
         """(B, K) polytope logits of ``x``."""

@@ -1,0 +1,386 @@
+"""LUCIR (``lucir``): Learning a Unified Classifier Incrementally via Rebalancing (Hou et al.,
+CVPR 2019; X-DER paper Sec. 5.2).
+
+The parts (LUCIR Sec. 3):
+
+1. Cosine normalisation: the network's classifier is replaced by a :class:`CosineHead`,
+   ``logits = sigma * cos(f(x), theta_c)`` with a learnable scale sigma; cross-entropy over the
+   seen classes on the stream and the replayed exemplars.
+2. Less-forget constraint (Eq. 6): ``1 - cos(f*(x), f(x))`` between the features of the frozen
+   previous model f* and of the current one, on every item, weighted by
+   ``lambda = lambda_base * sqrt(|C_o| / |C_n|)`` (old and new classes of the task). With the same
+   number of classes per task this is SPEC's ``lambda_base * sqrt(t)`` and mammoth's.
+3. Inter-class separation (margin ranking, Eq. 7): for each item of an old class, its
+   ground-truth cosine must exceed each of the top-``k`` cosines of the new classes by
+   ``margin``.
+4. Weight imprinting: a new class's weight starts as the normalised mean of the normalised
+   features of its examples, scaled by the mean norm of the old classes' weights.
+5. Class-balanced fine-tuning after each task: ``epochs_fitting`` epochs of the classifier alone
+   on the (class-balanced) memory, lr ``lr_fitting``.
+
+The memory is iCaRL's herding memory (:func:`xder_methods.icarl.update_herding_buffer`);
+prediction is the cosine classifier's output (the "CNN" classifier of the paper, as mammoth).
+
+Protocol values of the X-DER paper (App. "Hyperparameter Choice", Split CIFAR-100, M = 500 and
+2000): lr 0.03, momentum 0.9, weight decay 0; they belong to the training schedule (presets).
+The fine-tuning momentum (``momentum_fitting``) is that table's momentum, which mammoth reuses.
+
+Deviations from the paper and from the authors' code (mammoth, which the X-DER paper ran):
+    - replay: LUCIR and mammoth append the exemplars to the task's training set; here each step
+      concatenates ``minibatch_size`` weakly augmented exemplars (as ER does) and takes one loss
+      over the union;
+    - imprinting needs the new classes' data before training, which ``begin_task`` does not
+      receive: each new class is imprinted at the first step of its task whose stream batch
+      contains it, from the (detached, train-mode, augmented) features of that batch's items of
+      the class, just before they are classified. LUCIR and mammoth average over all the class's
+      training examples (mammoth: augmented, eval mode);
+    - the cross-entropy spans the seen classes (the paper's growing classifier); mammoth's spans
+      all pre-allocated classes, future ones included;
+    - margin ranking: the hard negatives are the top-k cosines of the current task's classes
+      (mammoth takes them over every class after the old ones, future ones included); the hinge
+      is averaged over the (old item, negative) pairs, as LUCIR's and mammoth's code do (Eq. 7-8
+      sum over the k negatives: k times larger); ``k`` is capped at the number of new classes;
+    - as in LUCIR's and mammoth's code, the old classes' weights are frozen (lr 0 there;
+      detached and left out of the optimiser here); future classes' weights are unused;
+    - class-balanced fine-tuning trains the current task's weights and sigma (mammoth's
+      trainable classifier parameters) with cross-entropy over the seen classes plus the margin
+      ranking term (the less-forget term has no gradient w.r.t. the classifier), on weakly
+      augmented memory batches of ``fitting_batch_size``, BatchNorm in train mode with frozen
+      statistics, at a constant ``lr_fitting``; mammoth steps a ``MultiStepLR([10])`` per batch,
+      which drops the lr tenfold after the first 10 batches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from xder_methods._registry import register_method
+from xder_methods.base import MethodBase, frozen_batchnorm_stats
+from xder_methods.buffer import Buffer
+from xder_methods.er import ReplayConfig
+from xder_methods.errors import MethodConfigError
+from xder_methods.icarl import class_mean_features, eval_features, update_herding_buffer
+from xder_methods.loop import batch_bounds
+from xder_methods.lwf_mc import frozen_copy
+from xder_methods.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
+
+__all__ = [
+    "LUCIR",
+    "CosineHead",
+    "LUCIRConfig",
+    "imprinted_weights",
+    "less_forget_distance",
+    "margin_ranking_loss",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LUCIRConfig(ReplayConfig):
+    """LUCIR's hyperparameters; defaults from the X-DER paper's App. "Hyperparameter Choice",
+    Split CIFAR-100 (the same at M = 500 and 2000) unless noted.
+
+    Attributes:
+        buffer_size: memory size M, 500.
+        minibatch_size: exemplars replayed per step, 32.
+        lambda_base: base weight of the less-forget constraint, 5.
+        k: hard negatives (top-k new-class cosines) of the margin ranking loss, 2.
+        margin: the margin ranking loss's margin m, 0.5.
+        lambda_mr: weight of the margin ranking loss, 1 (LUCIR's and mammoth's code; not in the
+            table).
+        epochs_fitting: epochs of class-balanced fine-tuning after each task, 20 (0: none).
+        lr_fitting: its learning rate, 0.01.
+        momentum_fitting: its SGD momentum, 0.9 (the table's LUCIR momentum, reused by mammoth).
+        fitting_batch_size: its batch size, 32 (the Split CIFAR-100 batch size mammoth reuses).
+        imprint: initialise new classes' weights by imprinting (mammoth's default).
+        forward_batch_size: batch size of no-gradient forward passes at task end (herding);
+            memory only.
+    """
+
+    lambda_base: float = 5.0
+    k: int = 2
+    margin: float = 0.5
+    lambda_mr: float = 1.0
+    epochs_fitting: int = 20
+    lr_fitting: float = 0.01
+    momentum_fitting: float = 0.9
+    fitting_batch_size: int = 32
+    imprint: bool = True
+    forward_batch_size: int = 256
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        checks = [
+            (self.lambda_base >= 0, f"method.lambda_base must be >= 0, got {self.lambda_base}"),
+            (self.k >= 1, f"method.k must be >= 1, got {self.k}"),
+            (self.margin >= 0, f"method.margin must be >= 0, got {self.margin}"),
+            (self.lambda_mr >= 0, f"method.lambda_mr must be >= 0, got {self.lambda_mr}"),
+            (self.epochs_fitting >= 0, f"method.epochs_fitting must be >= 0, got {self.epochs_fitting}"),
+            (self.lr_fitting > 0, f"method.lr_fitting must be > 0, got {self.lr_fitting}"),
+            (
+                self.momentum_fitting >= 0,
+                f"method.momentum_fitting must be >= 0, got {self.momentum_fitting}",
+            ),
+            (self.fitting_batch_size >= 2, "method.fitting_batch_size must be >= 2"),
+            (self.forward_batch_size >= 1, "method.forward_batch_size must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise MethodConfigError(message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure functions
+
+
+def less_forget_distance(features: Tensor, teacher_features: Tensor) -> Tensor:
+    """LUCIR's less-forget constraint per item (Eq. 6): ``1 - cos(f*(x), f(x))``, ``(B, D) -> (B,)``.
+
+    The teacher's features are constants."""
+    return 1.0 - F.cosine_similarity(features.float(), teacher_features.detach().float(), dim=1)
+
+
+def margin_ranking_loss(cosines: Tensor, labels: Tensor, *, num_old: int, k: int, margin: float) -> Tensor:
+    """LUCIR's inter-class separation (Eq. 7), averaged over (old item, hard negative) pairs.
+
+    For each item of an old class (``label < num_old``), with ``g`` its ground-truth cosine and
+    ``n_1 >= ... >= n_k`` the k largest cosines among the new classes ``[num_old, C)``:
+    ``sum_j max(0, margin - g + n_j)``; the result is the sum over old items divided by
+    ``k * (number of old items)`` (0 when the batch has none). No host synchronisation.
+
+    Args:
+        cosines: (B, C) unscaled cosine scores over the seen classes (old then new).
+        labels: (B,) global labels.
+        num_old: number of old classes.
+        k: hard negatives per item (capped at the number of new classes).
+        margin: m.
+    """
+    k = min(k, cosines.shape[1] - num_old)
+    if num_old == 0 or k <= 0:
+        return cosines.sum() * 0.0
+    is_old = (labels < num_old).to(cosines.dtype)
+    ground_truth = cosines.gather(1, labels.view(-1, 1))  # (B, 1)
+    hard = cosines[:, num_old:].topk(k, dim=1).values  # (B, k)
+    hinge = F.relu(margin - ground_truth + hard).sum(dim=1)
+    return (hinge * is_old).sum() / (is_old.sum() * k).clamp(min=1)
+
+
+def imprinted_weights(
+    features: Tensor, labels: Tensor, start: int, end: int, old_weights: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Weight imprinting (LUCIR Sec. 3.2, after Qi et al. 2018) for the classes ``[start, end)``.
+
+    Each class's weight is the normalised mean of the normalised features of its rows, times the
+    mean L2 norm of the rows of ``old_weights``.
+
+    Args:
+        features: (N, D) features of examples of the new classes.
+        labels: (N,) their labels, in ``[start, end)``.
+        old_weights: (n_old, D) the old classes' weights (their mean norm is the scale).
+
+    Returns:
+        ``(weights, present)``: (end - start, D) imprinted weights and (end - start,) bool, True
+        for the classes with at least one row (other rows are zero).
+    """
+    means, present = class_mean_features(features, labels - start, end - start)
+    scale = old_weights.float().norm(dim=1).mean()
+    return means * scale, present
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class CosineHead(nn.Module):
+    """Cosine classifier with a learnable scale (LUCIR Sec. 3.1): ``sigma * cos(f, theta_c)``.
+
+    One weight block per task (``weights[t]: (c_t, D)``) so that the optimiser can hold the
+    current task's block only; sigma starts at 1 and the weights uniform in ``+-1/sqrt(D)`` (as
+    in LUCIR's and mammoth's code).
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        classes_per_task: tuple[int, ...],
+        generator: torch.Generator | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        bound = 1.0 / math.sqrt(num_features)
+        draw_device = generator.device if generator is not None else None
+        self.weights = nn.ParameterList(
+            nn.Parameter(
+                torch.empty(c, num_features, device=draw_device)
+                .uniform_(-bound, bound, generator=generator)
+                .to(device)
+            )
+            for c in classes_per_task
+        )
+        self.sigma = nn.Parameter(torch.ones(1, device=device))
+
+    def weight(self, trainable_task: int | None = None) -> Tensor:
+        """(C, D) all class weights; with ``trainable_task`` only that task's block keeps its
+        gradient (the others are detached)."""
+        blocks = [
+            w if trainable_task is None or k == trainable_task else w.detach()
+            for k, w in enumerate(self.weights)
+        ]
+        return torch.cat(blocks)
+
+    def cosines(self, features: Tensor, trainable_task: int | None = None) -> Tensor:
+        """(B, C) unscaled cosines between the features and every class weight."""
+        return F.linear(F.normalize(features.float(), dim=1), F.normalize(self.weight(trainable_task), dim=1))
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.sigma * self.cosines(features)
+
+
+def _head_parameter_ids(net: nn.Module) -> set[int]:
+    """Ids of the parameters ``net.forward_head`` uses (found by one backward pass in eval mode)."""
+    params = [p for p in net.parameters() if p.requires_grad]
+    was_training = net.training
+    net.train(False)
+    try:
+        with torch.enable_grad():
+            probe = torch.zeros(2, int(net.num_features), device=params[0].device, requires_grad=True)
+            grads = torch.autograd.grad(net.forward_head(probe).sum(), params, allow_unused=True)
+    finally:
+        net.train(was_training)
+    return {id(p) for p, g in zip(params, grads, strict=True) if g is not None}
+
+
+@register_method("lucir", LUCIRConfig)
+class LUCIR(MethodBase):
+    """LUCIR: cosine classifier, less-forget feature distillation, margin ranking, imprinting,
+    class-balanced fine-tuning and a herding memory (see the module docstring)."""
+
+    def __init__(
+        self,
+        net: nn.Module,
+        setting: ContinualSetting,
+        transforms: Transforms,
+        config: Any,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(net, setting, transforms, config, generator)
+        num_features = int(net.num_features)
+        self.head = CosineHead(num_features, setting.classes_per_task, generator, self.device)
+        self.teacher = frozen_copy(net)
+        self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=self.device)
+        self.register_buffer(
+            "imprinted", torch.zeros(setting.num_classes, dtype=torch.bool, device=self.device)
+        )
+        self._net_head_ids = _head_parameter_ids(net)
+
+    def train(self, mode: bool = True) -> LUCIR:
+        super().train(mode)
+        self.teacher.train(False)
+        return self
+
+    def less_forget_weight(self, task: int) -> float:
+        """``lambda_base * sqrt(|C_o| / |C_n|)`` for ``task`` (0 at task 0)."""
+        num_old, num_seen = self.setting.class_range(task)
+        return self.config.lambda_base * math.sqrt(num_old / (num_seen - num_old))
+
+    def optimizer_parameters(self) -> Iterator[nn.Parameter]:
+        """The backbone (not the network's own classifier), the current task's class weights and
+        sigma."""
+        yield from (p for p in self.net.parameters() if id(p) not in self._net_head_ids)
+        yield self.head.weights[self.current_task]
+        yield self.head.sigma
+
+    def begin_task(self, task: int) -> None:
+        super().begin_task(task)
+        if task >= 1:
+            self.teacher.load_state_dict(self.net.state_dict())
+
+    @torch.no_grad()
+    def _imprint(self, features: Tensor, labels: Tensor, task: int) -> None:
+        """Imprint the task's classes present in the batch that are not imprinted yet."""
+        start, end = self.setting.class_range(task)
+        old = self.head.weight()[:start]
+        weights, present = imprinted_weights(features, labels, start, end, old)
+        fresh = present & ~self.imprinted[start:end]
+        block = self.head.weights[task]
+        block.copy_(torch.where(fresh[:, None], weights.to(block.dtype), block))
+        self.imprinted[start:end] |= fresh
+
+    def observe(self, batch: Batch) -> StepOutput:
+        cfg, t = self.config, batch.task
+        num_old, num_seen = self.setting.class_range(t)
+        x, y = batch.x, batch.y
+        if len(self.buffer):
+            sample = self.buffer.sample(cfg.minibatch_size, self.generator)
+            x = torch.cat([x, self.transforms.train(sample.examples, self.generator)])
+            y = torch.cat([y, sample.labels])
+        n_stream, n = batch.y.shape[0], y.shape[0]
+        features = self.net.forward_features(x).flatten(1)
+        if t >= 1 and cfg.imprint:
+            self._imprint(features[:n_stream].detach(), batch.y, t)
+        cosines = self.head.cosines(features, trainable_task=t)[:, :num_seen]
+        ce = F.cross_entropy(self.head.sigma * cosines, y, reduction="none")
+        loss = ce.mean()
+        stream = ce[:n_stream].sum() / n
+        terms = {"ce": loss.detach()}
+        if t >= 1:
+            with torch.no_grad():
+                teacher_features = self.teacher.forward_features(x).flatten(1)
+            less_forget = self.less_forget_weight(t) * less_forget_distance(features, teacher_features)
+            ranking = cfg.lambda_mr * margin_ranking_loss(
+                cosines, y, num_old=num_old, k=cfg.k, margin=cfg.margin
+            )
+            loss = loss + less_forget.mean() + ranking
+            stream = stream + less_forget[:n_stream].sum() / n
+            terms |= {"less_forget": less_forget.mean().detach(), "margin_ranking": ranking.detach()}
+        groups = {"stream": stream, "buffer": loss - stream} if n > n_stream else {}
+        return StepOutput(loss, terms, groups)
+
+    def end_task(self, task: int, data: TaskData) -> None:
+        cfg = self.config
+        per_class = cfg.buffer_size // self.seen_classes(task)
+        features = eval_features(self.net, data.x_raw, self.transforms.test, cfg.forward_batch_size)
+        update_herding_buffer(self.buffer, data, features, per_class)
+        if cfg.epochs_fitting and len(self.buffer) >= 2:
+            self.fit_classifier(task)
+
+    def fit_classifier(self, task: int) -> None:
+        """Class-balanced fine-tuning of the current task's weights and sigma on the memory."""
+        cfg = self.config
+        num_old, num_seen = self.setting.class_range(task)
+        optimizer = torch.optim.SGD(
+            [self.head.weights[task], self.head.sigma], lr=cfg.lr_fitting, momentum=cfg.momentum_fitting
+        )
+        items = self.buffer.all()
+        bounds = batch_bounds(len(self.buffer), cfg.fitting_batch_size, drop_last=False)
+        was_training = self.training
+        self.train(True)
+        with frozen_batchnorm_stats(self.net):
+            for _ in range(cfg.epochs_fitting):
+                order = torch.randperm(len(self.buffer), generator=self.generator, device=self.device)
+                for start, end in bounds:
+                    rows = order[start:end]
+                    with torch.no_grad():
+                        x = self.transforms.train(items.examples[rows], self.generator)
+                        features = self.net.forward_features(x).flatten(1)
+                    labels = items.labels[rows]
+                    cosines = self.head.cosines(features, trainable_task=task)[:, :num_seen]
+                    loss = F.cross_entropy(self.head.sigma * cosines, labels)
+                    loss = loss + cfg.lambda_mr * margin_ranking_loss(
+                        cosines, labels, num_old=num_old, k=cfg.k, margin=cfg.margin
+                    )
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+        for parameter in (self.head.weights[task], self.head.sigma):
+            parameter.grad = None
+        self.train(was_training)
+
+    def predict(self, x: Tensor) -> Tensor:
+        """(B, num_classes) scaled cosine scores."""
+        return self.head(self.net.forward_features(x).flatten(1))
