@@ -1,59 +1,156 @@
-"""Every shipped preset resolves into a valid configuration of the method it names."""
+"""Every shipped preset resolves into a valid configuration of the method it names, and the paper
+preset holds the appendix's values."""
 
 from __future__ import annotations
-
-import tomllib
-from importlib import resources
 
 import pytest
 
 from xder_cli.errors import UsageError
-from xder_cli.presets import default_preset, list_presets, preset_values
+from xder_cli.presets import (
+    PresetEntry,
+    default_preset,
+    list_presets,
+    preset_entries,
+    preset_entry,
+    preset_values,
+)
 from xder_cli.train import build_plan, resolve_config
+from xder_data import benchmark_defaults
 
 
-def _entries() -> list[tuple[str, str, str]]:
-    found = []
-    for name in list_presets():
-        if name == "none":
-            continue
-        data = tomllib.loads((resources.files("xder_cli") / "presets" / f"{name}.toml").read_text())
-        found += [(name, benchmark, method) for benchmark, methods in data.items() for method in methods]
-    return found
+def _all_entries() -> list[PresetEntry]:
+    return [e for name in list_presets() if name != "none" for e in preset_entries(name)]
+
+
+def _config(entry: PresetEntry, preset: str, sets: list[tuple[str, str, object]] = ()) -> dict:
+    values = {} if entry.buffer_size is None else {"buffer_size": entry.buffer_size}
+    return resolve_config(
+        method=entry.method,
+        benchmark=entry.benchmark,
+        preset=preset,
+        run={},
+        train={},
+        method_values=values,
+        sets=list(sets),
+    )
 
 
 def test_presets_are_shipped() -> None:
-    assert "none" in list_presets()
-    assert _entries(), "no preset file found in xder_cli/presets"
+    assert {"none", "paper", "tuned"} <= set(list_presets())
+    assert _all_entries()
 
 
-@pytest.mark.parametrize(("preset", "benchmark", "method"), _entries())
-def test_every_preset_entry_builds(preset: str, benchmark: str, method: str) -> None:
+@pytest.mark.parametrize(
+    "entry", _all_entries(), ids=lambda e: f"{e.preset}:{e.benchmark}:{e.buffer_size}:{e.name}"
+)
+def test_every_preset_entry_builds_its_chosen_values(entry: PresetEntry) -> None:
+    preset = entry.preset if entry.name == entry.method else f"{entry.preset}:{entry.name}"
+    plan = build_plan(_config(entry, preset))
+    for dotted, value in entry.chosen.items():
+        section, key = dotted.split(".", 1)
+        assert plan.config[section][key] == value, dotted
+    assert plan.settings.preset == preset
+
+
+@pytest.mark.parametrize(
+    "entry", _all_entries(), ids=lambda e: f"{e.preset}:{e.benchmark}:{e.buffer_size}:{e.name}"
+)
+def test_every_grid_point_of_every_entry_is_a_valid_setting(entry: PresetEntry) -> None:
+    """Each searched value, set alone over the chosen ones, builds (types and ranges)."""
+    preset = entry.preset if entry.name == entry.method else f"{entry.preset}:{entry.name}"
+    assert set(entry.chosen) >= set(entry.grid), "every searched key has a chosen value"
+    for dotted, values in entry.grid.items():
+        assert entry.chosen[dotted] in values, f"{dotted}: the chosen value is one of the grid's"
+        section, key = dotted.split(".", 1)
+        for value in values:
+            build_plan(_config(entry, preset, [(section, key, value)]))
+
+
+@pytest.mark.parametrize("preset", ["paper", "tuned"])
+def test_protocol_tables_equal_the_benchmark_defaults(preset: str) -> None:
+    seen = {e.benchmark: e.protocol for e in preset_entries(preset)}
+    assert seen
+    for benchmark, protocol in seen.items():
+        defaults = benchmark_defaults(benchmark)
+        assert protocol, f"{benchmark} has no protocol table"
+        for dotted, value in protocol.items():
+            key = dotted.split(".", 1)[1]
+            expected = getattr(defaults, key)
+            assert (list(expected) if isinstance(expected, tuple) else expected) == value, (benchmark, key)
+
+
+def test_paper_values_spot_checked_against_the_appendix() -> None:
+    """A few cells read off App. "Hyperparameter Choice" by hand."""
+    xder = preset_entry("paper", "seq-cifar100", 500, "xder")
+    assert xder.chosen["method.margin"] == 0.7
+    assert xder.chosen["method.alpha"] == 0.3
+    assert xder.grid["train.lr"] == [5e-3, 0.03, 0.1, 0.3]
+    assert preset_entry("paper", "seq-cifar100", 2000, "xder").chosen["method.eta"] == 0.01
+    assert preset_entry("paper", "seq-miniimg", 5000, "lucir").chosen["method.lr_fitting"] == 0.03
+    assert preset_entry("paper", "seq-ntu60", 500, "bic").chosen["method.epochs_bic"] == 150
+    gdumb = preset_entry("paper", "seq-ntu60", 500, "gdumb")
+    assert gdumb.chosen["method.epochs_fitting"] == 256
+    assert gdumb.chosen["method.cutmix_probability"] == 0
+    assert preset_entry("paper", "seq-miniimg", None, "lwf_mc").chosen["train.lr"] == 0.3
+    rpc = preset_entry("paper", "seq-cifar100", 2000, "xder-rpc")
+    assert rpc.method == "xder"
+    assert rpc.chosen["method.future_heads"] == "rpc"
+    entries = preset_entries("paper")
+    assert len({(e.benchmark, e.buffer_size) for e in entries if e.buffer_size}) == 5
+    assert len([e for e in entries if e.buffer_size]) == 5 * 14  # ER ... DER++, X-DER and its 4 variants
+
+
+def test_paper_preset_is_applied_by_default_where_it_has_an_entry() -> None:
+    assert default_preset("seq-cifar100", "xder", 500) == "paper"
+    assert default_preset("seq-cifar100", "xder", 1000) == "none"  # no such table in the paper
+    assert default_preset("seq-ntu60", "sgd", None) == "paper"
+    assert default_preset("seq-cub200", "xder", 500) == "none"
+    plan = build_plan(
+        resolve_config(
+            method="er", benchmark="seq-cifar100", preset=None, run={}, train={}, method_values={}, sets=[]
+        )
+    )
+    assert plan.settings.preset == "paper"
+    assert plan.schedule.lr == 0.1
+
+
+def test_set_overrides_the_preset_and_buffer_size_picks_the_entry() -> None:
     config = resolve_config(
-        method=method, benchmark=benchmark, preset=preset, run={}, train={}, method_values={}, sets=[]
+        method="xder",
+        benchmark="seq-cifar100",
+        preset="paper",
+        run={},
+        train={},
+        method_values={},
+        sets=[("method", "buffer_size", 2000), ("method", "alpha", 0.9)],
     )
     plan = build_plan(config)
-    for section, values in preset_values(preset, benchmark, method).items():
-        for key, value in values.items():
-            assert plan.config[section][key] == value
+    assert plan.method_config.alpha == 0.9
+    assert plan.method_config.beta == 0.9  # M2000's choice, not M500's 0.8
 
 
-def test_tuned_is_the_default_on_seq_digits_and_none_keeps_the_paper_values() -> None:
-    assert default_preset("seq-digits", "xder") == "tuned"
-    assert default_preset("seq-digits", "derpp") == "tuned"
-    assert default_preset("seq-digits", "er") == "none"
-    paper = build_plan(
+def test_tuned_is_the_default_on_seq_digits_and_none_keeps_the_method_defaults() -> None:
+    assert default_preset("seq-digits", "xder", 200) == "tuned"
+    assert default_preset("seq-digits", "derpp", 200) == "tuned"
+    assert default_preset("seq-digits", "er", 200) == "none"
+    plain = build_plan(
         resolve_config(
             method="xder", benchmark="seq-digits", preset="none", run={}, train={}, method_values={}, sets=[]
         )
     )
-    assert (paper.method_config.alpha, paper.method_config.beta, paper.method_config.margin) == (
+    assert (plain.method_config.alpha, plain.method_config.beta, plain.method_config.margin) == (
         0.3,
         0.8,
         0.7,
     )
 
 
-def test_a_preset_without_the_method_is_an_error() -> None:
-    with pytest.raises(UsageError, match="no values for method 'er'"):
-        preset_values("tuned", "seq-digits", "er")
+def test_missing_entries_are_one_line_errors() -> None:
+    with pytest.raises(UsageError, match="no entry 'er'"):
+        preset_values("tuned", "seq-digits", "er", 200)
+    with pytest.raises(UsageError, match="buffer sizes 500, 2000"):
+        preset_values("paper", "seq-cifar100", "xder", 1000)
+    with pytest.raises(UsageError, match="is for method 'xder', not 'er'"):
+        preset_values("paper:xder-rpc", "seq-cifar100", "er", 500)
+    with pytest.raises(UsageError, match="unknown preset"):
+        preset_values("nope", "seq-cifar100", "er", 500)

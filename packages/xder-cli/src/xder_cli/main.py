@@ -129,9 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--preset",
-        metavar="NAME",
-        help="hyperparameter preset; none = benchmark protocol + the method's own defaults "
-        "(default: the preset shipped for this benchmark and method, else none)",
+        metavar="NAME[:ENTRY]",
+        help="hyperparameter preset: paper (the X-DER paper's chosen values per benchmark and buffer "
+        "size), tuned (ours, seq-digits) or none (benchmark protocol + the method's own defaults); "
+        "NAME:ENTRY picks a variant's entry, e.g. paper:xder-rpc (default: tuned, else paper, where "
+        "it has an entry for this benchmark, buffer size and method, else none)",
     )
     train.add_argument(
         "--resume", metavar="RUN_DIR", help="continue an interrupted run from its last checkpoint"

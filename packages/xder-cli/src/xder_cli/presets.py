@@ -1,29 +1,98 @@
 """Presets: hyperparameter values shipped as data (TOML files in ``xder_cli/presets/``).
 
-A preset file ``<name>.toml`` holds one table per benchmark and method, with the sections of a
-run's configuration::
+A preset file ``<name>.toml`` holds, per benchmark, a ``protocol`` table (the benchmark's fixed
+settings) and one entry per method, under ``m<buffer size>`` for methods with a buffer::
 
-    [seq-digits.xder.method]
-    alpha = 0.3
-    [seq-digits.xder.train]
-    lr = 0.03
+    [seq-cifar100.protocol]
+    "train.epochs" = 50
 
-``none`` is built in: the benchmark's protocol plus the method's own dataclass defaults. The
-default preset of a (benchmark, method) is the first of :data:`DEFAULT_ORDER` that has an entry
-for it, else ``none``.
+    [seq-cifar100.sgd]                       # no buffer
+    chosen = { "train.lr" = 0.03 }
+    grid = { "train.lr" = [0.03, 0.1] }
+
+    [seq-cifar100.m500.xder-rpc]             # an X-DER variant: an entry with its own name
+    method = "xder"
+    chosen = { "method.future_heads" = "rpc", "method.alpha" = 0.1 }
+    grid = { "method.alpha" = [0.1, 0.3, 0.7] }
+
+Keys are a run configuration's ``section.key``. ``chosen`` is what ``--preset NAME`` applies (with
+the protocol); ``grid`` is what was searched, for ``xder-run sweep --grid NAME:BENCH:BUFFER:ENTRY``.
+An entry is named after its method unless ``method`` says otherwise; ``--preset NAME:ENTRY`` picks
+such an entry. ``none`` is built in: the benchmark's protocol plus the method's own defaults. The
+default preset of a run is the first of :data:`DEFAULT_ORDER` with an entry for its benchmark,
+buffer size and method, else ``none``.
 """
 
 from __future__ import annotations
 
+import functools
 import tomllib
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from xder_cli.errors import UsageError
 
-__all__ = ["DEFAULT_ORDER", "default_preset", "list_presets", "preset_values"]
+__all__ = [
+    "DEFAULT_ORDER",
+    "PresetEntry",
+    "default_preset",
+    "list_presets",
+    "preset_entries",
+    "preset_entry",
+    "preset_values",
+    "split_dotted",
+    "split_preset",
+]
 
 DEFAULT_ORDER = ("tuned", "paper")
+
+
+@dataclass(frozen=True)
+class PresetEntry:
+    """One (benchmark, buffer size, entry) of a preset.
+
+    Attributes:
+        preset: the preset's name.
+        benchmark: the benchmark.
+        buffer_size: the buffer size the entry is for (None: a method without a buffer).
+        name: the entry's name (the method's, or a variant's such as ``xder-rpc``).
+        method: the registered method it runs.
+        chosen: ``"section.key" -> value`` selected by the preset's authors.
+        grid: ``"section.key" -> [values]`` they searched.
+        protocol: ``"section.key" -> value``, the benchmark's fixed settings.
+    """
+
+    preset: str
+    benchmark: str
+    buffer_size: int | None
+    name: str
+    method: str
+    chosen: dict[str, Any] = field(default_factory=dict)
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    protocol: dict[str, Any] = field(default_factory=dict)
+
+    def sections(self) -> dict[str, dict[str, Any]]:
+        """The protocol then the chosen values, as ``{section: {key: value}}``."""
+        out: dict[str, dict[str, Any]] = {}
+        for dotted, value in {**self.protocol, **self.chosen}.items():
+            section, key = split_dotted(dotted)
+            out.setdefault(section, {})[key] = value
+        return out
+
+
+def split_dotted(dotted: str) -> tuple[str, str]:
+    """``"method.alpha"`` -> ``("method", "alpha")``."""
+    section, _, key = dotted.partition(".")
+    if not section or not key:
+        raise UsageError(f"{dotted!r} is not a setting: write section.key, e.g. method.alpha")
+    return section, key
+
+
+def split_preset(text: str) -> tuple[str, str | None]:
+    """``"paper:xder-rpc"`` -> ``("paper", "xder-rpc")``; ``"paper"`` -> ``("paper", None)``."""
+    name, _, entry = text.partition(":")
+    return name, entry or None
 
 
 def list_presets() -> list[str]:
@@ -37,35 +106,107 @@ def list_presets() -> list[str]:
     return ["none", *sorted(names)]
 
 
+@functools.cache
 def _load(name: str) -> dict[str, Any]:
-    if name not in list_presets():
+    if name not in list_presets() or name == "none":
         raise UsageError(f"unknown preset {name!r}: choose one of {', '.join(list_presets())}")
     text = (resources.files("xder_cli") / "presets" / f"{name}.toml").read_text()
     return tomllib.loads(text)
 
 
-def preset_values(name: str, benchmark: str, method: str) -> dict[str, dict[str, Any]]:
-    """The sections preset ``name`` sets for (benchmark, method); ``{}`` for ``none``.
+def _entry(
+    preset: str, benchmark: str, buffer_size: int | None, name: str, raw: dict[str, Any]
+) -> PresetEntry:
+    return PresetEntry(
+        preset=preset,
+        benchmark=benchmark,
+        buffer_size=buffer_size,
+        name=name,
+        method=raw.get("method", name),
+        chosen=dict(raw.get("chosen", {})),
+        grid={k: list(v) for k, v in raw.get("grid", {}).items()},
+        protocol=dict(_load(preset).get(benchmark, {}).get("protocol", {})),
+    )
+
+
+def preset_entries(preset: str) -> list[PresetEntry]:
+    """Every entry of preset ``preset`` (for listings and tests)."""
+    out = []
+    for benchmark, tables in _load(preset).items():
+        for key, raw in tables.items():
+            if key == "protocol":
+                continue
+            if key.startswith("m") and key[1:].isdigit():
+                out += [_entry(preset, benchmark, int(key[1:]), name, e) for name, e in raw.items()]
+            else:
+                out.append(_entry(preset, benchmark, None, key, raw))
+    return out
+
+
+def preset_entry(
+    preset: str, benchmark: str, buffer_size: int | None, entry: str, *, method: str | None = None
+) -> PresetEntry:
+    """The entry ``entry`` of ``preset`` for ``benchmark`` at ``buffer_size`` (an entry without a
+    buffer level serves every buffer size).
+
+    Args:
+        method: when given, the entry must run this method.
 
     Raises:
-        UsageError: unknown preset, or a preset without values for this benchmark and method.
+        UsageError: unknown preset, no such entry (the message lists the buffer sizes and entries
+            the preset has), or an entry of another method.
     """
+    tables = _load(preset).get(benchmark, {})
+    raw = tables.get(f"m{buffer_size}", {}).get(entry) if buffer_size is not None else None
+    level: int | None = buffer_size
+    if raw is None and isinstance(tables.get(entry), dict) and entry != "protocol":
+        raw, level = tables[entry], None
+    if raw is None:
+        sizes = sorted(int(k[1:]) for k in tables if k.startswith("m") and k[1:].isdigit())
+        where = f"buffer {buffer_size}" if buffer_size is not None else "no buffer"
+        hint = (
+            f"it has buffer sizes {', '.join(map(str, sizes))}"
+            if sizes
+            else f"it has no values for {benchmark!r}"
+        )
+        raise UsageError(
+            f"preset {preset!r} has no entry {entry!r} for {benchmark!r} with {where} ({hint}): "
+            "use --preset none (protocol + the method's defaults) or another --buffer-size"
+        )
+    found = _entry(preset, benchmark, level, entry, raw)
+    if method is not None and found.method != method:
+        raise UsageError(
+            f"preset entry {preset}:{entry} is for method {found.method!r}, not {method!r}: "
+            f"pass --method {found.method}"
+        )
+    return found
+
+
+def preset_values(
+    preset: str, benchmark: str, method: str, buffer_size: int | None = None
+) -> dict[str, dict[str, Any]]:
+    """The sections preset ``preset`` (``NAME`` or ``NAME:ENTRY``) sets for a run; ``{}`` for
+    ``none``.
+
+    Raises:
+        UsageError: unknown preset, or no entry for this benchmark, buffer size and method.
+    """
+    name, entry = split_preset(preset)
     if name == "none":
         return {}
-    entry = _load(name).get(benchmark, {}).get(method)
-    if entry is None:
-        raise UsageError(
-            f"preset {name!r} has no values for method {method!r} on {benchmark!r}: "
-            "use --preset none (protocol + the method's defaults)"
-        )
-    return entry
+    return preset_entry(name, benchmark, buffer_size, entry or method, method=method).sections()
 
 
-def default_preset(benchmark: str, method: str) -> str:
+def default_preset(benchmark: str, method: str, buffer_size: int | None = None) -> str:
     """The preset used when none is named: the first of ``tuned``, ``paper`` with an entry for
-    (benchmark, method), else ``none``."""
+    (benchmark, buffer size, method), else ``none``."""
     available = list_presets()
     for name in DEFAULT_ORDER:
-        if name in available and method in _load(name).get(benchmark, {}):
-            return name
+        if name not in available:
+            continue
+        try:
+            preset_entry(name, benchmark, buffer_size, method, method=method)
+        except UsageError:
+            continue
+        return name
     return "none"

@@ -79,6 +79,23 @@ class RunPlan:
         return int(getattr(self.method_config, "buffer_size", 0))
 
 
+def run_buffer_size(
+    protocol_size: int,
+    fields: set[str],
+    method_values: dict[str, Any],
+    sets: list[tuple[str, str, Any]],
+) -> int | None:
+    """The buffer size a run will use (None for a method without a buffer): the protocol's, then
+    ``--buffer-size``, then ``--set method.buffer_size``; it picks the preset's entry."""
+    if "buffer_size" not in fields:
+        return None
+    size: Any = method_values.get("buffer_size", protocol_size)
+    for section, key, value in sets:
+        if (section, key) == ("method", "buffer_size"):
+            size = value
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
 def resolve_config(
     *,
     method: str,
@@ -97,8 +114,9 @@ def resolve_config(
     """
     config_cls = method_config_class(method)
     protocol = benchmark_defaults(benchmark)
-    preset = preset or default_preset(benchmark, method)
     fields = {f.name for f in dataclasses.fields(config_cls)}
+    buffer_size = run_buffer_size(protocol.buffer_size, fields, method_values, sets)
+    preset = preset or default_preset(benchmark, method, buffer_size)
     config: dict[str, dict[str, Any]] = {
         "run": {"method": method, "benchmark": benchmark, "preset": preset},
         "train": {k: getattr(protocol, k) for k in PROTOCOL_TRAIN_KEYS},
@@ -108,8 +126,9 @@ def resolve_config(
     chosen_backbone: dict[str, Any] = {}
     layers: list[tuple[str, str, Any]] = [
         (section, key, value)
-        for section, values in preset_values(preset, benchmark, method).items()
+        for section, values in preset_values(preset, benchmark, method, buffer_size).items()
         for key, value in values.items()
+        if section != "method" or key in fields  # the protocol's replay batch: replay methods only
     ]
     layers += [("run", k, v) for k, v in run.items()]
     layers += [("train", k, v) for k, v in train.items()]

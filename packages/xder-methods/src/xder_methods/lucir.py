@@ -95,7 +95,7 @@ class LUCIRConfig(ReplayConfig):
         lambda_mr: weight of the margin ranking loss, 1 (LUCIR's and mammoth's code; not in the
             table).
         epochs_fitting: epochs of class-balanced fine-tuning after each task, 20 (0: none).
-        lr_fitting: its learning rate, 0.01.
+        lr_fitting: its learning rate, 0.01 (0, in the paper's miniImageNet grid: no fine-tuning).
         momentum_fitting: its SGD momentum, 0.9 (the table's LUCIR momentum, reused by mammoth).
         fitting_batch_size: its batch size, 32 (the Split CIFAR-100 batch size mammoth reuses).
         imprint: initialise new classes' weights by imprinting (mammoth's default).
@@ -122,7 +122,7 @@ class LUCIRConfig(ReplayConfig):
             (self.margin >= 0, f"method.margin must be >= 0, got {self.margin}"),
             (self.lambda_mr >= 0, f"method.lambda_mr must be >= 0, got {self.lambda_mr}"),
             (self.epochs_fitting >= 0, f"method.epochs_fitting must be >= 0, got {self.epochs_fitting}"),
-            (self.lr_fitting > 0, f"method.lr_fitting must be > 0, got {self.lr_fitting}"),
+            (self.lr_fitting >= 0, f"method.lr_fitting must be >= 0, got {self.lr_fitting}"),
             (
                 self.momentum_fitting >= 0,
                 f"method.momentum_fitting must be >= 0, got {self.momentum_fitting}",
@@ -346,7 +346,7 @@ class LUCIR(MethodBase):
         per_class = cfg.buffer_size // self.seen_classes(task)
         features = eval_features(self.net, data.x_raw, self.transforms.test, cfg.forward_batch_size)
         update_herding_buffer(self.buffer, data, features, per_class)
-        if cfg.epochs_fitting and len(self.buffer) >= 2:
+        if cfg.epochs_fitting and cfg.lr_fitting > 0 and len(self.buffer) >= 2:
             self.fit_classifier(task)
 
     def fit_classifier(self, task: int) -> None:
