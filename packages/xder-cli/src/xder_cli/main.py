@@ -143,7 +143,44 @@ def build_parser() -> argparse.ArgumentParser:
     _add_analyze_parser(commands)
     _add_report_parser(commands)
     _add_bench_parser(commands)
+    _add_sweep_parser(commands)
     return parser
+
+
+def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
+    sweep = commands.add_parser(
+        "sweep",
+        help="a hyperparameter grid x seeds on Ray (local or a cluster), selected on validation",
+        description="Train every (grid point, seed) of GRID.toml (or of a preset's grid, --grid) as an "
+        "ordinary run directory under OUT/trials/, as Ray tasks: on a local Ray instance started for the "
+        "sweep, or on a running cluster (--address). Selection: the highest mean validation FAA over "
+        "seeds (the test FAA is reported, never used). OUT receives sweep.json and sweep.md. A failed "
+        "trial is recorded and the sweep goes on; rerunning skips finished trials and resumes "
+        "interrupted ones from their checkpoints. GRID.toml: method, benchmark, [buffer_size], [seeds], "
+        '[validation], [preset], [set] "section.key" = value, [grid] "section.key" = [values].',
+    )
+    sweep.add_argument("grid_file", nargs="?", metavar="GRID.toml", help="the grid to search")
+    sweep.add_argument("--out", required=True, metavar="DIR", help="the sweep's folder (trials, summary)")
+    sweep.add_argument(
+        "--grid",
+        metavar="PRESET:BENCH:BUFFER:METHOD",
+        help="search a preset's grid instead of a file, e.g. paper:seq-cifar100:500:derpp "
+        "(BUFFER - for methods without a buffer; METHOD may be a variant entry such as xder-rpc)",
+    )
+    sweep.add_argument("--seeds", metavar="S,S", help="seeds (default: the file's, else 0)")
+    sweep.add_argument(
+        "--max-concurrent", type=int, metavar="N", help="trials running at once (default: as Ray schedules)"
+    )
+    sweep.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="a running Ray cluster, e.g. ray://head:10001 (default: start a local Ray instance); OUT must "
+        "then be on a filesystem every node sees",
+    )
+    sweep.add_argument(
+        "--gpus-per-trial", type=float, default=0.0, metavar="G", help="GPUs Ray reserves per trial (0)"
+    )
+    sweep.set_defaults(handler="sweep")
 
 
 def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
@@ -338,6 +375,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from xder_cli.analyze import command_analyze
 
             return command_analyze(args)
+        if args.handler == "sweep":
+            from xder_cli.sweep import command_sweep
+
+            return command_sweep(args)
         raise AssertionError(f"unhandled command {args.handler}")  # pragma: no cover
     except (UsageError, DataError, MethodError, UnknownBackboneError) as error:
         message = " ".join(str(error).split())

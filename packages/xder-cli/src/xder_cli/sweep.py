@@ -1,0 +1,505 @@
+"""``xder-run sweep``: a hyperparameter grid x seeds on Ray, selected on the validation split.
+
+A sweep is described by a GRID.toml::
+
+    method = "derpp"
+    benchmark = "seq-digits"
+    buffer_size = 200            # optional: the benchmark's
+    seeds = [0, 1]
+    validation = 0.1             # optional (0.1): the held-out fraction selection uses
+    preset = "none"              # optional (none): the base the grid varies
+    [set]                        # optional: fixed overrides, "section.key" = value
+    "train.epochs" = 5
+    [grid]                       # "section.key" = [values]; the cartesian product is searched
+    "method.alpha" = [0.1, 0.3]
+    "method.beta" = [0.5, 1.0]
+
+or taken from a preset with ``--grid paper:BENCH:BUFFER:ENTRY`` (the paper's grid; its chosen
+values of keys the grid does not vary, e.g. an X-DER variant's ``future_heads``, stay fixed).
+
+Every (grid point, seed) is a trial: an ordinary run directory ``DIR/trials/<point>-s<seed>/``
+(config.toml, events.jsonl, results.json, checkpoint.pt), trained by a Ray task: on a local Ray
+instance started for the sweep, or on the cluster at ``--address``. Selection uses the mean over
+seeds of the VALIDATION final average accuracy; the test FAA is reported, never used. DIR gets
+``sweep.json`` and ``sweep.md`` (the report). A trial that fails is recorded with its error and
+the sweep goes on; running the same sweep again skips finished trials and resumes interrupted
+ones from their checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import tomllib
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xder_cli import rundir
+from xder_cli.errors import UsageError
+from xder_cli.presets import preset_entry, split_dotted
+from xder_cli.train import build_plan, resolve_config, run_training
+
+__all__ = [
+    "SWEEP_JSON",
+    "SWEEP_MD",
+    "SweepSpec",
+    "Trial",
+    "command_sweep",
+    "load_spec",
+    "plan_trials",
+    "run_sweep",
+    "select",
+    "spec_from_preset",
+    "train_trial",
+]
+
+SWEEP_JSON, SWEEP_MD, TRIALS = "sweep.json", "sweep.md", "trials"
+_SPEC_KEYS = {"method", "benchmark", "buffer_size", "seeds", "validation", "preset", "set", "grid"}
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What a sweep searches (see the module docstring for the TOML form)."""
+
+    method: str
+    benchmark: str
+    seeds: tuple[int, ...]
+    grid: dict[str, list[Any]]
+    buffer_size: int | None = None
+    validation: float = 0.1
+    preset: str = "none"
+    fixed: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One (grid point, seed): its name (its run directory under ``DIR/trials``) and config."""
+
+    name: str
+    point: dict[str, Any]
+    seed: int
+    config: dict[str, dict[str, Any]]
+
+
+def _check_grid(grid: Any, where: str) -> dict[str, list[Any]]:
+    if not isinstance(grid, dict) or not grid:
+        raise UsageError(f'{where}: [grid] must map "section.key" to a non-empty list of values')
+    for key, values in grid.items():
+        split_dotted(key)
+        if not isinstance(values, list) or not values:
+            raise UsageError(f"{where}: grid key {key!r} must be a non-empty list, got {values!r}")
+    return dict(grid)
+
+
+def load_spec(path: Path, *, seeds: tuple[int, ...] | None = None) -> SweepSpec:
+    """Read GRID.toml. ``seeds`` (from ``--seeds``) replaces the file's.
+
+    Raises:
+        UsageError: unreadable file, bad TOML, unknown or missing keys, ill-typed values.
+    """
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError as error:
+        raise UsageError(f"{path}: no such grid file") from error
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"{path}: cannot read it ({error})") from error
+    except tomllib.TOMLDecodeError as error:
+        raise UsageError(f"{path}: not valid TOML ({error})") from error
+    unknown = sorted(set(data) - _SPEC_KEYS)
+    if unknown:
+        raise UsageError(
+            f"{path}: unknown key {unknown[0]!r}; a grid file takes {', '.join(sorted(_SPEC_KEYS))}"
+        )
+    for required in ("method", "benchmark", "grid"):
+        if required not in data:
+            raise UsageError(f"{path}: {required!r} is missing")
+    file_seeds = data.get("seeds", [0])
+    if not isinstance(file_seeds, list) or not file_seeds or not all(isinstance(s, int) for s in file_seeds):
+        raise UsageError(f"{path}: seeds must be a non-empty list of integers, e.g. seeds = [0, 1]")
+    fixed = data.get("set", {})
+    if not isinstance(fixed, dict):
+        raise UsageError(f'{path}: [set] must map "section.key" to a value')
+    for key in fixed:
+        split_dotted(key)
+    buffer_size = data.get("buffer_size")
+    if buffer_size is not None and (not isinstance(buffer_size, int) or buffer_size < 0):
+        raise UsageError(f"{path}: buffer_size must be an integer >= 0, got {buffer_size!r}")
+    validation = data.get("validation", 0.1)
+    if not isinstance(validation, int | float) or not 0 < validation < 1:
+        raise UsageError(f"{path}: validation must be in (0, 1): selection needs a validation split")
+    return SweepSpec(
+        method=str(data["method"]),
+        benchmark=str(data["benchmark"]),
+        seeds=tuple(seeds or file_seeds),
+        grid=_check_grid(data["grid"], str(path)),
+        buffer_size=buffer_size,
+        validation=float(validation),
+        preset=str(data.get("preset", "none")),
+        fixed=dict(fixed),
+    )
+
+
+def spec_from_preset(text: str, seeds: tuple[int, ...] | None) -> SweepSpec:
+    """``PRESET:BENCH:BUFFER:ENTRY`` (BUFFER may be ``-`` for methods without a buffer) -> a spec
+    searching that entry's grid, its other chosen values fixed."""
+    parts = text.split(":")
+    if len(parts) != 4:
+        raise UsageError(
+            f"--grid {text!r}: write PRESET:BENCHMARK:BUFFER:METHOD, e.g. paper:seq-cifar100:500:derpp"
+        )
+    preset, benchmark, buffer_text, name = parts
+    if buffer_text in ("", "-"):
+        buffer_size = None
+    elif buffer_text.isdigit():
+        buffer_size = int(buffer_text)
+    else:
+        raise UsageError(f"--grid {text!r}: the buffer size {buffer_text!r} is not a number (or -)")
+    entry = preset_entry(preset, benchmark, buffer_size, name)
+    if not entry.grid:
+        raise UsageError(f"--grid {text!r}: this preset entry lists no grid")
+    fixed = {**entry.protocol, **{k: v for k, v in entry.chosen.items() if k not in entry.grid}}
+    if buffer_size is not None:
+        fixed["method.buffer_size"] = buffer_size
+    return SweepSpec(
+        method=entry.method,
+        benchmark=benchmark,
+        seeds=seeds or (0,),
+        grid=entry.grid,
+        buffer_size=buffer_size,
+        fixed=fixed,
+    )
+
+
+def _point_name(index: int, point: dict[str, Any]) -> str:
+    digest = hashlib.sha1(json.dumps(point, sort_keys=True).encode()).hexdigest()[:8]
+    return f"p{index:03d}-{digest}"
+
+
+def plan_trials(spec: SweepSpec) -> list[Trial]:
+    """Every (grid point, seed), each with a validated configuration (nothing is trained).
+
+    Raises:
+        UsageError (and the packages' config errors): a point that cannot be configured.
+    """
+    keys = list(spec.grid)
+    points = [dict(zip(keys, values, strict=True)) for values in itertools.product(*spec.grid.values())]
+    trials = []
+    for index, point in enumerate(points):
+        sets = [(*split_dotted(k), v) for k, v in {**spec.fixed, **point}.items()]
+        for seed in spec.seeds:
+            config = resolve_config(
+                method=spec.method,
+                benchmark=spec.benchmark,
+                preset=spec.preset,
+                run={"seed": seed, "validation": spec.validation},
+                train={},
+                method_values={} if spec.buffer_size is None else {"buffer_size": spec.buffer_size},
+                sets=sets,
+            )
+            plan = build_plan(config)
+            trials.append(Trial(f"{_point_name(index, point)}-s{seed}", point, seed, plan.config))
+    return trials
+
+
+def _read_results(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((run_dir / rundir.RESULTS).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _outcome(run_dir: Path, status: str, error: str | None = None) -> dict[str, Any]:
+    results = _read_results(run_dir) or {}
+    return {
+        "status": status,
+        "val_faa": results.get("val_faa"),
+        "faa": results.get("faa"),
+        "ff": results.get("ff"),
+        "wall_time_s": results.get("wall_time_s"),
+        "error": error,
+    }
+
+
+def train_trial(run_dir: str, config: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Train one trial into ``run_dir`` (resuming from its checkpoint if it has one); never raises.
+
+    Runs inside a Ray worker (or in-process). The trial's printed output goes to
+    ``run_dir/log.txt``.
+
+    Returns:
+        ``{"status": "finished" | "failed", "val_faa", "faa", "ff", "wall_time_s", "error"}``.
+    """
+    path = Path(run_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / rundir.PLOTS).mkdir(exist_ok=True)
+    resume = (path / rundir.CHECKPOINT).exists()
+    with open(path / "log.txt", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        try:
+            plan = build_plan(config)
+            if not resume:
+                rundir.write_config(path / rundir.CONFIG, plan.config)
+            run_training(plan, path, resume=resume)
+        except Exception as error:  # a failed trial is recorded, never fatal to the sweep
+            traceback.print_exc(file=log)
+            return _outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
+    return _outcome(path, "finished")
+
+
+def _finished(run_dir: Path) -> bool:
+    results = _read_results(run_dir)
+    return bool(results and results.get("complete"))
+
+
+def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def select(spec: SweepSpec, trials: list[Trial], outcomes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The sweep's summary: per point the mean +- std over seeds of validation and test FAA, and
+    the best point by mean VALIDATION FAA among points whose every seed finished (ties: the
+    earlier point)."""
+    points: dict[str, dict[str, Any]] = {}
+    for trial in trials:
+        key = trial.name.rsplit("-s", 1)[0]
+        entry = points.setdefault(key, {"point": trial.point, "trials": [], "val": [], "test": []})
+        outcome = outcomes.get(trial.name, {"status": "not run"})
+        entry["trials"].append(trial.name)
+        if outcome.get("status") == "finished" and outcome.get("val_faa") is not None:
+            entry["val"].append(float(outcome["val_faa"]))
+            entry["test"].append(float(outcome["faa"]))
+    rows = []
+    for key, entry in points.items():
+        val_mean, val_std = _mean_std(entry["val"])
+        test_mean, test_std = _mean_std(entry["test"])
+        rows.append(
+            {
+                "name": key,
+                "point": entry["point"],
+                "val_faa_mean": val_mean,
+                "val_faa_std": val_std,
+                "test_faa_mean": test_mean,
+                "test_faa_std": test_std,
+                "seeds_finished": len(entry["val"]),
+                "seeds": len(entry["trials"]),
+            }
+        )
+    eligible = [r for r in rows if r["seeds_finished"] == r["seeds"] and r["val_faa_mean"] is not None]
+    best = max(eligible, key=lambda r: r["val_faa_mean"], default=None)
+    return {
+        "method": spec.method,
+        "benchmark": spec.benchmark,
+        "buffer_size": spec.buffer_size,
+        "seeds": list(spec.seeds),
+        "validation": spec.validation,
+        "grid": spec.grid,
+        "fixed": spec.fixed,
+        "selected_on": "validation",
+        "best": best,
+        "points": rows,
+        "trials": [
+            {
+                "name": t.name,
+                "run_dir": f"{TRIALS}/{t.name}",
+                "point": t.point,
+                "seed": t.seed,
+                **outcomes.get(t.name, {"status": "not run"}),
+            }
+            for t in trials
+        ],
+    }
+
+
+def _fmt(mean: float | None, std: float | None) -> str:
+    if mean is None or not math.isfinite(mean):
+        return "-"
+    return f"{mean:.2f} ± {std:.2f}"
+
+
+def sweep_markdown(summary: dict[str, Any]) -> str:
+    """The sweep report: points ranked by validation FAA, the best first, then failed trials."""
+    keys = list(summary["grid"])
+    lines = [
+        f"# Sweep: {summary['method']} on {summary['benchmark']}"
+        + (f" (buffer {summary['buffer_size']})" if summary["buffer_size"] is not None else ""),
+        "",
+        f"Seeds {', '.join(map(str, summary['seeds']))}; selected on the validation split "
+        f"({summary['validation']:.0%} of train), mean over seeds; the test FAA is reported, not used.",
+        "",
+    ]
+    best = summary["best"]
+    if best is None:
+        lines += ["**No point has finished on every seed: nothing is selected yet.**", ""]
+    else:
+        chosen = ", ".join(f"{k} = {json.dumps(v)}" for k, v in best["point"].items())
+        lines += [
+            f"**Best: {chosen}**: validation FAA {_fmt(best['val_faa_mean'], best['val_faa_std'])}, "
+            f"test FAA {_fmt(best['test_faa_mean'], best['test_faa_std'])}.",
+            "",
+        ]
+    lines += [
+        "| rank | " + " | ".join(keys) + " | val FAA | test FAA | seeds |",
+        "|---:|" + "---|" * len(keys) + "---:|---:|---:|",
+    ]
+    ranked = sorted(
+        summary["points"], key=lambda r: -(r["val_faa_mean"] if r["val_faa_mean"] is not None else -1e9)
+    )
+    for rank, row in enumerate(ranked, 1):
+        values = " | ".join(json.dumps(row["point"][k]) for k in keys)
+        lines.append(
+            f"| {rank} | {values} | {_fmt(row['val_faa_mean'], row['val_faa_std'])} | "
+            f"{_fmt(row['test_faa_mean'], row['test_faa_std'])} | {row['seeds_finished']}/{row['seeds']} |"
+        )
+    failed = [t for t in summary["trials"] if t["status"] != "finished"]
+    if failed:
+        lines += ["", "Trials not finished:", ""]
+        lines += [
+            f"- {t['run_dir']}: {t['status']}" + (f" ({t['error']})" if t.get("error") else "")
+            for t in failed
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _write_summary(out: Path, summary: dict[str, Any]) -> None:
+    rundir.write_json(out / SWEEP_JSON, summary)
+    rundir.atomic_write_bytes(out / SWEEP_MD, sweep_markdown(summary).encode())
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out: Path,
+    *,
+    max_concurrent: int | None = None,
+    address: str | None = None,
+    gpus_per_trial: float = 0.0,
+    cpus_per_trial: float = 1.0,
+) -> dict[str, Any]:
+    """Run every unfinished trial on Ray and write ``sweep.json`` and ``sweep.md`` into ``out``
+    (after each finished trial, so a killed sweep leaves a current summary).
+
+    Args:
+        max_concurrent: trials in flight at once (None: as many as Ray schedules).
+        address: a running Ray cluster (``ray://host:10001`` or ``host:6379``); None starts a local
+            instance for the sweep. On a cluster, ``out`` must be on a filesystem every node sees.
+        gpus_per_trial, cpus_per_trial: the resources Ray reserves for each trial.
+    """
+    # Ray's `uv run` hook would ship the working tree to every worker and build a fresh environment
+    # there (minutes per worker): workers use this interpreter's environment instead (opt back in
+    # with RAY_ENABLE_UV_RUN_RUNTIME_ENV=1). Set before ray is imported.
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    import ray  # a heavy import: only the sweep command needs it
+
+    trials = plan_trials(spec)
+    trial_root = out / TRIALS
+    trial_root.mkdir(parents=True, exist_ok=True)
+    outcomes: dict[str, dict[str, Any]] = {}
+    pending = []
+    for trial in trials:
+        run_dir = trial_root / trial.name
+        if _finished(run_dir):
+            outcomes[trial.name] = _outcome(run_dir, "finished") | {"skipped": True}
+        else:
+            pending.append(trial)
+    print(
+        f"sweep: {len(trials)} trials ({len(trials) // len(spec.seeds)} points x "
+        f"{len(spec.seeds)} seeds), {len(trials) - len(pending)} already finished -> {out}",
+        flush=True,
+    )
+    _write_summary(out, select(spec, trials, outcomes))
+    if not pending:
+        return select(spec, trials, outcomes)
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}},
+        )
+    try:
+        remote = ray.remote(num_cpus=cpus_per_trial, num_gpus=gpus_per_trial, max_retries=0)(train_trial)
+        limit = max_concurrent or len(pending)
+        queue = list(pending)
+        running: dict[Any, Trial] = {}
+        begin = time.perf_counter()
+        done = len(trials) - len(pending)
+        while queue or running:
+            while queue and len(running) < limit:
+                trial = queue.pop(0)
+                running[remote.remote(str((trial_root / trial.name).resolve()), trial.config)] = trial
+            ready, _ = ray.wait(list(running), num_returns=1)
+            trial = running.pop(ready[0])
+            try:
+                outcome = ray.get(ready[0])
+            except Exception as error:  # the worker died (out of memory, node lost...)
+                outcome = _outcome(
+                    trial_root / trial.name, "failed", f"{type(error).__name__}: {error}".splitlines()[0]
+                )
+            outcomes[trial.name] = outcome
+            done += 1
+            val = "-" if outcome.get("val_faa") is None else f"{outcome['val_faa']:.2f}"
+            print(
+                f"[{done}/{len(trials)}] {trial.name} {outcome['status']} val FAA {val}"
+                + (f" ({outcome['error']})" if outcome.get("error") else "")
+                + f" | {time.perf_counter() - begin:.0f} s",
+                flush=True,
+            )
+            _write_summary(out, select(spec, trials, outcomes))
+    finally:
+        if started:
+            ray.shutdown()
+    return select(spec, trials, outcomes)
+
+
+def _seeds(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        seeds = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError as error:
+        raise UsageError(f"--seeds {text!r}: give comma-separated integers, e.g. 0,1,2") from error
+    if not seeds:
+        raise UsageError("--seeds needs at least one seed")
+    return seeds
+
+
+def command_sweep(args: Any) -> int:
+    """Entry point of ``xder-run sweep``."""
+    if (args.grid_file is None) == (args.grid is None):
+        raise UsageError("give a GRID.toml or --grid PRESET:BENCHMARK:BUFFER:METHOD (one of them)")
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise UsageError(f"--max-concurrent must be >= 1, got {args.max_concurrent}")
+    if args.gpus_per_trial < 0:
+        raise UsageError(f"--gpus-per-trial must be >= 0, got {args.gpus_per_trial}")
+    seeds = _seeds(args.seeds)
+    spec = (
+        load_spec(Path(args.grid_file), seeds=seeds) if args.grid_file else spec_from_preset(args.grid, seeds)
+    )
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot create the output folder {out}: {error.strerror}") from error
+    summary = run_sweep(
+        spec,
+        out,
+        max_concurrent=args.max_concurrent,
+        address=args.address,
+        gpus_per_trial=args.gpus_per_trial,
+    )
+    sys.stdout.write(sweep_markdown(summary))
+    print(f"summary: {out / SWEEP_JSON}  report: {out / SWEEP_MD}")
+    failed = sum(t["status"] != "finished" for t in summary["trials"])
+    return 1 if failed == len(summary["trials"]) else 0

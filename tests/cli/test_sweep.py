@@ -1,0 +1,198 @@
+"""xder-run sweep: a 2x2 grid x 2 seeds on seq-digits through a local Ray instance, selection on
+validation, failures recorded, and a rerun that resumes instead of repeating."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from xder_cli import sweep as sweep_module
+from xder_cli import train as train_module
+from xder_cli.errors import UsageError
+from xder_cli.main import main
+from xder_cli.sweep import (
+    SweepSpec,
+    Trial,
+    load_spec,
+    plan_trials,
+    run_sweep,
+    select,
+    spec_from_preset,
+    train_trial,
+)
+
+GRID = """\
+method = "derpp"
+benchmark = "seq-digits"
+seeds = [0, 1]
+validation = 0.1
+[set]
+"train.epochs" = 1
+"backbone.width" = 4
+"run.device" = "cpu"
+[grid]
+"method.alpha" = [0.1, 0.5]
+"method.beta" = [0.5, 1.0]
+"""
+
+
+def _events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def _interrupt_after_second_task(trial: Trial, run_dir: Path, monkeypatch) -> None:
+    """Leave ``run_dir`` as a run killed after its second task: checkpoint, partial results."""
+    plan = train_module.build_plan(trial.config)
+    run_dir.mkdir(parents=True)
+    (run_dir / "plots").mkdir()
+    train_module.rundir.write_config(run_dir / "config.toml", plan.config)
+    original = train_module.Progress.on_task_end
+
+    def crash(self, loop, record) -> None:
+        original(self, loop, record)
+        if record.task == 1:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(train_module.Progress, "on_task_end", crash)
+        with pytest.raises(KeyboardInterrupt):
+            train_module.run_training(plan, run_dir)
+    assert json.loads((run_dir / "results.json").read_text())["complete"] is False
+
+
+def test_grid_on_ray_selects_on_validation_and_resumes(tmp_path: Path, monkeypatch) -> None:
+    grid_file = tmp_path / "grid.toml"
+    grid_file.write_text(GRID)
+    spec = load_spec(grid_file)
+    trials = plan_trials(spec)
+    assert len(trials) == 8
+    assert len({t.name for t in trials}) == 8
+    assert all(t.config["run"]["validation"] == 0.1 for t in trials)
+    out = tmp_path / "sweep"
+    interrupted = out / "trials" / trials[0].name
+    _interrupt_after_second_task(trials[0], interrupted, monkeypatch)
+
+    summary = run_sweep(spec, out, max_concurrent=2)
+
+    # Every trial is an ordinary, complete run directory.
+    for trial in trials:
+        results = json.loads((out / "trials" / trial.name / "results.json").read_text())
+        assert results["complete"] is True
+        assert results["seed"] == trial.seed
+    assert all(t["status"] == "finished" for t in summary["trials"])
+    # The interrupted trial continued from its checkpoint; the others started once.
+    kinds = [e["event"] for e in _events(interrupted)]
+    assert kinds.count("start") == 1
+    assert kinds.count("resume") == 1
+    assert [e["task"] for e in _events(interrupted) if e["event"] == "task"] == [0, 1, 2, 3, 4]
+
+    # Selection: the best mean VALIDATION FAA over seeds, recomputed from the run directories.
+    by_point: dict[tuple, list[float]] = {}
+    for trial in trials:
+        results = json.loads((out / "trials" / trial.name / "results.json").read_text())
+        by_point.setdefault(tuple(trial.point.values()), []).append(results["val_faa"])
+    best_point = max(by_point, key=lambda p: statistics.fmean(by_point[p]))
+    saved = json.loads((out / "sweep.json").read_text())
+    assert saved["selected_on"] == "validation"
+    assert tuple(saved["best"]["point"].values()) == best_point
+    assert saved["best"]["val_faa_mean"] == pytest.approx(statistics.fmean(by_point[best_point]))
+    assert len(saved["trials"]) == 8
+    assert all(t["val_faa"] is not None and t["faa"] is not None for t in saved["trials"])
+    assert "Best: method.alpha" in (out / "sweep.md").read_text()
+
+    # Rerunning repeats nothing: every trial is skipped, the run directories are untouched.
+    before = {t.name: (out / "trials" / t.name / "events.jsonl").read_bytes() for t in trials}
+    again = run_sweep(spec, out, max_concurrent=2)
+    assert all(t.get("skipped") for t in again["trials"])
+    assert again["best"] == summary["best"]
+    assert {t.name: (out / "trials" / t.name / "events.jsonl").read_bytes() for t in trials} == before
+
+
+def test_a_failing_trial_is_recorded_not_raised(tmp_path: Path) -> None:
+    spec = SweepSpec(
+        method="er",
+        benchmark="seq-cifar100",
+        seeds=(0,),
+        grid={"train.lr": [0.1]},
+        fixed={"run.data_root": str(tmp_path / "nowhere"), "run.device": "cpu"},
+    )
+    (trial,) = plan_trials(spec)
+    outcome = train_trial(str(tmp_path / trial.name), trial.config)
+    assert outcome["status"] == "failed"
+    assert outcome["error"].startswith("DataNotFoundError: ")
+    assert "Traceback" in (tmp_path / trial.name / "log.txt").read_text()
+
+
+def test_selection_ignores_test_accuracy_and_unfinished_points() -> None:
+    spec = SweepSpec(method="er", benchmark="seq-digits", seeds=(0, 1), grid={"train.lr": [0.1, 0.2, 0.3]})
+    trials = [
+        Trial(f"p{i}-s{s}", {"train.lr": lr}, s, {}) for i, lr in enumerate((0.1, 0.2, 0.3)) for s in (0, 1)
+    ]
+    outcomes = {
+        "p0-s0": {"status": "finished", "val_faa": 50.0, "faa": 90.0},
+        "p0-s1": {"status": "finished", "val_faa": 60.0, "faa": 90.0},
+        "p1-s0": {"status": "finished", "val_faa": 70.0, "faa": 10.0},
+        "p1-s1": {"status": "finished", "val_faa": 50.0, "faa": 10.0},
+        "p2-s0": {"status": "finished", "val_faa": 99.0, "faa": 99.0},
+        "p2-s1": {"status": "failed", "val_faa": None, "faa": None, "error": "boom"},
+    }
+    summary = select(spec, trials, outcomes)
+    assert summary["best"]["point"] == {"train.lr": 0.2}  # val 60 > 55; p2 lacks a seed
+    assert summary["best"]["val_faa_mean"] == pytest.approx(60.0)
+    assert summary["best"]["val_faa_std"] == pytest.approx(statistics.stdev([70.0, 50.0]))
+    assert summary["best"]["test_faa_mean"] == pytest.approx(10.0)
+    assert [p["seeds_finished"] for p in summary["points"]] == [2, 2, 1]
+
+
+def test_grid_from_the_paper_preset() -> None:
+    spec = spec_from_preset("paper:seq-cifar100:500:xder-rpc", (0, 1))
+    assert spec.method == "xder"
+    assert spec.seeds == (0, 1)
+    assert spec.grid["method.alpha"] == [0.1, 0.3, 0.7]
+    assert spec.fixed["method.future_heads"] == "rpc"
+    assert spec.fixed["method.buffer_size"] == 500
+    assert spec.fixed["train.epochs"] == 50
+    assert "method.alpha" not in spec.fixed
+    points = 1
+    for values in spec.grid.values():
+        points *= len(values)
+    assert len(plan_trials(spec)) == 2 * points
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('benchmark = "seq-digits"\n[grid]\n"method.alpha" = [0.1]\n', "'method' is missing"),
+        ('method = "er"\nbenchmark = "seq-digits"\n[grid]\n"method.alpha" = 0.1\n', "non-empty list"),
+        ('method = "er"\nbenchmark = "seq-digits"\nseeds = []\n[grid]\n"train.lr" = [0.1]\n', "seeds"),
+        (
+            'method = "er"\nbenchmark = "seq-digits"\nvalidation = 0\n[grid]\n"train.lr" = [0.1]\n',
+            "validation",
+        ),
+        ('method = "er"\nbenchmark = "seq-digits"\nepochs = 3\n[grid]\n"train.lr" = [0.1]\n', "unknown key"),
+        ("method = ", "not valid TOML"),
+    ],
+)
+def test_bad_grid_files_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "grid.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=message):
+        load_spec(path)
+
+
+def test_cli_usage_errors_exit_2(tmp_path: Path, capsys) -> None:
+    out = str(tmp_path / "out")
+    assert main(["sweep", "--out", out]) == 2
+    assert main(["sweep", str(tmp_path / "missing.toml"), "--out", out]) == 2
+    assert main(["sweep", "--grid", "paper:seq-cifar100:123:er", "--out", out]) == 2
+    assert main(["sweep", "--grid", "paper:seq-cifar100", "--out", out]) == 2
+    grid = tmp_path / "grid.toml"
+    grid.write_text('method = "er"\nbenchmark = "seq-digits"\n[grid]\n"method.nope" = [1]\n')
+    assert main(["sweep", str(grid), "--out", out]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert len(errors) == 5
+    assert all(line.startswith("xder-run sweep: error: ") for line in errors)
+    assert sweep_module.SWEEP_JSON == "sweep.json"
