@@ -43,7 +43,7 @@ from xder_methods.errors import (
 )
 from xder_methods.flatness import ERFlat, ERFlatConfig, local_flatness, local_linearity
 from xder_methods.gdumb import GDumb, GDumbConfig
-from xder_methods.heads import regular_simplex
+from xder_methods.heads import CosineHead, regular_simplex
 from xder_methods.icarl import ICaRL, ICaRLConfig
 from xder_methods.joint import Joint, JointConfig
 from xder_methods.loop import (
@@ -61,7 +61,7 @@ from xder_methods.loop import (
     fit,
     learning_rate,
 )
-from xder_methods.lucir import LUCIR, CosineHead, LUCIRConfig
+from xder_methods.lucir import LUCIR, LUCIRConfig
 from xder_methods.lwf_mc import LwFMC, LwFMCConfig
 from xder_methods.profiling import OpCounter, is_host_sync
 from xder_methods.protocols import (

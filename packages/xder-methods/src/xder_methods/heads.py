@@ -1,11 +1,21 @@
-"""Fixed output geometries a method can put after the network's own classifier."""
+"""Classifier heads and output geometries a method puts after (or instead of) the network's own
+classifier.
+
+They live here, not in xder-models, because xder-methods imports nothing but torch (DESIGN.md):
+a method builds the head it needs on ``net.forward_features``. The others are pure functions in
+their method's module: the bias-correction layer (:func:`xder_methods.bic.bias_correct`) and
+nearest-mean-of-exemplars scores (:func:`xder_methods.icarl.nearest_mean_scores`).
+"""
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+import math
 
-__all__ = ["regular_simplex"]
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["CosineHead", "regular_simplex"]
 
 
 def regular_simplex(num_classes: int, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -25,3 +35,48 @@ def regular_simplex(num_classes: int, dtype: torch.dtype = torch.float32) -> Ten
     vertices -= vertices.mean(dim=0, keepdim=True)
     vertices /= vertices[0].norm()
     return vertices.to(dtype)
+
+
+class CosineHead(nn.Module):
+    """Cosine classifier with a learnable scale (LUCIR Sec. 3.1): ``sigma * cos(f, theta_c)``.
+
+    One weight block per task (``weights[t]: (c_t, D)``) so that the optimiser can hold the
+    current task's block only; sigma starts at 1 and the weights uniform in ``+-1/sqrt(D)`` (as
+    in LUCIR's and mammoth's code).
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        classes_per_task: tuple[int, ...],
+        generator: torch.Generator | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        bound = 1.0 / math.sqrt(num_features)
+        draw_device = generator.device if generator is not None else None
+        self.weights = nn.ParameterList(
+            nn.Parameter(
+                torch.empty(c, num_features, device=draw_device)
+                .uniform_(-bound, bound, generator=generator)
+                .to(device)
+            )
+            for c in classes_per_task
+        )
+        self.sigma = nn.Parameter(torch.ones(1, device=device))
+
+    def weight(self, trainable_task: int | None = None) -> Tensor:
+        """(C, D) all class weights; with ``trainable_task`` only that task's block keeps its
+        gradient (the others are detached)."""
+        blocks = [
+            w if trainable_task is None or k == trainable_task else w.detach()
+            for k, w in enumerate(self.weights)
+        ]
+        return torch.cat(blocks)
+
+    def cosines(self, features: Tensor, trainable_task: int | None = None) -> Tensor:
+        """(B, C) unscaled cosines between the features and every class weight."""
+        return F.linear(F.normalize(features.float(), dim=1), F.normalize(self.weight(trainable_task), dim=1))
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.sigma * self.cosines(features)

@@ -66,6 +66,7 @@ from xder_methods.base import MethodBase, frozen_batchnorm_stats
 from xder_methods.buffer import Buffer
 from xder_methods.er import ReplayConfig
 from xder_methods.errors import MethodConfigError
+from xder_methods.heads import CosineHead
 from xder_methods.icarl import class_mean_features, eval_features, update_herding_buffer
 from xder_methods.loop import batch_bounds
 from xder_methods.lwf_mc import frozen_copy
@@ -194,51 +195,6 @@ def imprinted_weights(
 
 
 # ---------------------------------------------------------------------------------------------
-
-
-class CosineHead(nn.Module):
-    """Cosine classifier with a learnable scale (LUCIR Sec. 3.1): ``sigma * cos(f, theta_c)``.
-
-    One weight block per task (``weights[t]: (c_t, D)``) so that the optimiser can hold the
-    current task's block only; sigma starts at 1 and the weights uniform in ``+-1/sqrt(D)`` (as
-    in LUCIR's and mammoth's code).
-    """
-
-    def __init__(
-        self,
-        num_features: int,
-        classes_per_task: tuple[int, ...],
-        generator: torch.Generator | None = None,
-        device: torch.device | str | None = None,
-    ) -> None:
-        super().__init__()
-        bound = 1.0 / math.sqrt(num_features)
-        draw_device = generator.device if generator is not None else None
-        self.weights = nn.ParameterList(
-            nn.Parameter(
-                torch.empty(c, num_features, device=draw_device)
-                .uniform_(-bound, bound, generator=generator)
-                .to(device)
-            )
-            for c in classes_per_task
-        )
-        self.sigma = nn.Parameter(torch.ones(1, device=device))
-
-    def weight(self, trainable_task: int | None = None) -> Tensor:
-        """(C, D) all class weights; with ``trainable_task`` only that task's block keeps its
-        gradient (the others are detached)."""
-        blocks = [
-            w if trainable_task is None or k == trainable_task else w.detach()
-            for k, w in enumerate(self.weights)
-        ]
-        return torch.cat(blocks)
-
-    def cosines(self, features: Tensor, trainable_task: int | None = None) -> Tensor:
-        """(B, C) unscaled cosines between the features and every class weight."""
-        return F.linear(F.normalize(features.float(), dim=1), F.normalize(self.weight(trainable_task), dim=1))
-
-    def forward(self, features: Tensor) -> Tensor:
-        return self.sigma * self.cosines(features)
 
 
 def _head_parameter_ids(net: nn.Module) -> set[int]:
