@@ -105,3 +105,22 @@ def test_plan_round_trips_through_its_resolved_config() -> None:
     again = build_plan(plan.config)
     assert again.config == plan.config
     assert again.settings.class_order == [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]
+
+
+@pytest.mark.parametrize(
+    ("method", "key", "value"), [("joint", "mode", "final"), ("gdumb", "fit_after", "last_task")]
+)
+def test_train_tasks_refuses_methods_that_train_only_at_the_last_task(
+    method: str, key: str, value: str
+) -> None:
+    config = resolve_config(
+        method=method,
+        benchmark="seq-digits",
+        preset="none",
+        run={},
+        train={},
+        method_values={},
+        sets=[("train", "tasks", 2), ("method", key, value)],
+    )
+    with pytest.raises(UsageError, match=f"train.tasks cannot shorten {method} with method.{key}"):
+        build_plan(config)

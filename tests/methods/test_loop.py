@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from xder_methods import (
     Callback,
     ContinualSetting,
+    MethodConfigError,
     NonFiniteLossError,
     StepOutput,
     TrainingSchedule,
@@ -277,3 +278,51 @@ def test_fit_records_stream_and_buffer_gradient_norms(stream, transforms, tiny_n
         callbacks=[Keep()],
     )
     assert all(r.grad_norms == {} for r in records)
+
+
+def test_training_only_the_first_tasks(stream, transforms, tiny_net, setting_of) -> None:
+    """``tasks=2`` on a 3-task stream trains and evaluates tasks 0 and 1 only: the same matrices
+    as a full fit on the stream with task 2's rows removed (same generator draws), cut to two
+    columns, and resuming mid-way ends where the uninterrupted run does."""
+    schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9, tasks=2)
+    config = {"buffer_size": 10, "minibatch_size": 4}
+    method, g = _method("er", stream, transforms, tiny_net, setting_of, **config)
+    recorder = Recorder()
+    history = fit(method, stream, schedule, generator=g, callbacks=[recorder])
+    assert [len(r) for r in history.class_il] == [1, 2]
+    assert [len(r) for r in history.task_il] == [2, 2]
+    assert len(history.random_init_task_il) == 2
+    assert [len(r) for r in history.head_counts] == [1, 2]
+    assert all(len(row) == 2 for rows in history.head_counts for row in rows)
+    assert [c for c in recorder.calls if c[0] == "task_end"] == [("task_end", 0, 1), ("task_end", 1, 2)]
+
+    def first_two(y):
+        return y < 4
+
+    keep_train, keep_test = first_two(stream.train_y), first_two(stream.test_y)
+    truncated = type(stream)(
+        stream.classes_per_task,
+        stream.train_x[keep_train],
+        stream.train_y[keep_train],
+        stream.test_x[keep_test],
+        stream.test_y[keep_test],
+    )
+    method, g = _method("er", truncated, transforms, tiny_net, setting_of, **config)
+    full = fit(method, truncated, TrainingSchedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9), generator=g)
+    assert history.class_il == full.class_il[:2]
+    assert history.task_il == [row[:2] for row in full.task_il[:2]]
+    assert history.random_init_task_il == full.random_init_task_il[:2]
+
+    method, g = _method("er", stream, transforms, tiny_net, setting_of, **config)
+    stopper = SnapshotAndStop(3)  # mid-way through task 1
+    with pytest.raises(Interrupt):
+        fit(method, stream, schedule, generator=g, callbacks=[stopper])
+    method, g = _method("er", stream, transforms, tiny_net, setting_of, seed=99, **config)
+    resumed = fit(method, stream, schedule, generator=g, resume=stopper.snapshot)
+    assert resumed.class_il == history.class_il
+    assert resumed.task_il == history.task_il
+
+    with pytest.raises(MethodConfigError, match=r"^train\.tasks = 4 is out of range: .* 3 tasks"):
+        fit(method, stream, TrainingSchedule(tasks=4), generator=g)
+    with pytest.raises(ValueError, match="tasks must be >= 1"):
+        TrainingSchedule(tasks=0)

@@ -144,7 +144,70 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report_parser(commands)
     _add_bench_parser(commands)
     _add_sweep_parser(commands)
+    _add_experiment_parser(commands)
     return parser
+
+
+def _add_experiment_parser(commands: argparse._SubParsersAction) -> None:
+    from xder_cli.experiment import DEFAULT_METHODS, DEFAULT_SEEDS, DEFAULT_SENSITIVITY_METHOD, EXPERIMENTS
+
+    experiment = commands.add_parser(
+        "experiment",
+        help="the paper's experiments as protocols: flatness, class-order, sensitivity",
+        description="Run one of the X-DER paper's experiments as ordinary run directories under OUT/runs/ "
+        "and tabulate them: OUT receives experiment.json (every number, per run and aggregated), "
+        "experiment.md (the table, also printed) and a PNG plot. flatness (Sec. 6.2): for each pair of "
+        "adjacent tasks (k, k+1), a two-task sequence trained with er_flat for regulariser none (the plastic "
+        "regime), lfr and llr; the final accuracy on the pair's first task and its forgetting. class-order "
+        "(App. A): each method in natural and reversed class order; FAA and FF. sensitivity (App. "
+        '"Sensitivity analysis"): each --param value varied alone around the run\'s resolved values, test '
+        "FAA against the value, on Ray like a sweep. flatness and class-order train in this process one run "
+        "after the other unless --max-concurrent or --address sends them to Ray. Rerunning skips finished "
+        "runs and resumes interrupted ones.",
+    )
+    experiment.add_argument("name", choices=EXPERIMENTS, metavar="NAME", help=", ".join(EXPERIMENTS))
+    experiment.add_argument(
+        "--out", required=True, metavar="DIR", help="the experiment's folder (runs, table, plot)"
+    )
+    experiment.add_argument(
+        "--benchmark", default=DEFAULT_BENCHMARK, metavar="NAME", help=f"benchmark ({DEFAULT_BENCHMARK})"
+    )
+    seeds = ",".join(map(str, DEFAULT_SEEDS))
+    experiment.add_argument("--seeds", default=seeds, metavar="S,S", help=f"seeds of every setting ({seeds})")
+    experiment.add_argument(
+        "--set",
+        action="append",
+        type=_assignment,
+        metavar="KEY=VALUE",
+        help="override a setting of every run, e.g. --set train.epochs=2 (repeatable)",
+    )
+    experiment.add_argument(
+        "--pairs", metavar="K,K", help="flatness: pairs (k, k+1) to run, by k (default: all T-1)"
+    )
+    experiment.add_argument(
+        "--methods", metavar="A,B", help=f"class-order: methods ({','.join(DEFAULT_METHODS)})"
+    )
+    experiment.add_argument(
+        "--method", metavar="NAME", help=f"sensitivity: the method ({DEFAULT_SENSITIVITY_METHOD})"
+    )
+    experiment.add_argument(
+        "--param",
+        action="append",
+        metavar="KEY=V1,V2",
+        help="sensitivity: a parameter and its values, e.g. --param method.alpha=0.1,0.3,0.6 (repeatable)",
+    )
+    experiment.add_argument(
+        "--max-concurrent", type=int, metavar="N", help="runs at once on Ray (default: as Ray schedules)"
+    )
+    experiment.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="a running Ray cluster (default: a local Ray instance; OUT on a filesystem every node sees)",
+    )
+    experiment.add_argument(
+        "--gpus-per-run", type=float, default=0.0, metavar="G", help="GPUs Ray reserves per run (0)"
+    )
+    experiment.set_defaults(handler="experiment")
 
 
 def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
@@ -379,6 +442,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from xder_cli.sweep import command_sweep
 
             return command_sweep(args)
+        if args.handler == "experiment":
+            from xder_cli.experiment import command_experiment
+
+            return command_experiment(args)
         raise AssertionError(f"unhandled command {args.handler}")  # pragma: no cover
     except (UsageError, DataError, MethodError, UnknownBackboneError) as error:
         message = " ".join(str(error).split())

@@ -39,6 +39,7 @@ import sys
 import time
 import tomllib
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,10 +57,13 @@ __all__ = [
     "command_sweep",
     "load_spec",
     "plan_trials",
+    "run_on_ray",
     "run_sweep",
     "select",
     "spec_from_preset",
     "train_trial",
+    "trial_finished",
+    "trial_outcome",
 ]
 
 SWEEP_JSON, SWEEP_MD, TRIALS = "sweep.json", "sweep.md", "trials"
@@ -217,7 +221,9 @@ def _read_results(run_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def _outcome(run_dir: Path, status: str, error: str | None = None) -> dict[str, Any]:
+def trial_outcome(run_dir: Path, status: str, error: str | None = None) -> dict[str, Any]:
+    """A trial's outcome as the sweep records it: ``status``, ``error`` and the metrics of its
+    ``results.json`` (None where it has none)."""
     results = _read_results(run_dir) or {}
     return {
         "status": status,
@@ -250,11 +256,12 @@ def train_trial(run_dir: str, config: dict[str, dict[str, Any]]) -> dict[str, An
             run_training(plan, path, resume=resume)
         except Exception as error:  # a failed trial is recorded, never fatal to the sweep
             traceback.print_exc(file=log)
-            return _outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
-    return _outcome(path, "finished")
+            return trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
+    return trial_outcome(path, "finished")
 
 
-def _finished(run_dir: Path) -> bool:
+def trial_finished(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a complete run (its results.json says so)."""
     results = _read_results(run_dir)
     return bool(results and results.get("complete"))
 
@@ -393,12 +400,6 @@ def run_sweep(
             instance for the sweep. On a cluster, ``out`` must be on a filesystem every node sees.
         gpus_per_trial, cpus_per_trial: the resources Ray reserves for each trial.
     """
-    # Ray's `uv run` hook would ship the working tree to every worker and build a fresh environment
-    # there (minutes per worker): workers use this interpreter's environment instead (opt back in
-    # with RAY_ENABLE_UV_RUN_RUNTIME_ENV=1). Set before ray is imported.
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    import ray  # a heavy import: only the sweep command needs it
-
     trials = plan_trials(spec)
     trial_root = out / TRIALS
     trial_root.mkdir(parents=True, exist_ok=True)
@@ -406,8 +407,8 @@ def run_sweep(
     pending = []
     for trial in trials:
         run_dir = trial_root / trial.name
-        if _finished(run_dir):
-            outcomes[trial.name] = _outcome(run_dir, "finished") | {"skipped": True}
+        if trial_finished(run_dir):
+            outcomes[trial.name] = trial_outcome(run_dir, "finished") | {"skipped": True}
         else:
             pending.append(trial)
     print(
@@ -418,6 +419,60 @@ def run_sweep(
     _write_summary(out, select(spec, trials, outcomes))
     if not pending:
         return select(spec, trials, outcomes)
+
+    begin = time.perf_counter()
+    done = len(trials) - len(pending)
+
+    def record(name: str, outcome: dict[str, Any]) -> None:
+        nonlocal done
+        outcomes[name] = outcome
+        done += 1
+        val = "-" if outcome.get("val_faa") is None else f"{outcome['val_faa']:.2f}"
+        print(
+            f"[{done}/{len(trials)}] {name} {outcome['status']} val FAA {val}"
+            + (f" ({outcome['error']})" if outcome.get("error") else "")
+            + f" | {time.perf_counter() - begin:.0f} s",
+            flush=True,
+        )
+        _write_summary(out, select(spec, trials, outcomes))
+
+    run_on_ray(
+        [(t.name, trial_root / t.name, t.config) for t in pending],
+        record,
+        max_concurrent=max_concurrent,
+        address=address,
+        gpus_per_trial=gpus_per_trial,
+        cpus_per_trial=cpus_per_trial,
+    )
+    return select(spec, trials, outcomes)
+
+
+def run_on_ray(
+    jobs: Sequence[tuple[str, Path, dict[str, dict[str, Any]]]],
+    on_done: Callable[[str, dict[str, Any]], None],
+    *,
+    max_concurrent: int | None = None,
+    address: str | None = None,
+    gpus_per_trial: float = 0.0,
+    cpus_per_trial: float = 1.0,
+) -> None:
+    """Train each ``(name, run_dir, config)`` with :func:`train_trial` as a Ray task, at most
+    ``max_concurrent`` at once (None: as many as Ray schedules); ``on_done(name, outcome)`` runs
+    here, in the driver, as each ends (a worker that dies is a failed trial).
+
+    Args:
+        address: a running Ray cluster (``ray://host:10001`` or ``host:6379``); None starts a local
+            instance for these jobs (and stops it after). On a cluster, every ``run_dir`` must be on
+            a filesystem every node sees.
+        gpus_per_trial, cpus_per_trial: the resources Ray reserves for each trial.
+    """
+    if not jobs:
+        return
+    # Ray's `uv run` hook would ship the working tree to every worker and build a fresh environment
+    # there (minutes per worker): workers use this interpreter's environment instead (opt back in
+    # with RAY_ENABLE_UV_RUN_RUNTIME_ENV=1). Set before ray is imported.
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    import ray  # a heavy import: only work sent to Ray needs it
 
     started = not ray.is_initialized()
     if started:
@@ -430,37 +485,23 @@ def run_sweep(
         )
     try:
         remote = ray.remote(num_cpus=cpus_per_trial, num_gpus=gpus_per_trial, max_retries=0)(train_trial)
-        limit = max_concurrent or len(pending)
-        queue = list(pending)
-        running: dict[Any, Trial] = {}
-        begin = time.perf_counter()
-        done = len(trials) - len(pending)
+        limit = max_concurrent or len(jobs)
+        queue = list(jobs)
+        running: dict[Any, tuple[str, Path]] = {}
         while queue or running:
             while queue and len(running) < limit:
-                trial = queue.pop(0)
-                running[remote.remote(str((trial_root / trial.name).resolve()), trial.config)] = trial
+                name, run_dir, config = queue.pop(0)
+                running[remote.remote(str(Path(run_dir).resolve()), config)] = (name, Path(run_dir))
             ready, _ = ray.wait(list(running), num_returns=1)
-            trial = running.pop(ready[0])
+            name, run_dir = running.pop(ready[0])
             try:
                 outcome = ray.get(ready[0])
             except Exception as error:  # the worker died (out of memory, node lost...)
-                outcome = _outcome(
-                    trial_root / trial.name, "failed", f"{type(error).__name__}: {error}".splitlines()[0]
-                )
-            outcomes[trial.name] = outcome
-            done += 1
-            val = "-" if outcome.get("val_faa") is None else f"{outcome['val_faa']:.2f}"
-            print(
-                f"[{done}/{len(trials)}] {trial.name} {outcome['status']} val FAA {val}"
-                + (f" ({outcome['error']})" if outcome.get("error") else "")
-                + f" | {time.perf_counter() - begin:.0f} s",
-                flush=True,
-            )
-            _write_summary(out, select(spec, trials, outcomes))
+                outcome = trial_outcome(run_dir, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
+            on_done(name, outcome)
     finally:
         if started:
             ray.shutdown()
-    return select(spec, trials, outcomes)
 
 
 def _seeds(text: str | None) -> tuple[int, ...] | None:

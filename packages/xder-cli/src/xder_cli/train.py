@@ -169,6 +169,14 @@ def build_plan(config: dict[str, dict[str, Any]]) -> RunPlan:
     method_config = config_cls(
         **validate_section("method", config.get("method", {}), config_cls, what=f"method {settings.method!r}")
     )
+    last_task_only = {"joint": ("mode", "final"), "gdumb": ("fit_after", "last_task")}.get(settings.method)
+    if schedule.tasks is not None and last_task_only is not None:
+        key, value = last_task_only
+        if getattr(method_config, key) == value:
+            raise UsageError(
+                f"train.tasks cannot shorten {settings.method} with method.{key} = {value!r}: it trains "
+                f"only at the benchmark's last task; pick another method.{key} or drop train.tasks"
+            )
     backbone_values = dict(config.get("backbone", {}))
     name = backbone_values.pop("name", None)
     if not isinstance(name, str):

@@ -78,6 +78,10 @@ class TrainingSchedule:
             extra backward pass per group on those steps only.
         class_il_outputs: Class-IL argmax over the ``seen`` classes (default) or ``all`` outputs
             (the authors' code of 2022).
+        tasks: train and evaluate only the first ``tasks`` tasks of the stream (None: all of
+            them); e.g. the X-DER paper's two-task "stable regime" study (Sec. 6.2). The accuracy
+            matrices then have ``tasks`` columns; the network keeps the benchmark's output space.
+            :func:`fit` checks ``1 <= tasks <= stream.n_tasks``.
     """
 
     epochs: int = 1
@@ -97,6 +101,7 @@ class TrainingSchedule:
     channels_last: bool = False
     compile: bool = False
     record_every: int = 50
+    tasks: int | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -116,6 +121,7 @@ class TrainingSchedule:
             (self.class_il_outputs in ("seen", "all"), "class_il_outputs must be seen or all"),
             (self.optimizer in ("sgd", "radam"), "optimizer must be sgd or radam"),
             (list(self.milestones) == sorted(self.milestones), "milestones must be increasing"),
+            (self.tasks is None or self.tasks >= 1, "tasks must be >= 1 (or unset: every task)"),
         ]
         for ok, message in checks:
             if not ok:
@@ -329,7 +335,8 @@ class Loop:
 
     @property
     def n_tasks(self) -> int:
-        return self.stream.n_tasks
+        """The tasks this fit trains (``schedule.tasks``, else every task of the stream)."""
+        return self.stream.n_tasks if self.schedule.tasks is None else self.schedule.tasks
 
     def snapshot(self) -> dict[str, Any]:
         """Everything needed to continue exactly from the current position (weights-only safe)."""
@@ -367,6 +374,15 @@ def _make_optimizer(method: ContinualMethod, schedule: TrainingSchedule) -> torc
     )
 
 
+def _first_tasks(evaluation: Evaluation, n_tasks: int) -> Evaluation:
+    """``evaluation`` restricted to tasks ``0..n_tasks-1`` (a fit with ``schedule.tasks``)."""
+    return Evaluation(
+        evaluation.class_il[:n_tasks],
+        evaluation.task_il[:n_tasks],
+        [row[:n_tasks] for row in evaluation.head_counts[:n_tasks]],
+    )
+
+
 def _evaluate_all(loop: Loop, seen_tasks: int) -> tuple[Evaluation, Evaluation | None]:
     stream, schedule, method = loop.stream, loop.schedule, loop.method
     kwargs = {
@@ -375,14 +391,22 @@ def _evaluate_all(loop: Loop, seen_tasks: int) -> tuple[Evaluation, Evaluation |
         "batch_size": schedule.eval_batch_size,
         "class_il_outputs": schedule.class_il_outputs,
     }
+    splits = [(stream.test_x, stream.test_y)]
+    if stream.val_x is not None and stream.val_y is not None:
+        splits.append((stream.val_x, stream.val_y))
+    n_tasks = loop.n_tasks
+    if n_tasks < stream.n_tasks:
+        # Only the rows of the tasks this fit trains (labels are contiguous per task); the
+        # Class-IL argmax spans the seen classes, so no mistake can go to a later task's head.
+        end = loop.setting.class_range(n_tasks - 1)[1]
+        splits = [(x[(y < end).to(x.device)], y[y < end]) for x, y in splits]
     method.train(False)
     with autocast(schedule.precision, loop.generator.device):
-        test = evaluate(method, stream.test_x, stream.test_y, loop.setting, **kwargs)
-        val = None
-        if stream.val_x is not None and stream.val_y is not None:
-            val = evaluate(method, stream.val_x, stream.val_y, loop.setting, **kwargs)
+        results = [evaluate(method, x, y, loop.setting, **kwargs) for x, y in splits]
     method.train(True)
-    return test, val
+    if n_tasks < stream.n_tasks:
+        results = [_first_tasks(r, n_tasks) for r in results]
+    return results[0], (results[1] if len(results) > 1 else None)
 
 
 def fit(
@@ -394,7 +418,8 @@ def fit(
     callbacks: Sequence[Callback] = (),
     resume: dict[str, Any] | None = None,
 ) -> History:
-    """Train ``method`` on every task of ``stream`` in order and evaluate after each task.
+    """Train ``method`` on every task of ``stream`` (the first ``schedule.tasks`` of them, when
+    set) in order and evaluate after each task.
 
     Args:
         method: the learner (its network already on the stream's device).
@@ -412,7 +437,13 @@ def fit(
     Raises:
         NonFiniteLossError: a loss term was NaN or infinite at the end of an epoch (no checkpoint
             is taken of that epoch, so the last checkpoint is the last good state).
+        MethodConfigError: ``schedule.tasks`` is more than the stream's tasks.
     """
+    if schedule.tasks is not None and not 1 <= schedule.tasks <= stream.n_tasks:
+        raise MethodConfigError(
+            f"train.tasks = {schedule.tasks} is out of range: the benchmark has {stream.n_tasks} tasks; "
+            f"give 1..{stream.n_tasks}, or leave it unset for all of them"
+        )
     loop = Loop(method, stream, schedule, generator)
     calls: Iterable[Callback] = tuple(callbacks)
     start_task, start_epoch = 0, 0
@@ -433,7 +464,7 @@ def fit(
 
     for callback in calls:
         callback.on_fit_start(loop)
-    for task in range(start_task, stream.n_tasks):
+    for task in range(start_task, loop.n_tasks):
         task_started = time.perf_counter()
         resumed_mid_task = resume is not None and task == start_task and start_epoch > 0
         if not resumed_mid_task:
