@@ -453,6 +453,11 @@ def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[
     if plan.schedule.channels_last:
         net = net.to(memory_format=torch.channels_last)
     if plan.schedule.compile:
+        # The loop's sampled gradient-norm probes back-propagate with retain_graph=True, which a
+        # compiled backward with donated buffers refuses; torch's own error names this switch.
+        import torch._functorch.config as functorch_config
+
+        functorch_config.donated_buffer = False
         net.compile()  # in place: parameter names (and checkpoints) stay those of the network
     generator = torch.Generator(device=device).manual_seed(settings.seed)
     method = create_method(
