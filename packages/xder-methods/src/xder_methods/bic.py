@@ -83,7 +83,7 @@ from torch import Tensor, nn
 from xder_methods._registry import register_method
 from xder_methods.base import MethodBase
 from xder_methods.buffer import Buffer
-from xder_methods.er import ReplayConfig
+from xder_methods.er import ReplayConfig, join_replay, stream_buffer_groups
 from xder_methods.errors import MethodConfigError
 from xder_methods.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
 from xder_methods.xder import rank_within_class
@@ -270,11 +270,7 @@ class BiC(MethodBase):
 
     def observe(self, batch: Batch) -> StepOutput:
         cfg, t = self.config, batch.task
-        x, y = batch.x, batch.y
-        if len(self.buffer):
-            sample = self.buffer.sample(cfg.minibatch_size, self.generator)
-            x = torch.cat([x, self.transforms.train(sample.examples, self.generator)])
-            y = torch.cat([y, sample.labels])
+        x, y = join_replay(batch, self.buffer, cfg.minibatch_size, self.transforms.train, self.generator)
         logits = self.net(x)
         n_old, n_seen = self.setting.class_range(t)[0], self.seen_classes(t)
         lambda_ = distillation_weight(n_old, n_seen)
@@ -290,8 +286,7 @@ class BiC(MethodBase):
         loss = per_item.mean()
         groups = {"stream": loss}
         if x.shape[0] > batch.y.shape[0]:
-            stream_part = per_item[: batch.y.shape[0]].sum() / per_item.shape[0]
-            groups = {"stream": stream_part, "buffer": loss - stream_part}
+            groups = stream_buffer_groups(per_item, batch.y.shape[0])
         return StepOutput(loss, terms, groups)
 
     # ------------------------------------------------------------------------------ task end

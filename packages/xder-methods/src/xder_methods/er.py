@@ -8,15 +8,15 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from xder_methods._registry import register_method
 from xder_methods.base import MethodBase
 from xder_methods.buffer import Buffer
 from xder_methods.errors import MethodConfigError
-from xder_methods.protocols import Batch, ContinualSetting, StepOutput, Transforms
+from xder_methods.protocols import Batch, ContinualSetting, StepOutput, Transform, Transforms
 
-__all__ = ["ER", "ReplayConfig"]
+__all__ = ["ER", "ReplayConfig", "join_replay", "stream_buffer_groups"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +38,29 @@ class ReplayConfig:
             )
         if self.minibatch_size < 1:
             raise MethodConfigError(f"method.minibatch_size must be >= 1, got {self.minibatch_size}")
+
+
+def join_replay(
+    batch: Batch,
+    buffer: Buffer,
+    minibatch_size: int,
+    transform: Transform,
+    generator: torch.Generator | None,
+) -> tuple[Tensor, Tensor]:
+    """The stream batch followed by ``minibatch_size`` buffer items drawn without replacement and
+    weakly augmented (independently of the stream): ``(x, y)``; the stream alone while the buffer
+    is empty. The replay of ER and of the methods built like it (RPC, iCaRL, LUCIR, BiC)."""
+    if not len(buffer):
+        return batch.x, batch.y
+    sample = buffer.sample(minibatch_size, generator)
+    return torch.cat([batch.x, transform(sample.examples, generator)]), torch.cat([batch.y, sample.labels])
+
+
+def stream_buffer_groups(per_item: Tensor, n_stream: int) -> dict[str, Tensor]:
+    """Split the mean of per-item losses over a joined batch (stream rows first) into its stream
+    and buffer parts, which sum to the mean: the loop's gradient-norm groups."""
+    stream = per_item[:n_stream].sum() / per_item.shape[0]
+    return {"stream": stream, "buffer": per_item.mean() - stream}
 
 
 @register_method("er", ReplayConfig)
@@ -71,14 +94,18 @@ class ER(MethodBase):
     """Width of the logits the buffer keeps (0 for ER; DER stores every class's logit)."""
 
     def observe(self, batch: Batch) -> StepOutput:
-        x, y = batch.x, batch.y
-        if len(self.buffer):
-            sample = self.buffer.sample(self.config.minibatch_size, self.generator)
-            x = torch.cat([x, self.transforms.train(sample.examples, self.generator)])
-            y = torch.cat([y, sample.labels])
-        per_item = F.cross_entropy(self.net(x), y, reduction="none")
+        x, y = join_replay(
+            batch, self.buffer, self.config.minibatch_size, self.transforms.train, self.generator
+        )
+        per_item = F.cross_entropy(self.logits(x), y, reduction="none")
         loss = per_item.mean()
-        stream_part = per_item[: batch.y.shape[0]].sum() / per_item.shape[0]
-        groups = {"stream": stream_part, "buffer": loss - stream_part}
+        self.store(batch)
+        return StepOutput(loss, {"ce": loss.detach()}, stream_buffer_groups(per_item, batch.y.shape[0]))
+
+    def logits(self, x: Tensor) -> Tensor:
+        """The outputs the cross-entropy is taken on (the network's own)."""
+        return self.net(x)
+
+    def store(self, batch: Batch) -> None:
+        """Offer the stream batch to the reservoir buffer (unaugmented)."""
         self.buffer.add_reservoir(batch.x_raw, batch.y, task_labels=batch.task, generator=self.generator)
-        return StepOutput(loss, {"ce": loss.detach()}, groups)

@@ -278,5 +278,5 @@ class ERFlat(ER):
             penalty = cfg.weight * self.regulariser(batch.x, batch.y)
             loss = loss + penalty
             terms[cfg.regulariser] = penalty.detach()
-        self.buffer.add_reservoir(batch.x_raw, batch.y, task_labels=batch.task, generator=self.generator)
+        self.store(batch)
         return StepOutput(loss, terms, {"stream": loss})

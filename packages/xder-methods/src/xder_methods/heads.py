@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["CosineHead", "regular_simplex"]
+__all__ = ["CosineHead", "polytope_logits", "regular_simplex"]
 
 
 def regular_simplex(num_classes: int, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -35,6 +35,20 @@ def regular_simplex(num_classes: int, dtype: torch.dtype = torch.float32) -> Ten
     vertices -= vertices.mean(dim=0, keepdim=True)
     vertices /= vertices[0].norm()
     return vertices.to(dtype)
+
+
+def polytope_logits(outputs: Tensor, vertices: Tensor) -> Tensor:
+    """Logits through a fixed polytope: ``outputs[:, :D] @ vertices.T``.
+
+    Args:
+        outputs: (B, >= D) network outputs; only the first D = ``vertices.shape[1]`` are used.
+        vertices: (K, D) fixed class vectors (a regular simplex has D = K - 1).
+
+    Returns:
+        (B, K) logits.
+    """
+    dim = vertices.shape[1]
+    return outputs[:, :dim] @ vertices.to(outputs.dtype).T
 
 
 class CosineHead(nn.Module):

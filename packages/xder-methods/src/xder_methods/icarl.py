@@ -45,7 +45,7 @@ from torch import Tensor, nn
 
 from xder_methods._registry import register_method
 from xder_methods.buffer import Buffer
-from xder_methods.er import ReplayConfig
+from xder_methods.er import ReplayConfig, join_replay, stream_buffer_groups
 from xder_methods.errors import MethodConfigError
 from xder_methods.lwf_mc import LwFMC
 from xder_methods.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transform, Transforms
@@ -238,15 +238,12 @@ class ICaRL(LwFMC):
         )
 
     def observe(self, batch: Batch) -> StepOutput:
-        x, y = batch.x, batch.y
-        if len(self.buffer):
-            sample = self.buffer.sample(self.config.minibatch_size, self.generator)
-            x = torch.cat([x, self.transforms.train(sample.examples, self.generator)])
-            y = torch.cat([y, sample.labels])
+        x, y = join_replay(
+            batch, self.buffer, self.config.minibatch_size, self.transforms.train, self.generator
+        )
         per_item = self.distillation_loss_per_item(x, y, batch.task)
         loss = per_item.mean()
-        stream = per_item[: batch.y.shape[0]].sum() / per_item.shape[0]
-        groups = {"stream": stream, "buffer": loss - stream} if len(self.buffer) else {}
+        groups = stream_buffer_groups(per_item, batch.y.shape[0]) if len(self.buffer) else {}
         return StepOutput(loss, {"bce": loss.detach()}, groups)
 
     @torch.no_grad()

@@ -64,7 +64,7 @@ from torch import Tensor, nn
 from xder_methods._registry import register_method
 from xder_methods.base import MethodBase, frozen_batchnorm_stats
 from xder_methods.buffer import Buffer
-from xder_methods.er import ReplayConfig
+from xder_methods.er import ReplayConfig, join_replay
 from xder_methods.errors import MethodConfigError
 from xder_methods.heads import CosineHead
 from xder_methods.icarl import class_mean_features, eval_features, update_herding_buffer
@@ -270,11 +270,7 @@ class LUCIR(MethodBase):
     def observe(self, batch: Batch) -> StepOutput:
         cfg, t = self.config, batch.task
         num_old, num_seen = self.setting.class_range(t)
-        x, y = batch.x, batch.y
-        if len(self.buffer):
-            sample = self.buffer.sample(cfg.minibatch_size, self.generator)
-            x = torch.cat([x, self.transforms.train(sample.examples, self.generator)])
-            y = torch.cat([y, sample.labels])
+        x, y = join_replay(batch, self.buffer, cfg.minibatch_size, self.transforms.train, self.generator)
         n_stream, n = batch.y.shape[0], y.shape[0]
         features = self.net.forward_features(x).flatten(1)
         if t >= 1 and cfg.imprint:

@@ -36,14 +36,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from xder_methods._registry import register_method
 from xder_methods.er import ER, ReplayConfig
 from xder_methods.errors import MethodConfigError
-from xder_methods.heads import regular_simplex
-from xder_methods.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
+from xder_methods.heads import polytope_logits, regular_simplex
+from xder_methods.protocols import Batch, ContinualSetting, TaskData, Transforms
 from xder_methods.xder import class_balanced_quotas, rank_within_class
 
 __all__ = ["RPC", "RPCConfig", "polytope_logits"]
@@ -65,20 +64,6 @@ class RPCConfig(ReplayConfig):
             raise MethodConfigError(
                 f"method.buffer_policy must be reservoir or class_balanced, got {self.buffer_policy!r}"
             )
-
-
-def polytope_logits(outputs: Tensor, vertices: Tensor) -> Tensor:
-    """Logits through a fixed polytope: ``outputs[:, :D] @ vertices.T``.
-
-    Args:
-        outputs: (B, >= D) network outputs; only the first D = ``vertices.shape[1]`` are used.
-        vertices: (K, D) fixed class vectors (a regular simplex has D = K - 1).
-
-    Returns:
-        (B, K) logits.
-    """
-    dim = vertices.shape[1]
-    return outputs[:, :dim] @ vertices.to(outputs.dtype).T
 
 
 @register_method("rpc", RPCConfig)
@@ -108,19 +93,9 @@ class RPC(ER):
     def predict(self, x: Tensor) -> Tensor:
         return self.logits(x)
 
-    def observe(self, batch: Batch) -> StepOutput:
-        x, y = batch.x, batch.y
-        if len(self.buffer):
-            sample = self.buffer.sample(self.config.minibatch_size, self.generator)
-            x = torch.cat([x, self.transforms.train(sample.examples, self.generator)])
-            y = torch.cat([y, sample.labels])
-        per_item = F.cross_entropy(self.logits(x), y, reduction="none")
-        loss = per_item.mean()
-        stream_part = per_item[: batch.y.shape[0]].sum() / per_item.shape[0]
-        groups = {"stream": stream_part, "buffer": loss - stream_part}
+    def store(self, batch: Batch) -> None:
         if self.config.buffer_policy == "reservoir":
-            self.buffer.add_reservoir(batch.x_raw, batch.y, task_labels=batch.task, generator=self.generator)
-        return StepOutput(loss, {"ce": loss.detach()}, groups)
+            super().store(batch)
 
     @torch.no_grad()
     def end_task(self, task: int, data: TaskData) -> None:

@@ -22,7 +22,7 @@ from xder_methods.base import MethodBase, frozen_batchnorm_stats
 from xder_methods.buffer import Buffer
 from xder_methods.er import ReplayConfig
 from xder_methods.errors import MethodConfigError
-from xder_methods.heads import regular_simplex
+from xder_methods.heads import polytope_logits, regular_simplex
 from xder_methods.losses import (
     future_constraint,
     future_preparation_loss,
@@ -234,7 +234,7 @@ class XDER(MethodBase):
         """Outputs over every class: the network's, or through the fixed polytope (``rpc``)."""
         out = self.net(x)
         if self.polytope is not None:
-            out = out[:, : self.polytope.shape[1]] @ self.polytope.T
+            out = polytope_logits(out, self.polytope)
         return out.float()
 
     def predict(self, x: Tensor) -> Tensor:
