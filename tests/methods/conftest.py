@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from xder_methods import ContinualSetting, Transforms
+from xder_methods import Callback, ContinualSetting, Transforms, fit
 
 
 class TinyNet(nn.Module):
@@ -122,3 +122,35 @@ def tiny_net_fixture():
 @pytest.fixture(name="setting_of")
 def setting_of_fixture():
     return setting_of
+
+
+class _Interrupt(Exception):
+    pass
+
+
+class _SnapshotAndStop(Callback):
+    """Takes the loop's snapshot at the end of the ``after_epochs``-th epoch, then stops the fit."""
+
+    def __init__(self, after_epochs: int) -> None:
+        self.after, self.seen, self.snapshot = after_epochs, 0, None
+
+    def on_epoch_end(self, loop, record) -> None:
+        self.seen += 1
+        if self.seen == self.after:
+            self.snapshot = loop.snapshot()
+            raise _Interrupt
+
+
+@pytest.fixture
+def snapshot_after():
+    """``snapshot_after(method, stream, schedule, generator, epochs)``: fit, interrupted at the end of
+    its ``epochs``-th epoch; returns the loop's snapshot taken there (what a checkpoint holds)."""
+
+    def run(method, stream, schedule, generator, epochs: int) -> dict:
+        stopper = _SnapshotAndStop(epochs)
+        with pytest.raises(_Interrupt):
+            fit(method, stream, schedule, generator=generator, callbacks=[stopper])
+        assert stopper.snapshot is not None
+        return stopper.snapshot
+
+    return run

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xder_methods import Batch, Callback, MethodConfigError, TaskData, TrainingSchedule, create_method, fit
+from xder_methods import Batch, MethodConfigError, TaskData, TrainingSchedule, create_method, fit
 from xder_methods.bic import (
     BiC,
     BiCConfig,
@@ -303,36 +303,19 @@ def test_state_dict_round_trips_teacher_and_bias_layers(stream, transforms, tiny
     torch.testing.assert_close(clone.predict(x), method.predict(x))
 
 
-class Interrupt(Exception):
-    pass
-
-
-class SnapshotAndStop(Callback):
-    def __init__(self, after_epochs: int) -> None:
-        self.after = after_epochs
-        self.seen = 0
-        self.snapshot = None
-
-    def on_epoch_end(self, loop, record) -> None:
-        self.seen += 1
-        if self.seen == self.after:
-            self.snapshot = loop.snapshot()
-            raise Interrupt
-
-
 # 2 epochs per task: before task 0's end, mid-task 1, before task 1's end (its bias-layer fit)
 @pytest.mark.parametrize("stop_after", [2, 3, 4])
-def test_resume_equals_uninterrupted(stop_after, stream, transforms, tiny_net, setting_of) -> None:
+def test_resume_equals_uninterrupted(
+    stop_after, stream, transforms, tiny_net, setting_of, snapshot_after
+) -> None:
     schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
     method = make_bic(stream, transforms, tiny_net, setting_of, batchnorm=True)
     full = fit(method, stream, schedule, generator=method.generator)
 
     method = make_bic(stream, transforms, tiny_net, setting_of, batchnorm=True)
-    stopper = SnapshotAndStop(stop_after)
-    with pytest.raises(Interrupt):
-        fit(method, stream, schedule, generator=method.generator, callbacks=[stopper])
+    snapshot = snapshot_after(method, stream, schedule, method.generator, stop_after)
     torch.manual_seed(123)
     method = make_bic(stream, transforms, tiny_net, setting_of, batchnorm=True, seed=99)
-    resumed = fit(method, stream, schedule, generator=method.generator, resume=stopper.snapshot)
+    resumed = fit(method, stream, schedule, generator=method.generator, resume=snapshot)
     assert resumed.class_il == full.class_il
     assert resumed.task_il == full.task_il

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xder_methods import Batch, Callback, TrainingSchedule, create_method, fit, method_config_class
+from xder_methods import Batch, TrainingSchedule, create_method, fit, method_config_class
 from xder_methods.derpp_ace import DERppACEConfig
 from xder_methods.er_ace import ERACE, asymmetric_mask, masked_cross_entropy
 
@@ -157,34 +157,19 @@ def test_derpp_ace_defaults_are_derpp_values() -> None:
 # --------------------------------------------------------------------------------------- resume
 
 
-class _Interrupt(Exception):
-    pass
-
-
-class _SnapshotAndStop(Callback):
-    def __init__(self, after_epochs: int) -> None:
-        self.after, self.seen, self.snapshot = after_epochs, 0, None
-
-    def on_epoch_end(self, loop, record) -> None:
-        self.seen += 1
-        if self.seen == self.after:
-            self.snapshot = loop.snapshot()
-            raise _Interrupt
-
-
 @pytest.mark.parametrize("name", ["er_ace", "derpp_ace"])
 @pytest.mark.parametrize("stop_after", [2, 3])  # at a task's last epoch, and mid-task
-def test_resume_equals_uninterrupted(name, stop_after, stream, transforms, tiny_net, setting_of) -> None:
+def test_resume_equals_uninterrupted(
+    name, stop_after, stream, transforms, tiny_net, setting_of, snapshot_after
+) -> None:
     schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
     config = {"buffer_size": 10, "minibatch_size": 4}
     method = build(name, stream, transforms, tiny_net, setting_of, **config)
     full = fit(method, stream, schedule, generator=method.generator)
     method = build(name, stream, transforms, tiny_net, setting_of, **config)
-    stopper = _SnapshotAndStop(stop_after)
-    with pytest.raises(_Interrupt):
-        fit(method, stream, schedule, generator=method.generator, callbacks=[stopper])
+    snapshot = snapshot_after(method, stream, schedule, method.generator, stop_after)
     torch.manual_seed(123)
     method = build(name, stream, transforms, tiny_net, setting_of, seed=99, **config)
-    resumed = fit(method, stream, schedule, generator=method.generator, resume=stopper.snapshot)
+    resumed = fit(method, stream, schedule, generator=method.generator, resume=snapshot)
     assert resumed.class_il == full.class_il
     assert resumed.task_il == full.task_il

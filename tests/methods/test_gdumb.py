@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xder_methods import Batch, Callback, MethodConfigError, TaskData, TrainingSchedule, create_method, fit
+from xder_methods import Batch, MethodConfigError, TaskData, TrainingSchedule, create_method, fit
 from xder_methods.gdumb import (
     GDumb,
     GDumbConfig,
@@ -266,33 +266,18 @@ def test_config_validation() -> None:
 # --------------------------------------------------------------------------------------- resume
 
 
-class _Interrupt(Exception):
-    pass
-
-
-class _SnapshotAndStop(Callback):
-    def __init__(self, after_epochs: int) -> None:
-        self.after, self.seen, self.snapshot = after_epochs, 0, None
-
-    def on_epoch_end(self, loop, record) -> None:
-        self.seen += 1
-        if self.seen == self.after:
-            self.snapshot = loop.snapshot()
-            raise _Interrupt
-
-
 @pytest.mark.parametrize("stop_after", [2, 3])  # at a task's last epoch (before the fit), mid-task
-def test_resume_equals_uninterrupted(stop_after, stream, transforms, tiny_net, setting_of) -> None:
+def test_resume_equals_uninterrupted(
+    stop_after, stream, transforms, tiny_net, setting_of, snapshot_after
+) -> None:
     schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1)
     method = build(stream, transforms, tiny_net, setting_of, batchnorm=True)
     full = fit(method, stream, schedule, generator=method.generator)
     method = build(stream, transforms, tiny_net, setting_of, batchnorm=True)
-    stopper = _SnapshotAndStop(stop_after)
-    with pytest.raises(_Interrupt):
-        fit(method, stream, schedule, generator=method.generator, callbacks=[stopper])
+    snapshot = snapshot_after(method, stream, schedule, method.generator, stop_after)
     torch.manual_seed(123)
     method = build(stream, transforms, tiny_net, setting_of, seed=99, batchnorm=True)
-    resumed = fit(method, stream, schedule, generator=method.generator, resume=stopper.snapshot)
+    resumed = fit(method, stream, schedule, generator=method.generator, resume=snapshot)
     assert resumed.class_il == full.class_il
     assert resumed.task_il == full.task_il
     assert not math.isnan(full.class_il[-1][0])

@@ -161,38 +161,21 @@ def test_fit_order_of_hooks_and_history_shape(stream, transforms, tiny_net, sett
     assert len(recorder.calls) == 3 * 4
 
 
-class Interrupt(Exception):
-    pass
-
-
-class SnapshotAndStop(Callback):
-    def __init__(self, after_epochs: int) -> None:
-        self.after = after_epochs
-        self.seen = 0
-        self.snapshot = None
-
-    def on_epoch_end(self, loop, record) -> None:
-        self.seen += 1
-        if self.seen == self.after:
-            self.snapshot = loop.snapshot()
-            raise Interrupt
-
-
 @pytest.mark.parametrize("name", ["er", "derpp"])
 @pytest.mark.parametrize("stop_after", [2, 3])  # mid-task and at a task boundary (2 epochs/task)
-def test_resume_equals_uninterrupted(name, stop_after, stream, transforms, tiny_net, setting_of) -> None:
+def test_resume_equals_uninterrupted(
+    name, stop_after, stream, transforms, tiny_net, setting_of, snapshot_after
+) -> None:
     schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
     config = {"buffer_size": 10, "minibatch_size": 4}
     method, g = _method(name, stream, transforms, tiny_net, setting_of, **config)
     full = fit(method, stream, schedule, generator=g)
 
     method, g = _method(name, stream, transforms, tiny_net, setting_of, **config)
-    stopper = SnapshotAndStop(stop_after)
-    with pytest.raises(Interrupt):
-        fit(method, stream, schedule, generator=g, callbacks=[stopper])
+    snapshot = snapshot_after(method, stream, schedule, g, stop_after)
     torch.manual_seed(123)  # the resumed process starts from a different global RNG state
     method, g = _method(name, stream, transforms, tiny_net, setting_of, seed=99, **config)
-    resumed = fit(method, stream, schedule, generator=g, resume=stopper.snapshot)
+    resumed = fit(method, stream, schedule, generator=g, resume=snapshot)
     assert resumed.class_il == full.class_il
     assert resumed.task_il == full.task_il
 
@@ -280,7 +263,7 @@ def test_fit_records_stream_and_buffer_gradient_norms(stream, transforms, tiny_n
     assert all(r.grad_norms == {} for r in records)
 
 
-def test_training_only_the_first_tasks(stream, transforms, tiny_net, setting_of) -> None:
+def test_training_only_the_first_tasks(stream, transforms, tiny_net, setting_of, snapshot_after) -> None:
     """``tasks=2`` on a 3-task stream trains and evaluates tasks 0 and 1 only: the same matrices
     as a full fit on the stream with task 2's rows removed (same generator draws), cut to two
     columns, and resuming mid-way ends where the uninterrupted run does."""
@@ -314,11 +297,9 @@ def test_training_only_the_first_tasks(stream, transforms, tiny_net, setting_of)
     assert history.random_init_task_il == full.random_init_task_il[:2]
 
     method, g = _method("er", stream, transforms, tiny_net, setting_of, **config)
-    stopper = SnapshotAndStop(3)  # mid-way through task 1
-    with pytest.raises(Interrupt):
-        fit(method, stream, schedule, generator=g, callbacks=[stopper])
+    snapshot = snapshot_after(method, stream, schedule, g, 3)  # mid-way through task 1
     method, g = _method("er", stream, transforms, tiny_net, setting_of, seed=99, **config)
-    resumed = fit(method, stream, schedule, generator=g, resume=stopper.snapshot)
+    resumed = fit(method, stream, schedule, generator=g, resume=snapshot)
     assert resumed.class_il == history.class_il
     assert resumed.task_il == history.task_il
 
