@@ -196,18 +196,24 @@ def _add_experiment_parser(commands: argparse._SubParsersAction) -> None:
         metavar="KEY=V1,V2",
         help="sensitivity: a parameter and its values, e.g. --param method.alpha=0.1,0.3,0.6 (repeatable)",
     )
-    experiment.add_argument(
-        "--max-concurrent", type=int, metavar="N", help="runs at once on Ray (default: as Ray schedules)"
+    _add_ray_arguments(experiment, "run")
+    experiment.set_defaults(handler="experiment")
+
+
+def _add_ray_arguments(parser: argparse.ArgumentParser, unit: str) -> None:
+    """``--max-concurrent``, ``--address`` and ``--gpus-per-<unit>`` of the commands run on Ray."""
+    parser.add_argument(
+        "--max-concurrent", type=int, metavar="N", help=f"{unit}s at once on Ray (default: as Ray schedules)"
     )
-    experiment.add_argument(
+    parser.add_argument(
         "--address",
         metavar="ADDR",
-        help="a running Ray cluster (default: a local Ray instance; OUT on a filesystem every node sees)",
+        help="a running Ray cluster, e.g. ray://head:10001 (default: start a local Ray instance); OUT must "
+        "then be on a filesystem every node sees",
     )
-    experiment.add_argument(
-        "--gpus-per-run", type=float, default=0.0, metavar="G", help="GPUs Ray reserves per run (0)"
+    parser.add_argument(
+        f"--gpus-per-{unit}", type=float, default=0.0, metavar="G", help=f"GPUs Ray reserves per {unit} (0)"
     )
-    experiment.set_defaults(handler="experiment")
 
 
 def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
@@ -231,18 +237,7 @@ def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
         "(BUFFER - for methods without a buffer; METHOD may be a variant entry such as xder-rpc)",
     )
     sweep.add_argument("--seeds", metavar="S,S", help="seeds (default: the file's, else 0)")
-    sweep.add_argument(
-        "--max-concurrent", type=int, metavar="N", help="trials running at once (default: as Ray schedules)"
-    )
-    sweep.add_argument(
-        "--address",
-        metavar="ADDR",
-        help="a running Ray cluster, e.g. ray://head:10001 (default: start a local Ray instance); OUT must "
-        "then be on a filesystem every node sees",
-    )
-    sweep.add_argument(
-        "--gpus-per-trial", type=float, default=0.0, metavar="G", help="GPUs Ray reserves per trial (0)"
-    )
+    _add_ray_arguments(sweep, "trial")
     sweep.set_defaults(handler="sweep")
 
 
