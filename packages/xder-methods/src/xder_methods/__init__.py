@@ -33,7 +33,7 @@ from xder_methods.buffer import Buffer, BufferSample, reservoir_slots
 from xder_methods.der import DER, DERConfig
 from xder_methods.derpp import DERpp, DERppConfig
 from xder_methods.derpp_ace import DERppACE, DERppACEConfig
-from xder_methods.er import ER, ReplayConfig
+from xder_methods.er import ER, DarkReplayConfig, ReplayConfig, forward_parts
 from xder_methods.er_ace import ERACE, ERACEConfig
 from xder_methods.errors import (
     MethodConfigError,
@@ -103,6 +103,7 @@ __all__ = [
     "DERppACE",
     "DERppACEConfig",
     "DERppConfig",
+    "DarkReplayConfig",
     "ERACEConfig",
     "ERFlat",
     "ERFlatConfig",
@@ -141,6 +142,7 @@ __all__ = [
     "create_method",
     "evaluate",
     "fit",
+    "forward_parts",
     "frozen_batchnorm_stats",
     "is_host_sync",
     "learning_rate",

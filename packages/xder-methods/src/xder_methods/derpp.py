@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from xder_methods._registry import register_method
+from xder_methods.buffer import BufferSample
 from xder_methods.der import DER, DERConfig
 
 __all__ = ["DERpp", "DERppConfig"]
@@ -18,6 +19,8 @@ class DERppConfig(DERConfig):
     """Attributes:
     alpha: logit-matching weight (0.1: paper App. "Hyperparameter Choice", Split CIFAR-100).
     beta: weight of the cross-entropy on a second, independent buffer batch (0.5, same table).
+    replay_forward: ``separate`` (the authors' code) or ``joint`` forward passes of the stream
+        and both buffer batches (see :class:`~xder_methods.er.DarkReplayConfig`).
     """
 
     alpha: float = 0.1
@@ -29,10 +32,12 @@ class DERpp(DER):
     """DER++: DER's logit replay plus ``beta`` times the cross-entropy of an independently drawn
     buffer batch against its stored labels (over all outputs, as in the authors' code)."""
 
-    def replay_loss(self, terms: dict[str, Tensor]) -> Tensor:
-        loss = super().replay_loss(terms)
-        sample = self.buffer.sample(self.config.minibatch_size, self.generator)
-        outputs = self.net(self.transforms.train(sample.examples, self.generator))
-        ce = self.config.beta * F.cross_entropy(outputs, sample.labels)
+    replay_batches = 2
+
+    def replay_loss(
+        self, samples: list[BufferSample], outputs: list[Tensor], terms: dict[str, Tensor]
+    ) -> Tensor:
+        loss = super().replay_loss(samples, outputs, terms)
+        ce = self.config.beta * F.cross_entropy(outputs[1], samples[1].labels)
         terms["buffer_ce"] = ce.detach()
         return loss + ce

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch import Tensor
+
 from xder_methods._registry import register_method
 from xder_methods.derpp import DERpp, DERppConfig
 from xder_methods.er_ace import asymmetric_mask, masked_cross_entropy
-from xder_methods.protocols import Batch, StepOutput
+from xder_methods.protocols import Batch
 
 __all__ = ["DERppACE", "DERppACEConfig"]
 
@@ -45,20 +47,9 @@ class DERppACEConfig(DERppConfig):
 class DERppACE(DERpp):
     """DER++ with ER-ACE's masked stream cross-entropy (see the module docstring)."""
 
-    def observe(self, batch: Batch) -> StepOutput:
-        logits = self.net(batch.x)
+    def stream_loss(self, logits: Tensor, batch: Batch) -> Tensor:
+        """ER-ACE's masked cross-entropy (the buffer still stores the raw logits)."""
         mask = asymmetric_mask(
             batch.y, logits.shape[1], task=batch.task, num_seen=self.seen_classes(batch.task)
         )
-        ce = masked_cross_entropy(logits, batch.y, mask)
-        terms = {"ce": ce.detach()}
-        loss = ce
-        groups = {"stream": ce}
-        if len(self.buffer):
-            replay = self.replay_loss(terms)
-            loss = loss + replay
-            groups["buffer"] = replay
-        self.buffer.add_reservoir(
-            batch.x_raw, batch.y, logits.detach(), task_labels=batch.task, generator=self.generator
-        )
-        return StepOutput(loss, terms, groups)
+        return masked_cross_entropy(logits, batch.y, mask)

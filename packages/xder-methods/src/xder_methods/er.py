@@ -3,8 +3,9 @@ Chaudhry et al., 2019 "On Tiny Episodic Memories")."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +17,15 @@ from xder_methods.buffer import Buffer
 from xder_methods.errors import MethodConfigError
 from xder_methods.protocols import Batch, ContinualSetting, StepOutput, Transform, Transforms
 
-__all__ = ["ER", "ReplayConfig", "join_replay", "stream_buffer_groups"]
+__all__ = [
+    "ER",
+    "DarkReplayConfig",
+    "ReplayConfig",
+    "ReplayForward",
+    "forward_parts",
+    "join_replay",
+    "stream_buffer_groups",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +47,45 @@ class ReplayConfig:
             )
         if self.minibatch_size < 1:
             raise MethodConfigError(f"method.minibatch_size must be >= 1, got {self.minibatch_size}")
+
+
+ReplayForward = Literal["separate", "joint"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DarkReplayConfig(ReplayConfig):
+    """Settings of the rehearsal methods whose stream and buffer batches feed different losses
+    (DER, DER++, DER++-ACE, X-DER).
+
+    Attributes:
+        replay_forward: how the stream batch and the step's buffer batches go through the
+            network. ``separate`` (default, the authors' code): one forward pass per batch, so
+            BatchNorm normalises each batch with its own statistics (in the stream batch: the
+            current task's classes only) and updates its running statistics once per batch.
+            ``joint``: one pass over their concatenation, as ER's: BatchNorm statistics over
+            the mixed batch, one running-statistics update, one forward instead of two or
+            three. Without BatchNorm the two are the same computation.
+    """
+
+    replay_forward: ReplayForward = "separate"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.replay_forward not in ("separate", "joint"):
+            raise MethodConfigError(
+                f"method.replay_forward must be separate or joint, got {self.replay_forward!r}"
+            )
+
+
+def forward_parts(
+    forward: Callable[[Tensor], Tensor], parts: Sequence[Tensor], mode: ReplayForward
+) -> list[Tensor]:
+    """Outputs of ``forward`` on each of ``parts``: one call each (``separate``) or one call on
+    their concatenation split back into the parts (``joint``); see
+    :class:`DarkReplayConfig`."""
+    if mode == "joint" and len(parts) > 1:
+        return list(forward(torch.cat(list(parts))).split([part.shape[0] for part in parts]))
+    return [forward(part) for part in parts]
 
 
 def join_replay(

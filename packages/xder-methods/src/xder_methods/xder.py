@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from xder_methods._registry import register_method
 from xder_methods.base import MethodBase, frozen_batchnorm_stats
 from xder_methods.buffer import Buffer
-from xder_methods.er import ReplayConfig
+from xder_methods.er import DarkReplayConfig, forward_parts
 from xder_methods.errors import MethodConfigError
 from xder_methods.heads import polytope_logits, regular_simplex
 from xder_methods.losses import (
@@ -38,7 +38,7 @@ __all__ = ["XDER", "XDERConfig", "class_balanced_quotas", "first_occurrence", "r
 
 
 @dataclass(frozen=True, kw_only=True)
-class XDERConfig(ReplayConfig):
+class XDERConfig(DarkReplayConfig):
     """X-DER's hyperparameters. Defaults: the paper's Split CIFAR-100, M = 500 row
     (App. "Hyperparameter Choice"; SPEC-XDER section 1); M = 2000 uses alpha 0.6, beta 0.9,
     eta 0.01, margin 0.2.
@@ -63,6 +63,12 @@ class XDERConfig(ReplayConfig):
         constraint_form: ``reference`` (the authors' code, default) or ``paper`` (Eq. 11).
         forward_batch_size: batch size of the no-gradient forward passes at task end (the
             authors' code uses the stream batch size).
+        replay_forward: ``separate`` (default, the authors' code: the stream batch and the two
+            buffer batches each go through the network alone, so BatchNorm normalises the
+            stream batch with the statistics of the current task's classes) or ``joint`` (one
+            pass over the three, BatchNorm statistics over the mixed batch); see
+            :class:`~xder_methods.er.DarkReplayConfig`. The future-preparation views are always
+            a pass of their own (with frozen running statistics).
     """
 
     alpha: float = 0.3
@@ -251,18 +257,21 @@ class XDER(MethodBase):
         available = self.heads_available(t) * c
         past, seen = t * c, (t + 1) * c
         has_future = available > seen
-        out = self.logits(batch.x)[:, :available]
+        samples = []
+        if len(self.buffer):
+            samples = [self.buffer.sample(cfg.minibatch_size, self.generator) for _ in range(2)]
+        views = [self.transforms.train(sample.examples, self.generator) for sample in samples]
+        out, *buffer_outs = (
+            part[:, :available] for part in forward_parts(self.logits, [batch.x, *views], cfg.replay_forward)
+        )
         ce_end = available if cfg.future_heads == "ce" else seen
         loss = separated_cross_entropy(out, batch.y, past, ce_end)
         terms: dict[str, Tensor] = {"ce": loss.detach()}
         groups = {"stream": loss}
 
         buffer_out = buffer_labels = keep = None
-        if len(self.buffer):
-            first = self.buffer.sample(cfg.minibatch_size, self.generator)
-            second = self.buffer.sample(cfg.minibatch_size, self.generator)
-            out1 = self.logits(self.transforms.train(first.examples, self.generator))[:, :available]
-            out2 = self.logits(self.transforms.train(second.examples, self.generator))[:, :available]
+        if samples:
+            (first, second), (out1, out2) = samples, buffer_outs
             assert first.logits is not None
             assert second.logits is not None
             columns = torch.arange(available, device=out1.device)

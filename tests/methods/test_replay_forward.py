@@ -1,0 +1,147 @@
+"""``method.replay_forward``: the stream and buffer batches of DER, DER++, DER++-ACE and X-DER go
+through the network one pass each (``separate``, the authors' code) or as one concatenated pass
+(``joint``). Without BatchNorm the two are the same computation; with it, only the batch
+statistics differ."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from xder_methods import (
+    Batch,
+    MethodConfigError,
+    OpCounter,
+    TaskData,
+    create_method,
+    forward_parts,
+    method_config_class,
+)
+
+METHODS = ["der", "derpp", "derpp_ace", "xder"]
+# Buffer batches a step draws, hence forward passes of a separate step beyond the stream's.
+REPLAY_BATCHES = {"der": 1, "derpp": 2, "derpp_ace": 2, "xder": 2}
+
+
+def parts() -> list[Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return [torch.randn(n, 3, generator=generator) for n in (2, 3, 4)]
+
+
+def test_forward_parts_calls_once_per_part_or_once_in_all() -> None:
+    weight = torch.randn(3, 5, generator=torch.Generator().manual_seed(1))
+    sizes: list[int] = []
+
+    def linear(x: Tensor) -> Tensor:
+        sizes.append(x.shape[0])
+        return x @ weight
+
+    separate = forward_parts(linear, parts(), "separate")
+    assert sizes == [2, 3, 4]
+    joint = forward_parts(linear, parts(), "joint")
+    assert sizes[3:] == [9]
+    for a, b, x in zip(separate, joint, parts(), strict=True):
+        torch.testing.assert_close(a, x @ weight)
+        torch.testing.assert_close(b, x @ weight)
+    assert len(forward_parts(linear, parts()[:1], "joint")) == 1
+
+
+def test_joint_batchnorm_uses_the_statistics_of_the_mixed_batch() -> None:
+    norm = nn.BatchNorm1d(3, affine=False).train()
+
+    def by_hand(x: Tensor) -> Tensor:  # training-mode BatchNorm: biased variance, eps 1e-5
+        return (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + 1e-5)
+
+    joint = torch.cat(forward_parts(norm, parts(), "joint"))
+    torch.testing.assert_close(joint, by_hand(torch.cat(parts())))
+    separate = forward_parts(norm, parts(), "separate")
+    for out, x in zip(separate, parts(), strict=True):
+        torch.testing.assert_close(out, by_hand(x))
+    assert not torch.allclose(torch.cat(separate), joint)
+
+
+def make(name, mode, stream, transforms, tiny_net, setting_of, batchnorm):
+    torch.manual_seed(0)
+    extra = {"simclr_batch_size": 4} if name == "xder" else {}
+    config = method_config_class(name)(buffer_size=20, minibatch_size=4, replay_forward=mode, **extra)
+    method = create_method(
+        name,
+        net=tiny_net(sum(stream.classes_per_task), batchnorm=batchnorm),
+        setting=setting_of(stream),
+        transforms=transforms,
+        config=config,
+        generator=torch.Generator().manual_seed(0),
+    )
+    rows = stream.task(0).train
+    if name == "xder":
+        method.end_task(0, TaskData(stream.train_x[rows], stream.train_y[rows], 0))
+    else:
+        x = stream.train_x[rows[:8]]
+        method.observe(Batch(transforms.train(x, torch.Generator()), stream.train_y[rows[:8]], x, 0))
+    method.begin_task(1)
+    return method
+
+
+def task1_batch(stream, transforms) -> Batch:
+    rows = stream.task(1).train[:6]
+    x = stream.train_x[rows]
+    return Batch(transforms.train(x, torch.Generator()), stream.train_y[rows], x, 1)
+
+
+def forward_sizes(method) -> list[int]:
+    sizes: list[int] = []
+    method.net.register_forward_hook(lambda module, args, out: sizes.append(args[0].shape[0]))
+    return sizes
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_without_batchnorm_joint_and_separate_steps_are_the_same(
+    name, stream, transforms, tiny_net, setting_of
+) -> None:
+    outputs, calls = {}, {}
+    for mode in ("separate", "joint"):
+        method = make(name, mode, stream, transforms, tiny_net, setting_of, batchnorm=False)
+        sizes = forward_sizes(method)
+        out = method.observe(task1_batch(stream, transforms))
+        out.loss.backward()
+        grads = torch.cat([p.grad.flatten() for p in method.net.parameters()])
+        outputs[mode] = (out.loss.detach(), out.terms, grads, method.buffer.logits.clone())
+        calls[mode] = sizes
+    (loss_s, terms_s, grads_s, stored_s), (loss_j, terms_j, grads_j, stored_j) = outputs.values()
+    torch.testing.assert_close(loss_j, loss_s)
+    assert terms_j.keys() == terms_s.keys()
+    for key in terms_s:
+        torch.testing.assert_close(terms_j[key], terms_s[key])
+    torch.testing.assert_close(grads_j, grads_s)
+    torch.testing.assert_close(stored_j, stored_s)  # the buffer's updates too
+    # X-DER's future-preparation views are one more pass of their own in both modes.
+    extra = [8 * 2] if name == "xder" else []
+    assert calls["separate"] == [6] + [4] * REPLAY_BATCHES[name] + extra
+    assert calls["joint"] == [6 + 4 * REPLAY_BATCHES[name], *extra]
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_with_batchnorm_joint_updates_running_statistics_once_per_step(
+    name, stream, transforms, tiny_net, setting_of
+) -> None:
+    losses = {}
+    for mode, updates in (("separate", 1 + REPLAY_BATCHES[name]), ("joint", 1)):
+        method = make(name, mode, stream, transforms, tiny_net, setting_of, batchnorm=True)
+        norm = next(m for m in method.net.modules() if isinstance(m, nn.BatchNorm1d))
+        before, step_batch = int(norm.num_batches_tracked), task1_batch(stream, transforms)
+        with OpCounter() as counter:
+            out = method.observe(step_batch)
+            out.loss.backward()
+        assert counter.host_syncs == 0, counter.syncs
+        assert int(norm.num_batches_tracked) - before == updates
+        losses[mode] = out.loss.detach()
+    assert not torch.allclose(losses["joint"], losses["separate"])
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_replay_forward_is_validated(name) -> None:
+    config_class = method_config_class(name)
+    assert config_class().replay_forward == "separate"
+    with pytest.raises(MethodConfigError, match="replay_forward"):
+        config_class(replay_forward="both")
