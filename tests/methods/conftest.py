@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from xder_methods import Callback, ContinualSetting, Transforms, fit
+from xder_methods import Batch, Callback, ContinualSetting, TaskData, Transforms, create_method, fit
 
 
 class TinyNet(nn.Module):
@@ -154,3 +154,31 @@ def snapshot_after():
         return stopper.snapshot
 
     return run
+
+
+@pytest.fixture
+def in_second_task():
+    """``in_second_task(name, stream, transforms, config, batchnorm=True)``: the method built on a
+    TinyNet (seeded), its buffer filled from task 0 (X-DER by its end-of-task insertion, the others
+    by one step on six task-0 items), and task 1 begun: ready for a task-1 step with replay."""
+
+    def build(name: str, stream: Stream, transforms: Transforms, config, batchnorm: bool = True):
+        torch.manual_seed(0)
+        method = create_method(
+            name,
+            net=TinyNet(sum(stream.classes_per_task), batchnorm=batchnorm),
+            setting=setting_of(stream),
+            transforms=transforms,
+            config=config,
+            generator=torch.Generator().manual_seed(0),
+        )
+        rows = stream.task(0).train
+        if name == "xder":
+            method.end_task(0, TaskData(stream.train_x[rows], stream.train_y[rows], 0))
+        else:
+            x = stream.train_x[rows[:6]]
+            method.observe(Batch(transforms.train(x), stream.train_y[rows[:6]], x, 0))
+        method.begin_task(1)
+        return method
+
+    return build

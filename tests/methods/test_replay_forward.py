@@ -13,8 +13,6 @@ from xder_methods import (
     Batch,
     MethodConfigError,
     OpCounter,
-    TaskData,
-    create_method,
     forward_parts,
     method_config_class,
 )
@@ -61,26 +59,10 @@ def test_joint_batchnorm_uses_the_statistics_of_the_mixed_batch() -> None:
     assert not torch.allclose(torch.cat(separate), joint)
 
 
-def make(name, mode, stream, transforms, tiny_net, setting_of, batchnorm):
-    torch.manual_seed(0)
+def make(name, mode, stream, transforms, in_second_task, batchnorm):
     extra = {"simclr_batch_size": 4} if name == "xder" else {}
     config = method_config_class(name)(buffer_size=20, minibatch_size=4, replay_forward=mode, **extra)
-    method = create_method(
-        name,
-        net=tiny_net(sum(stream.classes_per_task), batchnorm=batchnorm),
-        setting=setting_of(stream),
-        transforms=transforms,
-        config=config,
-        generator=torch.Generator().manual_seed(0),
-    )
-    rows = stream.task(0).train
-    if name == "xder":
-        method.end_task(0, TaskData(stream.train_x[rows], stream.train_y[rows], 0))
-    else:
-        x = stream.train_x[rows[:8]]
-        method.observe(Batch(transforms.train(x, torch.Generator()), stream.train_y[rows[:8]], x, 0))
-    method.begin_task(1)
-    return method
+    return in_second_task(name, stream, transforms, config, batchnorm=batchnorm)
 
 
 def task1_batch(stream, transforms) -> Batch:
@@ -97,11 +79,11 @@ def forward_sizes(method) -> list[int]:
 
 @pytest.mark.parametrize("name", METHODS)
 def test_without_batchnorm_joint_and_separate_steps_are_the_same(
-    name, stream, transforms, tiny_net, setting_of
+    name, stream, transforms, in_second_task
 ) -> None:
     outputs, calls = {}, {}
     for mode in ("separate", "joint"):
-        method = make(name, mode, stream, transforms, tiny_net, setting_of, batchnorm=False)
+        method = make(name, mode, stream, transforms, in_second_task, batchnorm=False)
         sizes = forward_sizes(method)
         out = method.observe(task1_batch(stream, transforms))
         out.loss.backward()
@@ -123,11 +105,11 @@ def test_without_batchnorm_joint_and_separate_steps_are_the_same(
 
 @pytest.mark.parametrize("name", METHODS)
 def test_with_batchnorm_joint_updates_running_statistics_once_per_step(
-    name, stream, transforms, tiny_net, setting_of
+    name, stream, transforms, in_second_task
 ) -> None:
     losses = {}
     for mode, updates in (("separate", 1 + REPLAY_BATCHES[name]), ("joint", 1)):
-        method = make(name, mode, stream, transforms, tiny_net, setting_of, batchnorm=True)
+        method = make(name, mode, stream, transforms, in_second_task, batchnorm=True)
         norm = next(m for m in method.net.modules() if isinstance(m, nn.BatchNorm1d))
         before, step_batch = int(norm.num_batches_tracked), task1_batch(stream, transforms)
         with OpCounter() as counter:
