@@ -28,7 +28,6 @@ import json
 import math
 import statistics
 import sys
-import time
 import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +37,14 @@ from typing import Any
 from xder_cli import rundir
 from xder_cli.config import SECTIONS
 from xder_cli.errors import UsageError
-from xder_cli.sweep import SweepSpec, plan_trials, run_on_ray, train_trial, trial_finished, trial_outcome
+from xder_cli.sweep import (
+    SweepSpec,
+    plan_trials,
+    progress_recorder,
+    run_on_ray,
+    split_finished,
+    train_trial,
+)
 from xder_cli.train import build_plan, resolve_config
 
 __all__ = [
@@ -357,35 +363,20 @@ def execute(
     """
     for run in runs:
         _check_existing(run, root / run.name)
-    outcomes: dict[str, dict[str, Any]] = {}
-    pending = []
-    for run in runs:
-        if trial_finished(root / run.name):
-            outcomes[run.name] = trial_outcome(root / run.name, "finished") | {"skipped": True}
-        else:
-            pending.append(run)
+    outcomes, pending_names = split_finished([(run.name, root / run.name) for run in runs])
+    pending = [run for run in runs if run.name in pending_names]
     where = "on Ray" if use_ray else "in this process"
     print(
         f"{len(runs)} runs, {len(runs) - len(pending)} already finished; training {len(pending)} {where}",
         flush=True,
     )
     on_change(outcomes)
-    begin = time.perf_counter()
-    done = len(runs) - len(pending)
 
-    def record(name: str, outcome: dict[str, Any]) -> None:
-        nonlocal done
-        outcomes[name] = outcome
-        done += 1
-        figures = describe(_results(root / name)) if outcome["status"] == "finished" else ""
-        print(
-            f"[{done}/{len(runs)}] {name} {outcome['status']}"
-            + (f" | {figures}" if figures else "")
-            + (f" ({outcome['error']})" if outcome.get("error") else "")
-            + f" | {time.perf_counter() - begin:.0f} s",
-            flush=True,
-        )
-        on_change(outcomes)
+    def figures(name: str, outcome: dict[str, Any]) -> str:
+        text = describe(_results(root / name)) if outcome["status"] == "finished" else ""
+        return f" | {text}" if text else ""
+
+    record = progress_recorder(outcomes, len(runs), figures, lambda: on_change(outcomes))
 
     if use_ray:
         run_on_ray(

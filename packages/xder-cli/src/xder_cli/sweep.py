@@ -57,10 +57,12 @@ __all__ = [
     "command_sweep",
     "load_spec",
     "plan_trials",
+    "progress_recorder",
     "run_on_ray",
     "run_sweep",
     "select",
     "spec_from_preset",
+    "split_finished",
     "train_trial",
     "trial_finished",
     "trial_outcome",
@@ -403,14 +405,8 @@ def run_sweep(
     trials = plan_trials(spec)
     trial_root = out / TRIALS
     trial_root.mkdir(parents=True, exist_ok=True)
-    outcomes: dict[str, dict[str, Any]] = {}
-    pending = []
-    for trial in trials:
-        run_dir = trial_root / trial.name
-        if trial_finished(run_dir):
-            outcomes[trial.name] = trial_outcome(run_dir, "finished") | {"skipped": True}
-        else:
-            pending.append(trial)
+    outcomes, pending_names = split_finished([(t.name, trial_root / t.name) for t in trials])
+    pending = [t for t in trials if t.name in pending_names]
     print(
         f"sweep: {len(trials)} trials ({len(trials) // len(spec.seeds)} points x "
         f"{len(spec.seeds)} seeds), {len(trials) - len(pending)} already finished -> {out}",
@@ -420,22 +416,12 @@ def run_sweep(
     if not pending:
         return select(spec, trials, outcomes)
 
-    begin = time.perf_counter()
-    done = len(trials) - len(pending)
+    def val_faa(name: str, outcome: dict[str, Any]) -> str:
+        return " val FAA " + ("-" if outcome.get("val_faa") is None else f"{outcome['val_faa']:.2f}")
 
-    def record(name: str, outcome: dict[str, Any]) -> None:
-        nonlocal done
-        outcomes[name] = outcome
-        done += 1
-        val = "-" if outcome.get("val_faa") is None else f"{outcome['val_faa']:.2f}"
-        print(
-            f"[{done}/{len(trials)}] {name} {outcome['status']} val FAA {val}"
-            + (f" ({outcome['error']})" if outcome.get("error") else "")
-            + f" | {time.perf_counter() - begin:.0f} s",
-            flush=True,
-        )
-        _write_summary(out, select(spec, trials, outcomes))
-
+    record = progress_recorder(
+        outcomes, len(trials), val_faa, lambda: _write_summary(out, select(spec, trials, outcomes))
+    )
     run_on_ray(
         [(t.name, trial_root / t.name, t.config) for t in pending],
         record,
@@ -445,6 +431,45 @@ def run_sweep(
         cpus_per_trial=cpus_per_trial,
     )
     return select(spec, trials, outcomes)
+
+
+def split_finished(jobs: Sequence[tuple[str, Path]]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """``(outcomes, pending)`` of named run directories: the outcome of each one already finished
+    (marked ``skipped``), and the names of the others, in order."""
+    outcomes: dict[str, dict[str, Any]] = {}
+    pending = []
+    for name, run_dir in jobs:
+        if trial_finished(run_dir):
+            outcomes[name] = trial_outcome(run_dir, "finished") | {"skipped": True}
+        else:
+            pending.append(name)
+    return outcomes, pending
+
+
+def progress_recorder(
+    outcomes: dict[str, dict[str, Any]],
+    total: int,
+    figures: Callable[[str, dict[str, Any]], str],
+    after: Callable[[], None],
+) -> Callable[[str, dict[str, Any]], None]:
+    """The ``on_done`` of :func:`run_on_ray`: stores each outcome in ``outcomes``, prints
+    ``[done/total] name status<figures(name, outcome)> (error) | seconds``, then calls ``after``."""
+    begin = time.perf_counter()
+    done = len(outcomes)
+
+    def record(name: str, outcome: dict[str, Any]) -> None:
+        nonlocal done
+        outcomes[name] = outcome
+        done += 1
+        print(
+            f"[{done}/{total}] {name} {outcome['status']}{figures(name, outcome)}"
+            + (f" ({outcome['error']})" if outcome.get("error") else "")
+            + f" | {time.perf_counter() - begin:.0f} s",
+            flush=True,
+        )
+        after()
+
+    return record
 
 
 def run_on_ray(
