@@ -145,6 +145,16 @@ def test_tuned_is_the_default_on_seq_digits_and_none_keeps_the_method_defaults()
     )
 
 
+def test_the_buffer_size_picks_the_tuned_entry_on_seq_digits() -> None:
+    assert default_preset("seq-digits", "xder", 20) == "tuned"
+    assert default_preset("seq-digits", "derpp", 20) == "tuned"
+    assert default_preset("seq-digits", "xder", 500) == "none"  # no entry for that size
+    small = preset_values("tuned", "seq-digits", "xder", 20)["method"]
+    large = preset_values("tuned", "seq-digits", "xder", 200)["method"]
+    assert (small["alpha"], small["beta"], small["eta"]) == (0.6, 0.5, 0.03)
+    assert (large["alpha"], large["beta"], large["eta"]) == (0.3, 0.8, 0.1)
+
+
 def test_missing_entries_are_one_line_errors() -> None:
     with pytest.raises(UsageError, match="no entry 'er'"):
         preset_values("tuned", "seq-digits", "er", 200)
