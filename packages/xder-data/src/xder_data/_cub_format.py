@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from xder_data.errors import BenchmarkFormatError, DataNotFoundError
+from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
 
 __all__ = [
     "CUB200_FOLDER",
@@ -39,11 +39,6 @@ SEGMENTATIONS_FOLDER = "segmentations"
 N_CLASSES = 200
 _ARCHIVE_FIX = "re-extract CUB_200_2011.tgz"
 _SEGMENTATIONS_FIX = "re-extract segmentations.tgz"
-
-
-def one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 # ---------------------------------------------------------------------------------------------

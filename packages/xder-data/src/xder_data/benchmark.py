@@ -8,7 +8,7 @@ Tasks are index views (:meth:`Benchmark.task`); nothing rewrites the data in pla
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -18,14 +18,16 @@ import torch
 from torch import Tensor
 
 from xder_data.augment import Transform
-from xder_data.errors import ClassOrderError, UnknownBenchmarkError
+from xder_data.errors import ClassOrderError, UnknownBenchmarkError, UnknownProtocolError
 
 __all__ = [
+    "DEFAULT_PROTOCOL",
     "Benchmark",
     "BenchmarkDefaults",
     "TaskSplit",
     "benchmark_defaults",
     "list_benchmarks",
+    "list_protocols",
     "load_benchmark",
     "register_benchmark",
     "remap_labels",
@@ -37,6 +39,9 @@ __all__ = [
 ]
 
 ClassOrderSpec = Literal["natural", "reversed", "random"] | Sequence[int]
+DEFAULT_PROTOCOL = "paper"
+"""The protocol a benchmark is run with unless another is named: the one its paper (or, for a
+benchmark without one, its fixed definition) prescribes."""
 VALIDATION_SEED = 0
 """Seed of the validation split: fixed, so that every trial of a grid search sees the same split."""
 
@@ -46,7 +51,9 @@ class BenchmarkDefaults:
     """The training protocol a benchmark is run with (the paper's, or the one fixed for it).
 
     The CLI turns these into the loop's schedule and the methods' buffer settings; presets and
-    ``--set`` override them.
+    ``--set`` override them. ``drop_last``: drop each epoch's last partial batch (the loop's
+    ``TrainingSchedule.drop_last``); the papers' protocols keep it, as the authors' code does
+    (a DataLoader's default), so the default is False.
     """
 
     epochs: int
@@ -63,6 +70,7 @@ class BenchmarkDefaults:
     optimizer: Literal["sgd", "radam"] = "sgd"
     backbone: str = "resnet18-cifar"
     backbone_options: dict[str, Any] = field(default_factory=dict)
+    drop_last: bool = False
 
 
 @dataclass(frozen=True)
@@ -314,22 +322,27 @@ def with_validation(bench: Benchmark, fraction: float = 0.1) -> Benchmark:
 # Registry
 
 BenchmarkLoader = Callable[..., Benchmark]
-_REGISTRY: dict[str, tuple[BenchmarkLoader, BenchmarkDefaults]] = {}
+_REGISTRY: dict[str, tuple[BenchmarkLoader, dict[str, BenchmarkDefaults]]] = {}
 
 
 def register_benchmark(
-    name: str, *, defaults: BenchmarkDefaults
+    name: str, *, defaults: BenchmarkDefaults, protocols: Mapping[str, BenchmarkDefaults] | None = None
 ) -> Callable[[BenchmarkLoader], BenchmarkLoader]:
     """Register ``loader(root: Path | None, **options) -> Benchmark`` (natural class order).
 
-    ``defaults`` is the benchmark's training protocol, readable without loading any data
-    (:func:`benchmark_defaults`); the loader must put the same object in ``Benchmark.defaults``.
+    ``defaults`` is the benchmark's training protocol (:data:`DEFAULT_PROTOCOL`, ``"paper"``),
+    readable without loading any data (:func:`benchmark_defaults`); the loader must put the same
+    object in ``Benchmark.defaults``. ``protocols`` adds named variants beside it (e.g. a
+    ``"laptop"`` protocol sized for a CPU), selected with ``load_benchmark(..., protocol=NAME)``.
     """
+    named = {DEFAULT_PROTOCOL: defaults, **(protocols or {})}
+    if protocols and DEFAULT_PROTOCOL in protocols:
+        raise ValueError(f"protocol {DEFAULT_PROTOCOL!r} is the benchmark's defaults: pass it as defaults")
 
     def decorator(loader: BenchmarkLoader) -> BenchmarkLoader:
         if name in _REGISTRY:
             raise ValueError(f"benchmark {name!r} is already registered")
-        _REGISTRY[name] = (loader, defaults)
+        _REGISTRY[name] = (loader, named)
         return loader
 
     return decorator
@@ -340,7 +353,7 @@ def list_benchmarks() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def _lookup(name: str) -> tuple[BenchmarkLoader, BenchmarkDefaults]:
+def _lookup(name: str) -> tuple[BenchmarkLoader, dict[str, BenchmarkDefaults]]:
     if name not in _REGISTRY:
         raise UnknownBenchmarkError(
             f"unknown benchmark {name!r}: choose one of {', '.join(list_benchmarks())}"
@@ -348,9 +361,26 @@ def _lookup(name: str) -> tuple[BenchmarkLoader, BenchmarkDefaults]:
     return _REGISTRY[name]
 
 
-def benchmark_defaults(name: str) -> BenchmarkDefaults:
-    """The training protocol of benchmark ``name``, without loading its data."""
-    return _lookup(name)[1]
+def list_protocols(name: str) -> list[str]:
+    """The protocols benchmark ``name`` defines: ``"paper"`` first, then its variants, sorted."""
+    protocols = _lookup(name)[1]
+    return [DEFAULT_PROTOCOL, *sorted(p for p in protocols if p != DEFAULT_PROTOCOL)]
+
+
+def benchmark_defaults(name: str, protocol: str = DEFAULT_PROTOCOL) -> BenchmarkDefaults:
+    """The training protocol ``protocol`` of benchmark ``name``, without loading its data.
+
+    Raises:
+        UnknownBenchmarkError: no such benchmark.
+        UnknownProtocolError: the benchmark defines no such protocol.
+    """
+    protocols = _lookup(name)[1]
+    if protocol not in protocols:
+        others = ", ".join(list_protocols(name))
+        raise UnknownProtocolError(
+            f"benchmark {name!r} has no protocol {protocol!r}: it has {others} (--protocol NAME)"
+        )
+    return protocols[protocol]
 
 
 def load_benchmark(
@@ -361,6 +391,7 @@ def load_benchmark(
     seed: int = 0,
     validation: float = 0.0,
     device: torch.device | str = "cpu",
+    protocol: str = DEFAULT_PROTOCOL,
     **options: Any,
 ) -> Benchmark:
     """Read a registered benchmark and prepare it for a run.
@@ -373,10 +404,15 @@ def load_benchmark(
         validation: if > 0, hold out this stratified fraction of train as the validation split
             (for model selection; the test set is never used to select).
         device: where the tensors live during training.
+        protocol: the training protocol the benchmark's ``defaults`` hold (see
+            :func:`list_protocols`); the data are the same under every protocol.
         **options: passed to the benchmark's reader.
     """
     loader, _ = _lookup(name)
+    defaults = benchmark_defaults(name, protocol)
     bench = loader(None if root is None else Path(root), **options)
+    if protocol != DEFAULT_PROTOCOL:
+        bench = dataclasses.replace(bench, defaults=defaults)
     if validation:
         bench = with_validation(bench, validation)
     bench = with_class_order(bench, class_order, seed)

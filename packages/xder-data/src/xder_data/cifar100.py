@@ -39,27 +39,16 @@ official archive, verified with :func:`verify_cifar100`).
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import os
-import pickle
-import shutil
-import tarfile
-import tempfile
-import urllib.error
-import urllib.request
-import zlib
-from collections.abc import Mapping
-from pathlib import Path, PurePosixPath
-from typing import Any
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from xder_data._archive import download_folder, md5_file
+from xder_data._cifar_format import CifarFiles
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
-from xder_data.errors import BenchmarkFormatError, DataNotFoundError
 
 __all__ = [
     "CIFAR100_ARCHIVE",
@@ -94,7 +83,6 @@ CIFAR100_STD = (0.2675, 0.2565, 0.2761)
 N_FINE = 100
 N_COARSE = 20
 _NATIVE_SIZE = 32
-_ROW_SIZE = 3 * _NATIVE_SIZE * _NATIVE_SIZE
 _UPSAMPLE_CHUNK = 1024  # images interpolated at a time (a 64x64 float chunk is 50 MB)
 _SPLIT_KEYS = ("data", "fine_labels", "coarse_labels", "filenames", "batch_label")
 _META_KEYS = ("fine_label_names", "coarse_label_names")
@@ -112,133 +100,37 @@ SEQ_CIFAR100_DEFAULTS = BenchmarkDefaults(
     buffer_size=500,
     backbone="resnet18-cifar",  # App. "Backbone Architectures": ResNet18, 3x3 stem
     backbone_options={"width": 64, "in_channels": 3},
+    drop_last=False,  # the authors' DataLoader keeps each epoch's last partial batch
 )
 
 
-def _fix(root: Path) -> str:
-    return (
-        f"run `xder-run data download cifar100 --data-root {root}` or unpack {CIFAR100_ARCHIVE} under {root}"
-    )
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _folder(root: Path | str | None) -> Path:
-    if root is None:
-        raise DataNotFoundError(
-            "seq-cifar100 needs a data root: pass --data-root ROOT (the folder that holds "
-            f"{CIFAR100_FOLDER}/), after `xder-run data download cifar100 --data-root ROOT`"
-        )
-    root = Path(root)
-    folder = root / CIFAR100_FOLDER
-    if not folder.is_dir():
-        raise DataNotFoundError(f"{folder}: CIFAR-100 folder not found: {_fix(root)}")
-    return folder
-
-
-def _file(root: Path, name: str) -> Path:
-    path = _folder(root) / name
-    if not path.is_file():
-        raise DataNotFoundError(f"{path}: CIFAR-100 file missing: {_fix(root)}")
-    return path
-
-
-def _text(value: Any) -> Any:
-    return value.decode("latin1") if isinstance(value, bytes) else value
-
-
-def _bad(path: Path, problem: str) -> BenchmarkFormatError:
-    """``<path>: <problem>; <fix>`` for a file ``<root>/cifar-100-python/<name>``."""
-    return BenchmarkFormatError(
-        f"{path}: {problem}; not the official CIFAR-100 python version: {_fix(path.parent.parent)}"
-    )
-
-
-def _read_pickle(path: Path) -> dict[str, Any]:
-    """Unpickle ``path`` (Python 2 or 3) into a dict with ``str`` keys."""
-    try:
-        with path.open("rb") as f:
-            obj = pickle.load(f, encoding="latin1")
-    except OSError as exc:
-        raise DataNotFoundError(
-            f"{path}: cannot read ({_one_line(exc)}): {_fix(path.parent.parent)}"
-        ) from exc
-    except Exception as exc:  # a corrupt pickle can raise nearly anything; report it in one line
-        raise _bad(
-            path, f"not a readable pickle ({_one_line(exc)}), the file is truncated or corrupt"
-        ) from exc
-    if not isinstance(obj, Mapping):
-        raise _bad(path, f"holds a {type(obj).__name__}, expected a dict")
-    return {_text(key): value for key, value in obj.items()}
-
-
-def _require_keys(path: Path, obj: Mapping[str, Any], keys: tuple[str, ...]) -> None:
-    missing = [key for key in keys if key not in obj]
-    if missing:
-        found = ", ".join(sorted(map(str, obj))) or "none"
-        raise _bad(path, f"key {missing[0]!r} missing (found: {found})")
-
-
-def _labels(path: Path, obj: Mapping[str, Any], key: str, n_rows: int, n_classes: int) -> np.ndarray:
-    value = obj[key]
-    if not isinstance(value, list | tuple | np.ndarray):
-        raise _bad(path, f"{key!r} is a {type(value).__name__}, expected a list of int")
-    try:
-        labels = np.asarray(value)
-    except ValueError as exc:
-        raise _bad(path, f"{key!r} is not a flat list of int ({_one_line(exc)})") from exc
-    if labels.ndim != 1 or len(labels) != n_rows:
-        raise _bad(path, f"{key!r} has shape {labels.shape}, expected one label per data row ({n_rows},)")
-    if n_rows and labels.dtype.kind not in "iu":
-        raise _bad(path, f"{key!r} holds {labels.dtype} values, expected int")
-    labels = labels.astype(np.int64)
-    if n_rows and (labels.min() < 0 or labels.max() >= n_classes):
-        raise _bad(path, f"{key!r} spans {labels.min()}..{labels.max()}, expected 0..{n_classes - 1}")
-    return labels
+FILES = CifarFiles(
+    dataset="CIFAR-100",
+    benchmark="seq-cifar100",
+    folder=CIFAR100_FOLDER,
+    archive=CIFAR100_ARCHIVE,
+    download="cifar100",
+)
 
 
 def _read_split(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(images (N, 3, 32, 32) uint8, fine (N,) int64, coarse (N,) int64)`` of ``train``/``test``."""
-    obj = _read_pickle(path)
-    _require_keys(path, obj, _SPLIT_KEYS)
-    data = obj["data"]
-    if not isinstance(data, np.ndarray):
-        raise _bad(path, f"'data' is a {type(data).__name__}, expected a uint8 ndarray")
-    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != _ROW_SIZE:
-        raise _bad(
-            path,
-            f"'data' is {data.dtype} with shape {data.shape}, expected uint8 (N, {_ROW_SIZE}) "
-            "(the R, G and B planes of a 32x32 image per row)",
-        )
-    n_rows = data.shape[0]
-    fine = _labels(path, obj, "fine_labels", n_rows, N_FINE)
-    coarse = _labels(path, obj, "coarse_labels", n_rows, N_COARSE)
-    filenames = obj["filenames"]
-    if not isinstance(filenames, list | tuple | np.ndarray) or len(filenames) != n_rows:
-        raise _bad(path, f"'filenames' is not a list of {n_rows} names (one per data row)")
-    images = np.ascontiguousarray(data).reshape(n_rows, 3, 32, 32)
+    obj = FILES.read_pickle(path)
+    FILES.require_keys(path, obj, _SPLIT_KEYS)
+    images = FILES.images(path, obj)
+    n_rows = images.shape[0]
+    fine = FILES.labels(path, obj, "fine_labels", n_rows, N_FINE)
+    coarse = FILES.labels(path, obj, "coarse_labels", n_rows, N_COARSE)
+    FILES.filenames(path, obj, n_rows)
     return images, fine, coarse
 
 
-def _names(path: Path, obj: Mapping[str, Any], key: str, count: int) -> tuple[str, ...]:
-    value = obj[key]
-    if not isinstance(value, list | tuple) or len(value) != count:
-        size = len(value) if isinstance(value, list | tuple) else type(value).__name__
-        raise _bad(path, f"{key!r} holds {size} entries, expected a list of {count} names")
-    names = tuple(_text(name) for name in value)
-    if not all(isinstance(name, str) for name in names):
-        raise _bad(path, f"{key!r} must hold strings")
-    return names
-
-
 def _read_meta(root: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    path = _file(root, "meta")
-    obj = _read_pickle(path)
-    _require_keys(path, obj, _META_KEYS)
-    return _names(path, obj, "fine_label_names", N_FINE), _names(path, obj, "coarse_label_names", N_COARSE)
+    path = FILES.file(root, "meta")
+    obj = FILES.read_pickle(path)
+    FILES.require_keys(path, obj, _META_KEYS)
+    fine = FILES.names(path, obj, "fine_label_names", N_FINE)
+    return fine, FILES.names(path, obj, "coarse_label_names", N_COARSE)
 
 
 def _coarse_of_fine(path: Path, fine: np.ndarray, coarse: np.ndarray) -> np.ndarray:
@@ -246,11 +138,12 @@ def _coarse_of_fine(path: Path, fine: np.ndarray, coarse: np.ndarray) -> np.ndar
     pairs = np.unique(np.stack([fine, coarse], axis=1), axis=0)  # sorted by fine, then coarse
     per_fine = np.bincount(pairs[:, 0], minlength=N_FINE)
     if (per_fine == 0).any():
-        raise _bad(path, f"fine class {np.flatnonzero(per_fine == 0)[0]} has no images (CIFAR-100 has 100)")
+        missing = np.flatnonzero(per_fine == 0)[0]
+        raise FILES.bad(path, f"fine class {missing} has no images (CIFAR-100 has 100)")
     if (per_fine > 1).any():
         bad = int(np.flatnonzero(per_fine > 1)[0])
         found = pairs[pairs[:, 0] == bad, 1].tolist()
-        raise _bad(
+        raise FILES.bad(
             path, f"fine class {bad} appears with coarse labels {found}, but each belongs to one super-class"
         )
     mapping = np.empty(N_FINE, dtype=np.int64)
@@ -262,14 +155,14 @@ def _check_coarse(path: Path, mapping: np.ndarray, fine: np.ndarray, coarse: np.
     wrong = np.flatnonzero(mapping[fine] != coarse)
     if len(wrong):
         row = int(wrong[0])
-        raise _bad(
+        raise FILES.bad(
             path,
             f"row {row} pairs fine class {fine[row]} with coarse label {coarse[row]}, but the training "
             f"file puts it in super-class {mapping[fine[row]]}",
         )
     missing = np.setdiff1d(np.arange(N_FINE), fine)
     if len(missing):
-        raise _bad(path, f"fine class {missing[0]} has no images (CIFAR-100 has 100)")
+        raise FILES.bad(path, f"fine class {missing[0]} has no images (CIFAR-100 has 100)")
 
 
 def cifar100_coarse_names(root: str | Path) -> tuple[str, ...]:
@@ -333,9 +226,9 @@ def seq_cifar100(root: Path | None, *, image_size: int = _NATIVE_SIZE) -> Benchm
             f"image_size must be an integer of at least {_NATIVE_SIZE} (images are only upsampled), "
             f"got {image_size!r}"
         )
-    folder = _folder(root)
+    folder = FILES.path(root)
     root = folder.parent
-    train_path, test_path = _file(root, "train"), _file(root, "test")
+    train_path, test_path = FILES.file(root, "train"), FILES.file(root, "test")
     fine_names, coarse_names = _read_meta(root)
     train_x, train_fine, train_coarse = _read_split(train_path)
     test_x, test_fine, test_coarse = _read_split(test_path)
@@ -372,14 +265,6 @@ def seq_cifar100(root: Path | None, *, image_size: int = _NATIVE_SIZE) -> Benchm
 # Integrity and download
 
 
-def _md5(path: Path) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def verify_cifar100(root: str | Path) -> list[str]:
     """md5-check ``train``, ``test`` and ``meta`` against the official files (DATA-FORMATS 1.1).
 
@@ -391,80 +276,8 @@ def verify_cifar100(root: str | Path) -> list[str]:
         DataNotFoundError: the folder or one of the three files is missing.
     """
     root = Path(root)
-    paths = [_file(root, name) for name in CIFAR100_MD5]
-    return [str(path) for path in paths if _md5(path) != CIFAR100_MD5[path.name]]
-
-
-def _fetch(url: str, archive: Path, expected_md5: str) -> None:
-    """Stream ``url`` to ``archive`` (via a ``.part`` file) and check its md5 before renaming."""
-    part = archive.with_name(archive.name + ".part")
-    digest = hashlib.md5(usedforsecurity=False)
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response, part.open("wb") as out:
-            while chunk := response.read(1 << 20):
-                digest.update(chunk)
-                out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        part.unlink(missing_ok=True)
-        raise DataNotFoundError(
-            f"{url}: download failed ({_one_line(exc)}): check the network, or fetch {CIFAR100_ARCHIVE} "
-            f"by hand and unpack it under {archive.parent}"
-        ) from exc
-    got = digest.hexdigest()
-    if got != expected_md5:
-        part.unlink(missing_ok=True)
-        raise BenchmarkFormatError(
-            f"{url}: md5 {got} differs from the expected {expected_md5}: the download is corrupt or "
-            f"not the official {CIFAR100_ARCHIVE}; retry, or fetch it by hand and unpack it under "
-            f"{archive.parent}"
-        )
-    os.replace(part, archive)
-
-
-def _safe_members(archive: Path, tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    """The members under ``cifar-100-python/``; refuse links, devices and escaping paths."""
-    members = []
-    for member in tar.getmembers():
-        name = PurePosixPath(member.name)
-        if name.is_absolute() or ".." in name.parts or not (member.isfile() or member.isdir()):
-            raise BenchmarkFormatError(
-                f"{archive}: unsafe archive member {member.name!r} (absolute path, '..', link or "
-                f"device); refusing to extract: delete the file and download the official {CIFAR100_ARCHIVE}"
-            )
-        if name.parts and name.parts[0] == CIFAR100_FOLDER:
-            members.append(member)
-    return members
-
-
-def _extract(archive: Path, root: Path) -> Path:
-    """Unpack ``cifar-100-python/`` from ``archive`` into ``root`` through a staging folder."""
-    target = root / CIFAR100_FOLDER
-    staging = Path(tempfile.mkdtemp(prefix=f".{CIFAR100_FOLDER}-", dir=root))
-    try:
-        try:
-            with tarfile.open(archive, "r:gz") as tar:
-                members = _safe_members(archive, tar)
-                extra: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-                tar.extractall(staging, members=members, **extra)
-        except (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
-            raise BenchmarkFormatError(
-                f"{archive}: not a readable .tar.gz ({_one_line(exc)}): delete it and download again"
-            ) from exc
-        unpacked = staging / CIFAR100_FOLDER
-        missing = [name for name in CIFAR100_MD5 if not (unpacked / name).is_file()]
-        if missing:
-            raise BenchmarkFormatError(
-                f"{archive}: holds no {CIFAR100_FOLDER}/{missing[0]}; not the CIFAR-100 python version "
-                f"archive: delete it and download the official {CIFAR100_ARCHIVE}"
-            )
-        target.mkdir(exist_ok=True)
-        for item in unpacked.iterdir():
-            os.replace(item, target / item.name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    paths = [FILES.file(root, name) for name in CIFAR100_MD5]
+    return [str(path) for path in paths if md5_file(path) != CIFAR100_MD5[path.name]]
 
 
 def download_cifar100(
@@ -491,9 +304,6 @@ def download_cifar100(
         BenchmarkFormatError: the md5 differs (nothing is kept), or the archive is unreadable,
             unsafe or lacks ``train``/``test``/``meta``.
     """
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    archive = root / CIFAR100_ARCHIVE
-    if not (archive.is_file() and _md5(archive) == expected_md5):
-        _fetch(url, archive, expected_md5)
-    return _extract(archive, root)
+    return download_folder(
+        Path(root), url, CIFAR100_ARCHIVE, expected_md5, CIFAR100_FOLDER, tuple(CIFAR100_MD5)
+    )

@@ -94,7 +94,7 @@ import torch.nn.functional as F
 from xder_data.augment import Compose, CropFlip, Normalize
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
 from xder_data.cifar100 import CIFAR100_MEAN, CIFAR100_STD, seq_cifar100, upsample_images
-from xder_data.errors import BenchmarkFormatError, DataNotFoundError
+from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
 
 __all__ = [
     "COCO_STITCH_DEFAULTS",
@@ -194,11 +194,6 @@ def _no_progress(items: Iterable[Any]) -> Iterable[Any]:
     return items
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def _prepare_hint(root: Path | str = "ROOT") -> str:
     return f"run `xder-run data prepare coco-stitch --source COCO_DIR --data-root {root}`"
 
@@ -219,7 +214,7 @@ def _mask_api() -> Any:
         from pycocotools import mask as mask_api
     except ImportError as exc:
         raise ImportError(
-            f"decoding COCO masks needs pycocotools ({_one_line(exc)}): pip install 'xder-data[coco]'"
+            f"decoding COCO masks needs pycocotools ({one_line(exc)}): pip install 'xder-data[coco]'"
         ) from exc
     return mask_api
 
@@ -445,10 +440,10 @@ def _read_coco(path: Path, image_dir: Path, min_area: float) -> _CocoSplit:
         with path.open("rb") as f:
             data = json.load(f)
     except OSError as exc:
-        raise DataNotFoundError(f"{path}: cannot read ({_one_line(exc)})") from exc
+        raise DataNotFoundError(f"{path}: cannot read ({one_line(exc)})") from exc
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and bad UTF-8 are ValueErrors
         raise _bad_json(
-            path, f"not readable JSON ({_one_line(exc)}), the file is truncated or corrupt"
+            path, f"not readable JSON ({one_line(exc)}), the file is truncated or corrupt"
         ) from exc
     if not isinstance(data, Mapping):
         raise _bad_json(path, f"holds a {type(data).__name__}, expected a dict")
@@ -522,7 +517,7 @@ def _load_photo(coco: _CocoSplit, instance: _Instance) -> np.ndarray:
         ) from exc
     except (OSError, ValueError, Image.DecompressionBombError) as exc:  # UnidentifiedImageError is OSError
         raise BenchmarkFormatError(
-            f"{path}: not a readable image ({_one_line(exc)}): download {coco.image_dir.name}.zip again "
+            f"{path}: not a readable image ({one_line(exc)}): download {coco.image_dir.name}.zip again "
             "from cocodataset.org"
         ) from exc
     if photo.shape[:2] != (height, width):
@@ -939,7 +934,7 @@ def coco_stitch(root: Path | None) -> Benchmark:
         try:
             handle = h5py.File(path, "r")
         except OSError as exc:
-            raise _bad_file(path, f"not a readable HDF5 file ({_one_line(exc)})") from None
+            raise _bad_file(path, f"not a readable HDF5 file ({one_line(exc)})") from None
         with handle:
             size = _check_file(path, handle)
             try:
@@ -953,7 +948,7 @@ def coco_stitch(root: Path | None) -> Benchmark:
                 if split == "test":
                     data[split]["masks"] = torch.from_numpy(np.asarray(handle["masks"][...], dtype=bool))
             except (OSError, UnicodeDecodeError) as exc:  # a truncated file fails only when read
-                raise _bad_file(path, f"cannot be read in full ({_one_line(exc)})") from None
+                raise _bad_file(path, f"cannot be read in full ({one_line(exc)})") from None
     train, test = data["train"], data["test"]
     if train["size"] != test["size"]:
         raise _bad_file(paths["test"], f"images are {test['size']} px but train.h5 holds {train['size']} px")

@@ -142,6 +142,7 @@ SEQ_CUB200_DEFAULTS = BenchmarkDefaults(
     optimizer="radam",  # "with RAdam"
     backbone="resnet18",  # ImageNet-layout ResNet18; pass ImageNet weights with backbone.weights
     backbone_options={},
+    drop_last=False,  # the authors' DataLoader keeps each epoch's last partial batch
 )
 
 CACHE_FORMAT = "xder-cub200"

@@ -8,7 +8,15 @@ __all__ = [
     "DataError",
     "DataNotFoundError",
     "UnknownBenchmarkError",
+    "UnknownProtocolError",
+    "one_line",
 ]
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` of an exception on one line (for the one-line errors of the readers)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class DataError(Exception):
@@ -32,3 +40,7 @@ class UnknownBenchmarkError(DataError, KeyError):
 
 class ClassOrderError(DataError, ValueError):
     """A class order that is not a known name nor a permutation of the classes."""
+
+
+class UnknownProtocolError(DataError, ValueError):
+    """A benchmark defines no protocol of the requested name."""

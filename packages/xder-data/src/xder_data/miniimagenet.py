@@ -43,7 +43,7 @@ import torch
 
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
-from xder_data.errors import BenchmarkFormatError, DataNotFoundError
+from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
 
 __all__ = [
     "MINIIMG_FILES",
@@ -81,6 +81,7 @@ SEQ_MINIIMG_DEFAULTS = BenchmarkDefaults(
     buffer_size=2000,
     backbone="efficientnet-b2",  # Sec. 5.1 and App. "Backbone Architectures"
     backbone_options={},
+    drop_last=False,  # the authors' DataLoader keeps each epoch's last partial batch
 )
 
 
@@ -90,11 +91,6 @@ def _fix(root: Path) -> str:
         "import_miniimagenet_pickle (`xder-run data prepare miniimagenet`), or unzip the X-DER "
         f"authors' miniImagenet.zip so that {root / MINIIMG_FOLDER}/train_x.npy exists"
     )
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,10 +107,10 @@ def _load_npy(path: Path, *, mmap: bool) -> np.ndarray:
         array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (ValueError, EOFError) as exc:
         raise _bad(
-            path, f"not a readable .npy array ({_one_line(exc)}), truncated or not from numpy.save"
+            path, f"not a readable .npy array ({one_line(exc)}), truncated or not from numpy.save"
         ) from exc
     except OSError as exc:
-        raise DataNotFoundError(f"{path}: cannot read ({_one_line(exc)})") from exc
+        raise DataNotFoundError(f"{path}: cannot read ({one_line(exc)})") from exc
     if not isinstance(array, np.ndarray):  # an .npz archive under an .npy name
         raise _bad(path, "holds an .npz archive, expected a single .npy array")
     return array
@@ -343,7 +339,7 @@ def _read_csv(path: Path) -> list[tuple[str, str]]:
         with path.open(newline="", encoding="utf-8-sig") as f:
             rows = [(n, row) for n, row in enumerate(csv.reader(f), start=1) if row]
     except (UnicodeDecodeError, csv.Error) as exc:
-        raise BenchmarkFormatError(f"{path}: not a UTF-8 CSV file ({_one_line(exc)})") from exc
+        raise BenchmarkFormatError(f"{path}: not a UTF-8 CSV file ({one_line(exc)})") from exc
     if not rows or [cell.strip() for cell in rows[0][1]] != ["filename", "label"]:
         header = ",".join(rows[0][1]) if rows else "nothing"
         raise BenchmarkFormatError(f"{path}: first line is {header!r}, expected the header 'filename,label'")
@@ -366,7 +362,7 @@ def _read_image(path: Path, listed_in: Path) -> tuple[np.ndarray, bool]:
             rgb = image.convert("RGB")
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise BenchmarkFormatError(
-            f"{path}: unreadable image ({_one_line(exc)}): replace it from the miniImageNet archive"
+            f"{path}: unreadable image ({one_line(exc)}): replace it from the miniImageNet archive"
         ) from exc
     resized = rgb.size != (SIZE, SIZE)
     if resized:
@@ -458,10 +454,10 @@ def _read_cache(path: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         with path.open("rb") as f:
             obj = pickle.load(f, encoding="latin1")
     except OSError as exc:
-        raise DataNotFoundError(f"{path}: cannot read ({_one_line(exc)})") from exc
+        raise DataNotFoundError(f"{path}: cannot read ({one_line(exc)})") from exc
     except Exception as exc:  # a corrupt pickle can raise nearly anything; report it in one line
         raise BenchmarkFormatError(
-            f"{path}: not a readable pickle ({_one_line(exc)}); the file is truncated or corrupt"
+            f"{path}: not a readable pickle ({one_line(exc)}); the file is truncated or corrupt"
         ) from exc
     if not isinstance(obj, Mapping):
         raise BenchmarkFormatError(f"{path}: holds a {type(obj).__name__}, expected a dict")

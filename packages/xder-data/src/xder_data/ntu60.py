@@ -372,6 +372,7 @@ SEQ_NTU60_DEFAULTS = BenchmarkDefaults(
     buffer_size=500,
     backbone="efficientgcn-b0",
     backbone_options={},
+    drop_last=False,  # the authors' DataLoader keeps each epoch's last partial batch
 )
 
 _NTU60_MAX_SETUP = 17

@@ -1,0 +1,159 @@
+"""Reading the pickled "python version" files of CIFAR-10 and CIFAR-100 (DATA-FORMATS.md 1.1).
+
+Both distributions are pickled dicts written by Python 2: ``data`` uint8 (N, 3072) with the R, G and B
+planes of a 32x32 image per row, labels as lists of int, names as lists of str. The files are read
+with ``encoding='latin1'`` (as torchvision does) and their keys are normalised, so files written by
+Python 2 and fixtures written by Python 3 with ``bytes`` or ``str`` keys all load. Every problem is a
+one-line :class:`BenchmarkFormatError` or :class:`DataNotFoundError` that names the file and the fix.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
+
+__all__ = ["CifarFiles"]
+
+ROW_SIZE = 3 * 32 * 32
+
+
+def _text(value: Any) -> Any:
+    return value.decode("latin1") if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True)
+class CifarFiles:
+    """The files of one CIFAR distribution under a data root.
+
+    Attributes:
+        dataset: how messages name it, e.g. ``"CIFAR-100"``.
+        benchmark: the benchmark that reads it, e.g. ``"seq-cifar100"``.
+        folder: the folder the official archive unpacks to, e.g. ``"cifar-100-python"``.
+        archive: the official archive's name.
+        download: the ``xder-run data download`` name.
+        prepare: also suggest ``xder-run data prepare <prepare> --source DIR`` in fixes (or "").
+    """
+
+    dataset: str
+    benchmark: str
+    folder: str
+    archive: str
+    download: str
+    prepare: str = ""
+
+    def fix(self, root: Path) -> str:
+        """What the user should do to get the files under ``root``."""
+        text = f"run `xder-run data download {self.download} --data-root {root}`"
+        if self.prepare:
+            text += (
+                f", import an image-folder copy with `xder-run data prepare {self.prepare} --source DIR "
+                f"--data-root {root}`,"
+            )
+        return f"{text} or unpack {self.archive} under {root}"
+
+    def path(self, root: Path | str | None) -> Path:
+        """``<root>/<folder>``, which must exist."""
+        if root is None:
+            raise DataNotFoundError(
+                f"{self.benchmark} needs a data root: pass --data-root ROOT (the folder that holds "
+                f"{self.folder}/), after `xder-run data download {self.download} --data-root ROOT`"
+            )
+        root = Path(root)
+        folder = root / self.folder
+        if not folder.is_dir():
+            raise DataNotFoundError(f"{folder}: {self.dataset} folder not found: {self.fix(root)}")
+        return folder
+
+    def file(self, root: Path, name: str) -> Path:
+        """``<root>/<folder>/<name>``, which must exist."""
+        path = self.path(root) / name
+        if not path.is_file():
+            raise DataNotFoundError(f"{path}: {self.dataset} file missing: {self.fix(root)}")
+        return path
+
+    def bad(self, path: Path, problem: str) -> BenchmarkFormatError:
+        """``<path>: <problem>; <fix>`` for a file ``<root>/<folder>/<name>``."""
+        return BenchmarkFormatError(
+            f"{path}: {problem}; not the official {self.dataset} python version: "
+            f"{self.fix(path.parent.parent)}"
+        )
+
+    def read_pickle(self, path: Path) -> dict[str, Any]:
+        """Unpickle ``path`` (Python 2 or 3) into a dict with ``str`` keys."""
+        try:
+            with path.open("rb") as f:
+                obj = pickle.load(f, encoding="latin1")
+        except OSError as exc:
+            raise DataNotFoundError(
+                f"{path}: cannot read ({one_line(exc)}): {self.fix(path.parent.parent)}"
+            ) from exc
+        except Exception as exc:  # a corrupt pickle can raise nearly anything; report it in one line
+            raise self.bad(
+                path, f"not a readable pickle ({one_line(exc)}), the file is truncated or corrupt"
+            ) from exc
+        if not isinstance(obj, Mapping):
+            raise self.bad(path, f"holds a {type(obj).__name__}, expected a dict")
+        return {_text(key): value for key, value in obj.items()}
+
+    def require_keys(self, path: Path, obj: Mapping[str, Any], keys: tuple[str, ...]) -> None:
+        missing = [key for key in keys if key not in obj]
+        if missing:
+            found = ", ".join(sorted(map(str, obj))) or "none"
+            raise self.bad(path, f"key {missing[0]!r} missing (found: {found})")
+
+    def images(self, path: Path, obj: Mapping[str, Any]) -> np.ndarray:
+        """``obj['data']`` as (N, 3, 32, 32) uint8 (each row is the R, then G, then B plane)."""
+        data = obj["data"]
+        if not isinstance(data, np.ndarray):
+            raise self.bad(path, f"'data' is a {type(data).__name__}, expected a uint8 ndarray")
+        if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != ROW_SIZE:
+            raise self.bad(
+                path,
+                f"'data' is {data.dtype} with shape {data.shape}, expected uint8 (N, {ROW_SIZE}) "
+                "(the R, G and B planes of a 32x32 image per row)",
+            )
+        return np.ascontiguousarray(data).reshape(data.shape[0], 3, 32, 32)
+
+    def labels(self, path: Path, obj: Mapping[str, Any], key: str, n_rows: int, n_classes: int) -> np.ndarray:
+        """``obj[key]``: one int label in ``0..n_classes-1`` per data row, as (N,) int64."""
+        value = obj[key]
+        if not isinstance(value, list | tuple | np.ndarray):
+            raise self.bad(path, f"{key!r} is a {type(value).__name__}, expected a list of int")
+        try:
+            labels = np.asarray(value)
+        except ValueError as exc:
+            raise self.bad(path, f"{key!r} is not a flat list of int ({one_line(exc)})") from exc
+        if labels.ndim != 1 or len(labels) != n_rows:
+            raise self.bad(
+                path, f"{key!r} has shape {labels.shape}, expected one label per data row ({n_rows},)"
+            )
+        if n_rows and labels.dtype.kind not in "iu":
+            raise self.bad(path, f"{key!r} holds {labels.dtype} values, expected int")
+        labels = labels.astype(np.int64)
+        if n_rows and (labels.min() < 0 or labels.max() >= n_classes):
+            raise self.bad(path, f"{key!r} spans {labels.min()}..{labels.max()}, expected 0..{n_classes - 1}")
+        return labels
+
+    def filenames(self, path: Path, obj: Mapping[str, Any], n_rows: int) -> None:
+        """Check that ``obj['filenames']`` names every data row."""
+        filenames = obj["filenames"]
+        if not isinstance(filenames, list | tuple | np.ndarray) or len(filenames) != n_rows:
+            raise self.bad(path, f"'filenames' is not a list of {n_rows} names (one per data row)")
+
+    def names(self, path: Path, obj: Mapping[str, Any], key: str, count: int) -> tuple[str, ...]:
+        """``obj[key]``: ``count`` class names."""
+        value = obj[key]
+        if not isinstance(value, list | tuple) or len(value) != count:
+            size = len(value) if isinstance(value, list | tuple) else type(value).__name__
+            raise self.bad(path, f"{key!r} holds {size} entries, expected a list of {count} names")
+        names = tuple(_text(name) for name in value)
+        if not all(isinstance(name, str) for name in names):
+            raise self.bad(path, f"{key!r} must hold strings")
+        return names
