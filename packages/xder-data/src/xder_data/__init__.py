@@ -1,8 +1,9 @@
 """xder-data: class-incremental benchmarks as device-resident tensors, and batched augmentation.
 
 Benchmarks are registered by name and built with :func:`load_benchmark`: ``seq-digits``
-(offline), ``seq-cifar100``, ``seq-miniimg``, ``seq-ntu60``, ``seq-cub200``, and ``coco-stitch``
-(the secondary-targets probe set). Augmentations in
+(offline), ``seq-cifar10``, ``seq-cifar100``, ``seq-miniimg``, ``seq-ntu60``, ``seq-cub200``, and
+``coco-stitch`` (the secondary-targets probe set); a benchmark may define protocols beside its
+paper's (:func:`list_protocols`). Augmentations in
 :mod:`xder_data.augment` and :mod:`xder_data.skeleton` act on whole batches with per-sample random
 parameters.
 """
@@ -10,11 +11,13 @@ parameters.
 from xder_data import digits as _digits  # noqa: F401  (registers seq-digits)
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment, Transform
 from xder_data.benchmark import (
+    DEFAULT_PROTOCOL,
     Benchmark,
     BenchmarkDefaults,
     TaskSplit,
     benchmark_defaults,
     list_benchmarks,
+    list_protocols,
     load_benchmark,
     register_benchmark,
     remap_labels,
@@ -23,6 +26,12 @@ from xder_data.benchmark import (
     validation_split,
     with_class_order,
     with_validation,
+)
+from xder_data.cifar10 import (  # registers seq-cifar10
+    CIFAR10Import,
+    download_cifar10,
+    prepare_cifar10,
+    verify_cifar10,
 )
 from xder_data.cifar100 import (  # registers seq-cifar100
     cifar100_coarse_names,
@@ -48,6 +57,7 @@ from xder_data.errors import (
     DataError,
     DataNotFoundError,
     UnknownBenchmarkError,
+    UnknownProtocolError,
 )
 from xder_data.miniimagenet import (  # registers seq-miniimg
     MiniImageNetImport,
@@ -63,9 +73,11 @@ from xder_data.ntu60 import (  # registers seq-ntu60
 from xder_data.skeleton import SkeletonAugment, SkeletonNormalize
 
 __all__ = [
+    "DEFAULT_PROTOCOL",
     "Benchmark",
     "BenchmarkDefaults",
     "BenchmarkFormatError",
+    "CIFAR10Import",
     "COCOStitchReport",
     "CUB200Annotations",
     "CUB200PrepareReport",
@@ -83,17 +95,21 @@ __all__ = [
     "TaskSplit",
     "Transform",
     "UnknownBenchmarkError",
+    "UnknownProtocolError",
     "benchmark_defaults",
     "cifar100_coarse_names",
     "decode_mask",
+    "download_cifar10",
     "download_cifar100",
     "import_miniimagenet_csv",
     "import_miniimagenet_pickle",
     "import_ntu60_efficientgcn",
     "import_ntu60_stgcn",
     "list_benchmarks",
+    "list_protocols",
     "load_benchmark",
     "paste_instance",
+    "prepare_cifar10",
     "prepare_coco_stitch",
     "prepare_cub200",
     "prepare_ntu60",
@@ -104,6 +120,7 @@ __all__ = [
     "task_indices",
     "upsample_images",
     "validation_split",
+    "verify_cifar10",
     "verify_cifar100",
     "with_class_order",
     "with_validation",
