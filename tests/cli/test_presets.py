@@ -32,6 +32,7 @@ def _config(entry: PresetEntry, preset: str, sets: list[tuple[str, str, object]]
         train={},
         method_values=values,
         sets=list(sets),
+        protocol_name=entry.protocol,
     )
 
 
@@ -41,7 +42,7 @@ def test_presets_are_shipped() -> None:
 
 
 @pytest.mark.parametrize(
-    "entry", _all_entries(), ids=lambda e: f"{e.preset}:{e.benchmark}:{e.buffer_size}:{e.name}"
+    "entry", _all_entries(), ids=lambda e: f"{e.preset}:{e.benchmark}:{e.protocol}:{e.buffer_size}:{e.name}"
 )
 def test_every_preset_entry_builds_its_chosen_values(entry: PresetEntry) -> None:
     preset = entry.preset if entry.name == entry.method else f"{entry.preset}:{entry.name}"
@@ -53,7 +54,7 @@ def test_every_preset_entry_builds_its_chosen_values(entry: PresetEntry) -> None
 
 
 @pytest.mark.parametrize(
-    "entry", _all_entries(), ids=lambda e: f"{e.preset}:{e.benchmark}:{e.buffer_size}:{e.name}"
+    "entry", _all_entries(), ids=lambda e: f"{e.preset}:{e.benchmark}:{e.protocol}:{e.buffer_size}:{e.name}"
 )
 def test_every_grid_point_of_every_entry_is_a_valid_setting(entry: PresetEntry) -> None:
     """Each searched value, set alone over the chosen ones, builds (types and ranges)."""
@@ -68,12 +69,12 @@ def test_every_grid_point_of_every_entry_is_a_valid_setting(entry: PresetEntry) 
 
 @pytest.mark.parametrize("preset", ["paper", "tuned"])
 def test_protocol_tables_equal_the_benchmark_defaults(preset: str) -> None:
-    seen = {e.benchmark: e.protocol for e in preset_entries(preset)}
+    seen = {(e.benchmark, e.protocol): e.fixed for e in preset_entries(preset)}
     assert seen
-    for benchmark, protocol in seen.items():
-        defaults = benchmark_defaults(benchmark)
-        assert protocol, f"{benchmark} has no protocol table"
-        for dotted, value in protocol.items():
+    for (benchmark, protocol), fixed in seen.items():
+        defaults = benchmark_defaults(benchmark, protocol)
+        assert fixed, f"{benchmark} has no protocol table"
+        for dotted, value in fixed.items():
             key = dotted.split(".", 1)[1]
             expected = getattr(defaults, key)
             assert (list(expected) if isinstance(expected, tuple) else expected) == value, (benchmark, key)
@@ -95,9 +96,36 @@ def test_paper_values_spot_checked_against_the_appendix() -> None:
     rpc = preset_entry("paper", "seq-cifar100", 2000, "xder-rpc")
     assert rpc.method == "xder"
     assert rpc.chosen["method.future_heads"] == "rpc"
-    entries = preset_entries("paper")
+    entries = [e for e in preset_entries("paper") if e.benchmark != "seq-cifar10"]
     assert len({(e.benchmark, e.buffer_size) for e in entries if e.buffer_size}) == 5
     assert len([e for e in entries if e.buffer_size]) == 5 * 14  # ER ... DER++, X-DER and its 4 variants
+
+
+def test_der_paper_values_on_seq_cifar10() -> None:
+    """The DER paper's Seq-CIFAR-10 choices (App. F; mammoth's best_args.py), as the issue lists them."""
+    derpp = {m: preset_entry("paper", "seq-cifar10", m, "derpp").chosen for m in (200, 500, 5120)}
+    assert [(c["method.alpha"], c["method.beta"], c["train.lr"]) for c in derpp.values()] == [
+        (0.1, 0.5, 0.03),
+        (0.2, 0.5, 0.03),
+        (0.1, 1.0, 0.03),
+    ]
+    for m in (200, 500, 5120):
+        assert preset_entry("paper", "seq-cifar10", m, "er").chosen == {"train.lr": 0.1}
+        assert preset_entry("paper", "seq-cifar10", m, "der").chosen == {"train.lr": 0.03, "method.alpha": 0.3}
+        icarl = preset_entry("paper", "seq-cifar10", m, "icarl").chosen
+        assert icarl == {"train.lr": 0.1 if m < 5120 else 0.03, "train.weight_decay": 1e-5}
+    assert preset_entry("paper", "seq-cifar10", None, "sgd").chosen == {"train.lr": 0.1}
+    # The paper preset is the default there, and the protocol is the DER paper's.
+    plan = build_plan(
+        resolve_config(
+            method="derpp", benchmark="seq-cifar10", preset=None, run={}, train={}, method_values={}, sets=[]
+        )
+    )
+    assert plan.settings.preset == "paper"
+    assert (plan.method_config.alpha, plan.method_config.beta, plan.schedule.lr) == (0.1, 0.5, 0.03)
+    assert (plan.schedule.epochs, plan.schedule.batch_size, plan.schedule.drop_last) == (50, 32, False)
+    assert plan.buffer_size == 200
+    assert plan.backbone["width"] == 64
 
 
 def test_paper_preset_is_applied_by_default_where_it_has_an_entry() -> None:

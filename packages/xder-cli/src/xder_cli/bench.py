@@ -30,7 +30,15 @@ from typing import Any
 import torch
 
 from xder_cli.errors import UsageError
-from xder_data import BenchmarkDefaults, Compose, CropFlip, Normalize, StrongAugment, benchmark_defaults
+from xder_data import (
+    DEFAULT_PROTOCOL,
+    BenchmarkDefaults,
+    Compose,
+    CropFlip,
+    Normalize,
+    StrongAugment,
+    benchmark_defaults,
+)
 from xder_methods import (
     Batch,
     ContinualSetting,
@@ -48,6 +56,7 @@ __all__ = ["BENCH_SHAPES", "command_bench", "run_bench"]
 
 # Synthetic data shaped like each benchmark: (input shape, classes per task, tasks, items per class).
 BENCH_SHAPES: dict[str, tuple[tuple[int, ...], int, int, int]] = {
+    "seq-cifar10": ((3, 32, 32), 2, 5, 5000),
     "seq-cifar100": ((3, 32, 32), 10, 10, 500),
     "seq-digits": ((1, 8, 8), 2, 5, 144),
     "seq-miniimg": ((3, 84, 84), 5, 20, 500),
@@ -168,14 +177,32 @@ def _subject(name: str, args: Any, device: torch.device, defaults: BenchmarkDefa
     return _Subject(name, step, floor, images, counter.total, counter.host_syncs, dict(counter.syncs), epoch)
 
 
+def _protocol_settings(args: Any, defaults: BenchmarkDefaults) -> None:
+    """Fill ``--width``, ``--batch-size`` and ``--buffer-size`` left unset from the protocol."""
+    if args.width is None:
+        args.width = int(defaults.backbone_options.get("width", 64))
+    if args.batch_size is None:
+        args.batch_size = defaults.batch_size
+    if args.buffer_size is None:
+        args.buffer_size = defaults.buffer_size
+    for flag, value in (("--width", args.width), ("--batch-size", args.batch_size)):
+        if value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+    if args.buffer_size < 0:
+        raise UsageError(f"--buffer-size must be >= 0, got {args.buffer_size}")
+
+
 def run_bench(args: Any) -> dict[str, Any]:
-    """Measure every method of ``args.methods``; returns the JSON payload."""
+    """Measure every method of ``args.methods``; returns the JSON payload. ``--width``,
+    ``--batch-size`` and ``--buffer-size`` left unset (None) take the protocol's values."""
     from xder_cli.train import resolve_device
 
     device = resolve_device(args.device)
     if args.benchmark not in BENCH_SHAPES:
         raise UsageError(f"bench shapes exist for {', '.join(BENCH_SHAPES)}, not {args.benchmark!r}")
-    defaults = benchmark_defaults(args.benchmark)
+    protocol = getattr(args, "protocol", None) or DEFAULT_PROTOCOL
+    defaults = benchmark_defaults(args.benchmark, protocol)
+    _protocol_settings(args, defaults)
     _, _, n_tasks, _ = BENCH_SHAPES[args.benchmark]
     if not 0 <= args.task < n_tasks:
         raise UsageError(f"--task must be in [0, {n_tasks - 1}] for {args.benchmark}")
@@ -233,6 +260,7 @@ def run_bench(args: Any) -> dict[str, Any]:
         "torch": torch.__version__,
         "settings": {
             "benchmark": args.benchmark,
+            "protocol": protocol,
             "backbone": args.backbone,
             "width": args.width,
             "batch_size": args.batch_size,

@@ -2,8 +2,8 @@
 
 A run's configuration has four sections:
 
-* ``[run]``: what to run (method, benchmark, seed, device, class order, data root, preset,
-  validation fraction);
+* ``[run]``: what to run (method, benchmark, protocol, seed, device, class order, data root,
+  preset, validation fraction);
 * ``[train]``: the loop's :class:`xder_methods.TrainingSchedule`;
 * ``[backbone]``: ``name`` plus the backbone's keyword options;
 * ``[method]``: the method's config dataclass.
@@ -49,6 +49,9 @@ class RunSettings:
         class_order: ``natural``, ``reversed``, ``random`` (drawn from the seed) or a permutation.
         data_root: folder the benchmark's files sit under.
         preset: the preset applied (``none``: protocol + method defaults).
+        protocol: the benchmark's training protocol (``paper``, or a variant the benchmark
+            defines, e.g. ``laptop`` on ``seq-cifar10``): its settings are the ``[train]``,
+            ``[backbone]`` and buffer defaults, and the presets are looked up under it.
         validation: fraction of train held out for model selection (0: none).
         data_device: where the data live while training: ``device`` (the training device),
             ``host`` (page-locked host memory, each batch copied over), or ``auto`` (the device
@@ -62,6 +65,7 @@ class RunSettings:
     class_order: str | list[int] = "natural"
     data_root: str = "data"
     preset: str = "none"
+    protocol: str = "paper"
     validation: float = 0.0
     data_device: Literal["auto", "device", "host"] = "auto"
 

@@ -10,14 +10,18 @@ from tqdm import tqdm
 
 from xder_cli.errors import UsageError
 from xder_data import (
+    DEFAULT_PROTOCOL,
     Benchmark,
     benchmark_defaults,
+    download_cifar10,
     download_cifar100,
+    list_protocols,
     import_miniimagenet_csv,
     import_miniimagenet_pickle,
     import_ntu60_efficientgcn,
     import_ntu60_stgcn,
     load_benchmark,
+    prepare_cifar10,
     prepare_coco_stitch,
     prepare_cub200,
     prepare_ntu60,
@@ -25,12 +29,21 @@ from xder_data import (
 
 __all__ = ["PREPARE_KINDS", "benchmark_info", "command_data"]
 
-PREPARE_KINDS = ("ntu60", "ntu60-stgcn", "ntu60-efficientgcn", "miniimagenet", "cub200", "coco-stitch")
-DOWNLOADS = ("cifar100",)
+PREPARE_KINDS = (
+    "cifar10",
+    "ntu60",
+    "ntu60-stgcn",
+    "ntu60-efficientgcn",
+    "miniimagenet",
+    "cub200",
+    "coco-stitch",
+)
+DOWNLOADS = ("cifar10", "cifar100")
 
 
-def benchmark_info(bench: Benchmark) -> dict[str, Any]:
-    """What a loaded benchmark holds, as the JSON of ``xder-run data info --json``."""
+def benchmark_info(bench: Benchmark, protocol: str = DEFAULT_PROTOCOL) -> dict[str, Any]:
+    """What a loaded benchmark holds, as the JSON of ``xder-run data info --json``; ``protocol``
+    names the protocol whose settings ``"protocol"`` shows (``"protocols"`` lists them all)."""
     info: dict[str, Any] = {
         "name": bench.name,
         "n_tasks": bench.n_tasks,
@@ -60,8 +73,10 @@ def benchmark_info(bench: Benchmark) -> dict[str, Any]:
         if split.val is not None:
             task["val_size"] = int(split.val.shape[0])
         info["tasks"].append(task)
-    defaults = benchmark_defaults(bench.name)
+    defaults = benchmark_defaults(bench.name, protocol)
+    info["protocols"] = list_protocols(bench.name)
     info["protocol"] = {
+        "name": protocol,
         "epochs": defaults.epochs,
         "batch_size": defaults.batch_size,
         "minibatch_size": defaults.minibatch_size,
@@ -70,6 +85,8 @@ def benchmark_info(bench: Benchmark) -> dict[str, Any]:
         "milestones": list(defaults.milestones),
         "buffer_size": defaults.buffer_size,
         "backbone": defaults.backbone,
+        "backbone_options": dict(defaults.backbone_options),
+        "drop_last": defaults.drop_last,
     }
     return info
 
@@ -86,10 +103,16 @@ def _print_info(info: dict[str, Any]) -> None:
         f"{tuple(info['input_shape'])} ({info['dtype']})"
     )
     protocol = info["protocol"]
+    options = ", ".join(f"{k} {v}" for k, v in protocol["backbone_options"].items())
+    last = "dropped" if protocol["drop_last"] else "kept"
+    others = [p for p in info["protocols"] if p != protocol["name"]]
     print(
-        f"  protocol: {protocol['epochs']} epochs, batch {protocol['batch_size']}, replay "
+        f"  protocol {protocol['name']}: {protocol['epochs']} epochs, batch {protocol['batch_size']}, replay "
         f"{protocol['minibatch_size']}, lr {protocol['lr']} ({protocol['lr_schedule']}), buffer "
         f"{protocol['buffer_size']}, backbone {protocol['backbone']}"
+        + (f" ({options})" if options else "")
+        + f", last partial batch {last}"
+        + (f" | also: {', '.join(others)} (--protocol)" if others else "")
     )
     names = info["class_names"]
     for task in info["tasks"]:
@@ -108,10 +131,11 @@ def command_data(args: Any) -> int:
     """Entry point of ``xder-run data {info,prepare,download}``."""
     root = Path(args.data_root)
     if args.data_command == "info":
+        protocol = args.protocol or DEFAULT_PROTOCOL
         bench = load_benchmark(
-            args.benchmark, root, class_order=args.class_order or "natural", seed=args.seed
+            args.benchmark, root, class_order=args.class_order or "natural", seed=args.seed, protocol=protocol
         )
-        info = benchmark_info(bench)
+        info = benchmark_info(bench, protocol)
         if args.json:
             print(json.dumps(info, indent=2))
         else:
@@ -120,8 +144,9 @@ def command_data(args: Any) -> int:
     if args.data_command == "download":
         if args.dataset not in DOWNLOADS:
             raise UsageError(f"no download for {args.dataset!r}: choose one of {', '.join(DOWNLOADS)}")
-        folder = download_cifar100(root)
-        print(f"cifar100: downloaded, checked (md5) and unpacked into {folder}")
+        download = download_cifar10 if args.dataset == "cifar10" else download_cifar100
+        folder = download(root)
+        print(f"{args.dataset}: downloaded, checked (md5) and unpacked into {folder}")
         return 0
     return _prepare(args, root)
 
@@ -137,6 +162,11 @@ def _prepare(args: Any, root: Path) -> int:
     if source is None:
         flag = "--raw" if kind == "ntu60" else "--source"
         raise UsageError(f"data prepare {kind} needs {flag} DIR (the folder holding the files to convert)")
+    if kind == "cifar10":
+        done = prepare_cifar10(source, root, progress=_progress("images"))
+        converted = f" ({done.converted} converted to RGB)" if done.converted else ""
+        print(f"cifar10: {done.n_train} train / {done.n_test} test images{converted} -> {done.folder}")
+        return 0
     if kind == "ntu60":
         report = prepare_ntu60(
             source,

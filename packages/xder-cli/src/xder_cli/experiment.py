@@ -37,6 +37,7 @@ from typing import Any
 from xder_cli import rundir
 from xder_cli.config import SECTIONS
 from xder_cli.errors import UsageError
+from xder_cli.presets import PAPER_PROTOCOL
 from xder_cli.sweep import (
     SweepSpec,
     plan_trials,
@@ -170,6 +171,7 @@ _OWNED_BY_ALL = {
     "run.seed": "the experiment sets it: use --seeds",
     "run.method": "the experiment sets it: use --methods (class-order) or --method (sensitivity)",
     "run.benchmark": "the experiment sets it: use --benchmark",
+    "run.protocol": "the experiment sets it: use --protocol",
     "run.preset": "runs use their method's default preset: change its values with --set",
 }
 
@@ -178,7 +180,9 @@ _OWNED_BY_ALL = {
 # Planning
 
 
-def _config(method: str, benchmark: str, seed: int, sets: Sequence[tuple[str, str, Any]]) -> dict[str, Any]:
+def _config(
+    method: str, benchmark: str, seed: int, sets: Sequence[tuple[str, str, Any]], protocol: str
+) -> dict[str, Any]:
     config = resolve_config(
         method=method,
         benchmark=benchmark,
@@ -187,6 +191,7 @@ def _config(method: str, benchmark: str, seed: int, sets: Sequence[tuple[str, st
         train={},
         method_values={},
         sets=list(sets),
+        protocol_name=protocol,
     )
     return build_plan(config).config
 
@@ -225,13 +230,14 @@ def plan_flatness(
     pairs: Sequence[int],
     seeds: Sequence[int],
     sets: Sequence[tuple[str, str, Any]],
+    protocol: str = PAPER_PROTOCOL,
 ) -> list[ExperimentRun]:
     """Every (pair, regulariser, seed) of the stable-regime study, configured and validated."""
     runs = []
     for pair in pairs:
         order = pair_class_order(classes_per_task, pair)
         for regulariser in REGULARISERS:
-            protocol = [
+            study = [
                 ("run", "class_order", order),
                 ("train", "tasks", 2),
                 ("method", "regulariser", regulariser),
@@ -241,7 +247,7 @@ def plan_flatness(
                     ExperimentRun(
                         f"pair{pair}-{regulariser}-s{seed}",
                         seed,
-                        _config(FLATNESS_METHOD, benchmark, seed, [*sets, *protocol]),
+                        _config(FLATNESS_METHOD, benchmark, seed, [*sets, *study], protocol),
                         {"pair": pair, "regulariser": regulariser},
                     )
                 )
@@ -249,14 +255,18 @@ def plan_flatness(
 
 
 def plan_class_order(
-    benchmark: str, methods: Sequence[str], seeds: Sequence[int], sets: Sequence[tuple[str, str, Any]]
+    benchmark: str,
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    sets: Sequence[tuple[str, str, Any]],
+    protocol: str = PAPER_PROTOCOL,
 ) -> list[ExperimentRun]:
     """Every (method, natural | reversed, seed), configured and validated."""
     return [
         ExperimentRun(
             f"{method}-{order}-s{seed}",
             seed,
-            _config(method, benchmark, seed, [*sets, ("run", "class_order", order)]),
+            _config(method, benchmark, seed, [*sets, ("run", "class_order", order)], protocol),
             {"method": method, "order": order},
         )
         for method in methods
@@ -271,6 +281,7 @@ def plan_sensitivity(
     params: Sequence[tuple[str, list[Any]]],
     seeds: Sequence[int],
     sets: Sequence[tuple[str, str, Any]],
+    protocol: str = PAPER_PROTOCOL,
 ) -> tuple[list[ExperimentRun], dict[str, Any], str]:
     """Every (parameter, value, seed), each parameter's values planned as a one-key sweep grid
     around the base configuration (the method's default preset + ``sets``), with no validation
@@ -279,7 +290,7 @@ def plan_sensitivity(
     Returns:
         The runs, the base (resolved) value of each parameter, and the base preset's name.
     """
-    base = _config(method, benchmark, seeds[0], sets)
+    base = _config(method, benchmark, seeds[0], sets, protocol)
     preset = base["run"]["preset"]
     runs = []
     for key, values in params:
@@ -291,6 +302,7 @@ def plan_sensitivity(
             validation=0.0,
             preset=preset,
             fixed=_dotted(sets),
+            protocol=protocol,
         )
         for trial in plan_trials(spec):
             runs.append(
@@ -833,13 +845,13 @@ def _flatness_protocol(
         "method.regulariser": "the experiment sets it: none, lfr and llr",
     }
     _check_owned(sets, _OWNED_BY_ALL | owned)
-    base = _config(FLATNESS_METHOD, args.benchmark, seeds[0], sets)
+    base = _config(FLATNESS_METHOD, args.benchmark, seeds[0], sets, args.protocol)
     classes_per_task = load_benchmark(args.benchmark, base["run"]["data_root"]).classes_per_task
     n_tasks = len(classes_per_task)
     if n_tasks < 2:
         raise UsageError(f"{args.benchmark} has {n_tasks} task: the flatness study needs two or more")
     pairs = _int_list(args.pairs, "--pairs") if args.pairs is not None else tuple(range(n_tasks - 1))
-    runs = plan_flatness(args.benchmark, classes_per_task, pairs, seeds, sets)
+    runs = plan_flatness(args.benchmark, classes_per_task, pairs, seeds, sets, args.protocol)
 
     def describe(results: dict[str, Any] | None) -> str:
         m = flatness_metrics(results)
@@ -862,7 +874,7 @@ def _class_order_protocol(
 ) -> _Protocol:
     _check_owned(sets, _OWNED_BY_ALL | {"run.class_order": "the experiment sets it: natural and reversed"})
     methods = _names(args.methods, "--methods") if args.methods is not None else DEFAULT_METHODS
-    runs = plan_class_order(args.benchmark, methods, seeds, sets)
+    runs = plan_class_order(args.benchmark, methods, seeds, sets, args.protocol)
 
     def describe(results: dict[str, Any] | None) -> str:
         m = _faa_metrics(results)
@@ -891,7 +903,7 @@ def _sensitivity_protocol(
             raise UsageError(f"--param {key}: {_OWNED_BY_ALL[key]}")
     _check_owned(sets, _OWNED_BY_ALL | {key: "it is varied by --param: give it one way" for key in keys})
     method = args.method or DEFAULT_SENSITIVITY_METHOD
-    runs, base_values, preset = plan_sensitivity(method, args.benchmark, params, seeds, sets)
+    runs, base_values, preset = plan_sensitivity(method, args.benchmark, params, seeds, sets, args.protocol)
 
     def describe(results: dict[str, Any] | None) -> str:
         m = _faa_metrics(results)
@@ -927,11 +939,13 @@ def command_experiment(args: Any) -> int:
     every run (any configuration mistake is a usage error before anything trains), train the
     unfinished ones, write the summary after each, then the plot; print the table."""
     _flag_checks(args)
+    args.protocol = args.protocol or PAPER_PROTOCOL
     seeds = _int_list(args.seeds, "--seeds")
     sets = list(args.set or [])
     common: dict[str, Any] = {
         "experiment": args.name,
         "benchmark": args.benchmark,
+        "protocol": args.protocol,
         "seeds": list(seeds),
         "sets": _dotted(sets),
     }

@@ -90,8 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"benchmark: {', '.join(list_benchmarks())} (default: {DEFAULT_BENCHMARK})",
     )
+    _add_protocol_argument(train)
     train.add_argument(
-        "--buffer-size", type=int, metavar="N", help="replay buffer size (default: the benchmark's)"
+        "--buffer-size", type=int, metavar="N", help="replay buffer size (default: the protocol's)"
     )
     train.add_argument(
         "--seed",
@@ -99,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="seed of initialisation and of every random draw (default: 0)",
     )
-    train.add_argument("--epochs", type=int, metavar="N", help="epochs per task (default: the benchmark's)")
+    train.add_argument("--epochs", type=int, metavar="N", help="epochs per task (default: the protocol's)")
     train.add_argument(
         "--class-order",
         type=_class_order,
@@ -130,10 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--preset",
         metavar="NAME[:ENTRY]",
-        help="hyperparameter preset: paper (the X-DER paper's chosen values per benchmark and buffer "
-        "size), tuned (ours, seq-digits) or none (benchmark protocol + the method's own defaults); "
-        "NAME:ENTRY picks a variant's entry, e.g. paper:xder-rpc (default: tuned, else paper, where "
-        "it has an entry for this benchmark, buffer size and method, else none)",
+        help="hyperparameter preset: paper (the published chosen values per benchmark and buffer size: "
+        "the X-DER paper's, the DER paper's on seq-cifar10), tuned (ours, selected on validation: "
+        "seq-digits, seq-cifar10) or none (benchmark protocol + the method's own defaults); NAME:ENTRY "
+        "picks a variant's entry, e.g. paper:xder-rpc (default: tuned, else paper, where it has an entry "
+        "for this benchmark, protocol, buffer size and method, else none)",
     )
     train.add_argument(
         "--resume", metavar="RUN_DIR", help="continue an interrupted run from its last checkpoint"
@@ -146,6 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_parser(commands)
     _add_experiment_parser(commands)
     return parser
+
+
+def _add_protocol_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--protocol",
+        metavar="NAME",
+        help="the benchmark's training protocol: paper (default: the paper's epochs, backbone, batches, "
+        "buffer) or a variant the benchmark defines, e.g. laptop on seq-cifar10 (sized for a CPU, with "
+        "presets of its own); recorded in config.toml",
+    )
 
 
 def _add_experiment_parser(commands: argparse._SubParsersAction) -> None:
@@ -172,6 +184,7 @@ def _add_experiment_parser(commands: argparse._SubParsersAction) -> None:
     experiment.add_argument(
         "--benchmark", default=DEFAULT_BENCHMARK, metavar="NAME", help=f"benchmark ({DEFAULT_BENCHMARK})"
     )
+    _add_protocol_argument(experiment)
     seeds = ",".join(map(str, DEFAULT_SEEDS))
     experiment.add_argument("--seeds", default=seeds, metavar="S,S", help=f"seeds of every setting ({seeds})")
     experiment.add_argument(
@@ -237,6 +250,7 @@ def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
         "(BUFFER - for methods without a buffer; METHOD may be a variant entry such as xder-rpc)",
     )
     sweep.add_argument("--seeds", metavar="S,S", help="seeds (default: the file's, else 0)")
+    _add_protocol_argument(sweep)
     _add_ray_arguments(sweep, "trial")
     sweep.set_defaults(handler="sweep")
 
@@ -249,21 +263,28 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
         "synthetic data shaped like the benchmark with each method at task T and its buffer full. Reports "
         "seconds per step (median after warm-up), images per step, the floor (one forward+backward of the "
         "backbone over the same images), their ratio, host syncs and ops per step (counted by intercepting "
-        "dispatched ops), one synthetic epoch and the projected time of the paper's protocol.",
+        "dispatched ops), one synthetic epoch and the projected time of the protocol (--protocol: paper, "
+        "or a variant the benchmark defines; width, batch and buffer default to its values).",
     )
     bench.add_argument("--methods", default="er,derpp,xder", metavar="A,B", help="methods (er,derpp,xder)")
     bench.add_argument(
         "--benchmark",
         default="seq-cifar100",
         metavar="NAME",
-        help="data shape: seq-cifar100, seq-miniimg, seq-digits",
+        help="data shape: seq-cifar10, seq-cifar100, seq-miniimg, seq-digits (seq-cifar100)",
     )
+    _add_protocol_argument(bench)
     bench.add_argument("--backbone", default="resnet18-cifar", metavar="NAME", help="(resnet18-cifar)")
     bench.add_argument(
-        "--width", type=int, default=8, metavar="W", help="resnet18-cifar width (8; the paper: 64)"
+        "--width",
+        type=int,
+        metavar="W",
+        help="resnet18-cifar width (the protocol's: 64 on the papers' protocols, 8 on seq-cifar10's laptop)",
     )
-    bench.add_argument("--batch-size", type=int, default=32, metavar="B", help="stream and replay batch (32)")
-    bench.add_argument("--buffer-size", type=int, default=500, metavar="M", help="buffer size (500)")
+    bench.add_argument(
+        "--batch-size", type=int, metavar="B", help="stream and replay batch (the protocol's: 32)"
+    )
+    bench.add_argument("--buffer-size", type=int, metavar="M", help="buffer size (the protocol's)")
     bench.add_argument("--task", type=int, default=1, metavar="T", help="task index the steps belong to (1)")
     bench.add_argument("--device", default="auto", metavar="DEV", help="auto (default), cpu, cuda, cuda:N")
     bench.add_argument("--steps", type=int, default=20, metavar="N", help="timed rounds (20)")
@@ -367,13 +388,16 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
     info.add_argument("benchmark", metavar="BENCHMARK", help=f"one of {', '.join(list_benchmarks())}")
     info.add_argument("--data-root", default="data", metavar="DIR", help="folder holding the datasets (data)")
     info.add_argument("--class-order", type=_class_order, metavar="ORDER", help="as for train (natural)")
+    _add_protocol_argument(info)
     info.add_argument("--seed", type=int, default=0, metavar="N", help="seed of --class-order random (0)")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     prepare = data_commands.add_parser(
         "prepare",
         help="convert a dataset from its distributed format into the layout its benchmark reads",
-        description="ntu60: raw .skeleton files (--raw) -> DATA_ROOT/ntu60/xsub.h5; ntu60-stgcn, "
+        description="cifar10: an image-folder copy of CIFAR-10 (--source: a folder or tar archive holding "
+        "train/<class>/* and test/<class>/*, 32x32 images) -> DATA_ROOT/cifar-10-batches-py/ in the official "
+        "format; ntu60: raw .skeleton files (--raw) -> DATA_ROOT/ntu60/xsub.h5; ntu60-stgcn, "
         "ntu60-efficientgcn: those projects' preprocessed .npy + .pkl (--source) -> the same file; "
         "miniimagenet: the CSV + images or mini-imagenet-cache-*.pkl distribution (--source) -> "
         "DATA_ROOT/MINIIMG/*.npy with a seeded per-class train/test split; cub200: decode "
@@ -383,7 +407,9 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
     )
     prepare.add_argument("kind", choices=PREPARE_KINDS, metavar="KIND", help=", ".join(PREPARE_KINDS))
     prepare.add_argument("--raw", metavar="DIR", help="ntu60: the folder of raw .skeleton files")
-    prepare.add_argument("--source", metavar="DIR", help="the folder holding the files to convert")
+    prepare.add_argument(
+        "--source", metavar="DIR", help="the folder (cifar10: or archive) holding the files to convert"
+    )
     prepare.add_argument("--data-root", default="data", metavar="DIR", help="where to write (data)")
     prepare.add_argument("--frames", type=int, default=80, metavar="T", help="ntu60*: frames per sample (80)")
     prepare.add_argument(

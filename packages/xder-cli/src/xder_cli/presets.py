@@ -15,12 +15,18 @@ settings) and one entry per method, under ``m<buffer size>`` for methods with a 
     chosen = { "method.future_heads" = "rpc", "method.alpha" = 0.1 }
     grid = { "method.alpha" = [0.1, 0.3, 0.7] }
 
+A benchmark's protocol other than ``paper`` (``--protocol laptop``) has tables of its own, under
+``"<benchmark>:<protocol>"``::
+
+    ["seq-cifar10:laptop".m200.derpp]
+    chosen = { "train.lr" = 0.03 }
+
 Keys are a run configuration's ``section.key``. ``chosen`` is what ``--preset NAME`` applies (with
 the protocol); ``grid`` is what was searched, for ``xder-run sweep --grid NAME:BENCH:BUFFER:ENTRY``.
 An entry is named after its method unless ``method`` says otherwise; ``--preset NAME:ENTRY`` picks
 such an entry. ``none`` is built in: the benchmark's protocol plus the method's own defaults. The
 default preset of a run is the first of :data:`DEFAULT_ORDER` with an entry for its benchmark,
-buffer size and method, else ``none``.
+protocol, buffer size and method, else ``none``.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from xder_cli.errors import UsageError
 
 __all__ = [
     "DEFAULT_ORDER",
+    "PAPER_PROTOCOL",
     "PresetEntry",
     "default_preset",
     "list_presets",
@@ -43,9 +50,21 @@ __all__ = [
     "preset_values",
     "split_dotted",
     "split_preset",
+    "table_key",
 ]
 
 DEFAULT_ORDER = ("tuned", "paper")
+PAPER_PROTOCOL = "paper"
+
+
+def table_key(benchmark: str, protocol: str = PAPER_PROTOCOL) -> str:
+    """The preset table of a benchmark under a protocol: ``seq-cifar10`` or ``seq-cifar10:laptop``."""
+    return benchmark if protocol == PAPER_PROTOCOL else f"{benchmark}:{protocol}"
+
+
+def _split_table(key: str) -> tuple[str, str]:
+    benchmark, _, protocol = key.partition(":")
+    return benchmark, protocol or PAPER_PROTOCOL
 
 
 @dataclass(frozen=True)
@@ -55,6 +74,8 @@ class PresetEntry:
     Attributes:
         preset: the preset's name.
         benchmark: the benchmark.
+        protocol: the benchmark's protocol the entry is for (``paper`` unless a table is named
+            ``"<benchmark>:<protocol>"``).
         buffer_size: the buffer size the entry is for (None: a method without a buffer).
         name: the entry's name (the method's, or a variant's such as ``xder-rpc``).
         method: the registered method it runs.
@@ -70,12 +91,14 @@ class PresetEntry:
     method: str
     chosen: dict[str, Any] = field(default_factory=dict)
     grid: dict[str, list[Any]] = field(default_factory=dict)
-    protocol: dict[str, Any] = field(default_factory=dict)
+    fixed: dict[str, Any] = field(default_factory=dict)
+    """The preset's ``protocol`` table: settings it fixes for every method of the benchmark."""
+    protocol: str = PAPER_PROTOCOL
 
     def sections(self) -> dict[str, dict[str, Any]]:
-        """The protocol then the chosen values, as ``{section: {key: value}}``."""
+        """The fixed settings then the chosen values, as ``{section: {key: value}}``."""
         out: dict[str, dict[str, Any]] = {}
-        for dotted, value in {**self.protocol, **self.chosen}.items():
+        for dotted, value in {**self.fixed, **self.chosen}.items():
             section, key = split_dotted(dotted)
             out.setdefault(section, {})[key] = value
         return out
@@ -114,9 +137,8 @@ def _load(name: str) -> dict[str, Any]:
     return tomllib.loads(text)
 
 
-def _entry(
-    preset: str, benchmark: str, buffer_size: int | None, name: str, raw: dict[str, Any]
-) -> PresetEntry:
+def _entry(preset: str, table: str, buffer_size: int | None, name: str, raw: dict[str, Any]) -> PresetEntry:
+    benchmark, protocol = _split_table(table)
     return PresetEntry(
         preset=preset,
         benchmark=benchmark,
@@ -125,29 +147,36 @@ def _entry(
         method=raw.get("method", name),
         chosen=dict(raw.get("chosen", {})),
         grid={k: list(v) for k, v in raw.get("grid", {}).items()},
-        protocol=dict(_load(preset).get(benchmark, {}).get("protocol", {})),
+        fixed=dict(_load(preset).get(table, {}).get("protocol", {})),
+        protocol=protocol,
     )
 
 
 def preset_entries(preset: str) -> list[PresetEntry]:
     """Every entry of preset ``preset`` (for listings and tests)."""
     out = []
-    for benchmark, tables in _load(preset).items():
+    for table, tables in _load(preset).items():
         for key, raw in tables.items():
             if key == "protocol":
                 continue
             if key.startswith("m") and key[1:].isdigit():
-                out += [_entry(preset, benchmark, int(key[1:]), name, e) for name, e in raw.items()]
+                out += [_entry(preset, table, int(key[1:]), name, e) for name, e in raw.items()]
             else:
-                out.append(_entry(preset, benchmark, None, key, raw))
+                out.append(_entry(preset, table, None, key, raw))
     return out
 
 
 def preset_entry(
-    preset: str, benchmark: str, buffer_size: int | None, entry: str, *, method: str | None = None
+    preset: str,
+    benchmark: str,
+    buffer_size: int | None,
+    entry: str,
+    *,
+    method: str | None = None,
+    protocol: str = PAPER_PROTOCOL,
 ) -> PresetEntry:
-    """The entry ``entry`` of ``preset`` for ``benchmark`` at ``buffer_size`` (an entry without a
-    buffer level serves every buffer size).
+    """The entry ``entry`` of ``preset`` for ``benchmark`` under ``protocol`` at ``buffer_size``
+    (an entry without a buffer level serves every buffer size).
 
     Args:
         method: when given, the entry must run this method.
@@ -156,7 +185,8 @@ def preset_entry(
         UsageError: unknown preset, no such entry (the message lists the buffer sizes and entries
             the preset has), or an entry of another method.
     """
-    tables = _load(preset).get(benchmark, {})
+    table = table_key(benchmark, protocol)
+    tables = _load(preset).get(table, {})
     raw = tables.get(f"m{buffer_size}", {}).get(entry) if buffer_size is not None else None
     level: int | None = buffer_size
     if raw is None and isinstance(tables.get(entry), dict) and entry != "protocol":
@@ -164,16 +194,13 @@ def preset_entry(
     if raw is None:
         sizes = sorted(int(k[1:]) for k in tables if k.startswith("m") and k[1:].isdigit())
         where = f"buffer {buffer_size}" if buffer_size is not None else "no buffer"
-        hint = (
-            f"it has buffer sizes {', '.join(map(str, sizes))}"
-            if sizes
-            else f"it has no values for {benchmark!r}"
-        )
+        on = f"{benchmark!r}" + ("" if protocol == PAPER_PROTOCOL else f" (protocol {protocol!r})")
+        hint = f"it has buffer sizes {', '.join(map(str, sizes))}" if sizes else f"it has no values for {on}"
         raise UsageError(
-            f"preset {preset!r} has no entry {entry!r} for {benchmark!r} with {where} ({hint}): "
+            f"preset {preset!r} has no entry {entry!r} for {on} with {where} ({hint}): "
             "use --preset none (protocol + the method's defaults) or another --buffer-size"
         )
-    found = _entry(preset, benchmark, level, entry, raw)
+    found = _entry(preset, table, level, entry, raw)
     if method is not None and found.method != method:
         raise UsageError(
             f"preset entry {preset}:{entry} is for method {found.method!r}, not {method!r}: "
@@ -183,29 +210,37 @@ def preset_entry(
 
 
 def preset_values(
-    preset: str, benchmark: str, method: str, buffer_size: int | None = None
+    preset: str,
+    benchmark: str,
+    method: str,
+    buffer_size: int | None = None,
+    protocol: str = PAPER_PROTOCOL,
 ) -> dict[str, dict[str, Any]]:
     """The sections preset ``preset`` (``NAME`` or ``NAME:ENTRY``) sets for a run; ``{}`` for
     ``none``.
 
     Raises:
-        UsageError: unknown preset, or no entry for this benchmark, buffer size and method.
+        UsageError: unknown preset, or no entry for this benchmark, protocol, buffer size and
+            method.
     """
     name, entry = split_preset(preset)
     if name == "none":
         return {}
-    return preset_entry(name, benchmark, buffer_size, entry or method, method=method).sections()
+    found = preset_entry(name, benchmark, buffer_size, entry or method, method=method, protocol=protocol)
+    return found.sections()
 
 
-def default_preset(benchmark: str, method: str, buffer_size: int | None = None) -> str:
+def default_preset(
+    benchmark: str, method: str, buffer_size: int | None = None, protocol: str = PAPER_PROTOCOL
+) -> str:
     """The preset used when none is named: the first of ``tuned``, ``paper`` with an entry for
-    (benchmark, buffer size, method), else ``none``."""
+    (benchmark, protocol, buffer size, method), else ``none``."""
     available = list_presets()
     for name in DEFAULT_ORDER:
         if name not in available:
             continue
         try:
-            preset_entry(name, benchmark, buffer_size, method, method=method)
+            preset_entry(name, benchmark, buffer_size, method, method=method, protocol=protocol)
         except UsageError:
             continue
         return name

@@ -4,7 +4,8 @@ A sweep is described by a GRID.toml::
 
     method = "derpp"
     benchmark = "seq-digits"
-    buffer_size = 200            # optional: the benchmark's
+    buffer_size = 200            # optional: the protocol's
+    protocol = "laptop"          # optional (paper): the benchmark's protocol
     seeds = [0, 1]
     validation = 0.1             # optional (0.1): the held-out fraction selection uses
     preset = "none"              # optional (none): the base the grid varies
@@ -16,6 +17,8 @@ A sweep is described by a GRID.toml::
 
 or taken from a preset with ``--grid paper:BENCH:BUFFER:ENTRY`` (the paper's grid; its chosen
 values of keys the grid does not vary, e.g. an X-DER variant's ``future_heads``, stay fixed).
+``--protocol NAME`` picks the benchmark's protocol (and, with ``--grid``, the preset's tables kept
+for it), overriding the file's.
 
 Every (grid point, seed) is a trial: an ordinary run directory ``DIR/trials/<point>-s<seed>/``
 (config.toml, events.jsonl, results.json, checkpoint.pt), trained by a Ray task: on a local Ray
@@ -46,7 +49,7 @@ from typing import Any
 
 from xder_cli import rundir
 from xder_cli.errors import UsageError
-from xder_cli.presets import preset_entry, split_dotted
+from xder_cli.presets import PAPER_PROTOCOL, preset_entry, split_dotted
 from xder_cli.train import build_plan, resolve_config, run_training
 
 __all__ = [
@@ -69,7 +72,17 @@ __all__ = [
 ]
 
 SWEEP_JSON, SWEEP_MD, TRIALS = "sweep.json", "sweep.md", "trials"
-_SPEC_KEYS = {"method", "benchmark", "buffer_size", "seeds", "validation", "preset", "set", "grid"}
+_SPEC_KEYS = {
+    "method",
+    "benchmark",
+    "buffer_size",
+    "seeds",
+    "validation",
+    "preset",
+    "protocol",
+    "set",
+    "grid",
+}
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,7 @@ class SweepSpec:
     validation: float = 0.1
     preset: str = "none"
     fixed: dict[str, Any] = field(default_factory=dict)
+    protocol: str = PAPER_PROTOCOL
 
 
 @dataclass(frozen=True)
@@ -106,8 +120,9 @@ def _check_grid(grid: Any, where: str) -> dict[str, list[Any]]:
     return dict(grid)
 
 
-def load_spec(path: Path, *, seeds: tuple[int, ...] | None = None) -> SweepSpec:
-    """Read GRID.toml. ``seeds`` (from ``--seeds``) replaces the file's.
+def load_spec(path: Path, *, seeds: tuple[int, ...] | None = None, protocol: str | None = None) -> SweepSpec:
+    """Read GRID.toml. ``seeds`` (from ``--seeds``) and ``protocol`` (``--protocol``) replace the
+    file's.
 
     Raises:
         UsageError: unreadable file, bad TOML, unknown or missing keys, ill-typed values.
@@ -142,6 +157,9 @@ def load_spec(path: Path, *, seeds: tuple[int, ...] | None = None) -> SweepSpec:
     validation = data.get("validation", 0.1)
     if not isinstance(validation, int | float) or not 0 < validation < 1:
         raise UsageError(f"{path}: validation must be in (0, 1): selection needs a validation split")
+    file_protocol = data.get("protocol", PAPER_PROTOCOL)
+    if not isinstance(file_protocol, str):
+        raise UsageError(f'{path}: protocol must be a name, e.g. protocol = "laptop"')
     return SweepSpec(
         method=str(data["method"]),
         benchmark=str(data["benchmark"]),
@@ -151,12 +169,14 @@ def load_spec(path: Path, *, seeds: tuple[int, ...] | None = None) -> SweepSpec:
         validation=float(validation),
         preset=str(data.get("preset", "none")),
         fixed=dict(fixed),
+        protocol=protocol or file_protocol,
     )
 
 
-def spec_from_preset(text: str, seeds: tuple[int, ...] | None) -> SweepSpec:
+def spec_from_preset(text: str, seeds: tuple[int, ...] | None, protocol: str = PAPER_PROTOCOL) -> SweepSpec:
     """``PRESET:BENCH:BUFFER:ENTRY`` (BUFFER may be ``-`` for methods without a buffer) -> a spec
-    searching that entry's grid, its other chosen values fixed."""
+    searching that entry's grid (of the preset's tables for ``protocol``), its other chosen values
+    fixed."""
     parts = text.split(":")
     if len(parts) != 4:
         raise UsageError(
@@ -169,10 +189,10 @@ def spec_from_preset(text: str, seeds: tuple[int, ...] | None) -> SweepSpec:
         buffer_size = int(buffer_text)
     else:
         raise UsageError(f"--grid {text!r}: the buffer size {buffer_text!r} is not a number (or -)")
-    entry = preset_entry(preset, benchmark, buffer_size, name)
+    entry = preset_entry(preset, benchmark, buffer_size, name, protocol=protocol)
     if not entry.grid:
         raise UsageError(f"--grid {text!r}: this preset entry lists no grid")
-    fixed = {**entry.protocol, **{k: v for k, v in entry.chosen.items() if k not in entry.grid}}
+    fixed = {**entry.fixed, **{k: v for k, v in entry.chosen.items() if k not in entry.grid}}
     if buffer_size is not None:
         fixed["method.buffer_size"] = buffer_size
     return SweepSpec(
@@ -182,6 +202,7 @@ def spec_from_preset(text: str, seeds: tuple[int, ...] | None) -> SweepSpec:
         grid=entry.grid,
         buffer_size=buffer_size,
         fixed=fixed,
+        protocol=protocol,
     )
 
 
@@ -210,6 +231,7 @@ def plan_trials(spec: SweepSpec) -> list[Trial]:
                 train={},
                 method_values={} if spec.buffer_size is None else {"buffer_size": spec.buffer_size},
                 sets=sets,
+                protocol_name=spec.protocol,
             )
             plan = build_plan(config)
             trials.append(Trial(f"{_point_name(index, point)}-s{seed}", point, seed, plan.config))
@@ -308,6 +330,7 @@ def select(spec: SweepSpec, trials: list[Trial], outcomes: dict[str, dict[str, A
     return {
         "method": spec.method,
         "benchmark": spec.benchmark,
+        "protocol": spec.protocol,
         "buffer_size": spec.buffer_size,
         "seeds": list(spec.seeds),
         "validation": spec.validation,
@@ -340,6 +363,11 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
     keys = list(summary["grid"])
     lines = [
         f"# Sweep: {summary['method']} on {summary['benchmark']}"
+        + (
+            ""
+            if summary.get("protocol", PAPER_PROTOCOL) == PAPER_PROTOCOL
+            else f", protocol {summary['protocol']}"
+        )
         + (f" (buffer {summary['buffer_size']})" if summary["buffer_size"] is not None else ""),
         "",
         f"Seeds {', '.join(map(str, summary['seeds']))}; selected on the validation split "
@@ -551,7 +579,9 @@ def command_sweep(args: Any) -> int:
         raise UsageError(f"--gpus-per-trial must be >= 0, got {args.gpus_per_trial}")
     seeds = _seeds(args.seeds)
     spec = (
-        load_spec(Path(args.grid_file), seeds=seeds) if args.grid_file else spec_from_preset(args.grid, seeds)
+        load_spec(Path(args.grid_file), seeds=seeds, protocol=args.protocol)
+        if args.grid_file
+        else spec_from_preset(args.grid, seeds, args.protocol or PAPER_PROTOCOL)
     )
     out = Path(args.out)
     try:

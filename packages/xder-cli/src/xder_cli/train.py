@@ -22,7 +22,7 @@ from xder_cli.analyze import task_end_analysis
 from xder_cli.config import RunSettings, validate_section
 from xder_cli.errors import UsageError
 from xder_cli.presets import default_preset, preset_values
-from xder_data import Benchmark, benchmark_defaults, load_benchmark
+from xder_data import DEFAULT_PROTOCOL, Benchmark, benchmark_defaults, load_benchmark
 from xder_eval import (
     average_accuracy_curve,
     backward_transfer,
@@ -61,6 +61,7 @@ PROTOCOL_TRAIN_KEYS = (
     "milestones",
     "lr_gamma",
     "warmup_epochs",
+    "drop_last",
 )
 
 
@@ -105,20 +106,26 @@ def resolve_config(
     train: dict[str, Any],
     method_values: dict[str, Any],
     sets: list[tuple[str, str, Any]],
+    protocol_name: str = DEFAULT_PROTOCOL,
 ) -> dict[str, dict[str, Any]]:
     """Layer the configuration: method defaults < benchmark protocol < preset < flags < --set.
 
     Args:
         run, train, method_values: values from explicit command-line flags.
         sets: ``(section, key, value)`` from ``--set``, applied last.
+        protocol_name: the benchmark's protocol (``--protocol``): its settings, and the preset
+            tables kept for it.
+
+    Raises:
+        UnknownProtocolError: the benchmark has no such protocol.
     """
     config_cls = method_config_class(method)
-    protocol = benchmark_defaults(benchmark)
+    protocol = benchmark_defaults(benchmark, protocol_name)
     fields = {f.name for f in dataclasses.fields(config_cls)}
     buffer_size = run_buffer_size(protocol.buffer_size, fields, method_values, sets)
-    preset = preset or default_preset(benchmark, method, buffer_size)
+    preset = preset or default_preset(benchmark, method, buffer_size, protocol_name)
     config: dict[str, dict[str, Any]] = {
-        "run": {"method": method, "benchmark": benchmark, "preset": preset},
+        "run": {"method": method, "benchmark": benchmark, "preset": preset, "protocol": protocol_name},
         "train": {k: getattr(protocol, k) for k in PROTOCOL_TRAIN_KEYS},
         "backbone": {"name": protocol.backbone, **protocol.backbone_options},
         "method": {k: getattr(protocol, k) for k in ("buffer_size", "minibatch_size") if k in fields},
@@ -126,7 +133,7 @@ def resolve_config(
     chosen_backbone: dict[str, Any] = {}
     layers: list[tuple[str, str, Any]] = [
         (section, key, value)
-        for section, values in preset_values(preset, benchmark, method, buffer_size).items()
+        for section, values in preset_values(preset, benchmark, method, buffer_size, protocol_name).items()
         for key, value in values.items()
         if section != "method" or key in fields  # the protocol's replay batch: replay methods only
     ]
@@ -135,7 +142,7 @@ def resolve_config(
     layers += [("method", k, v) for k, v in method_values.items()]
     layers += sets
     for section, key, value in layers:
-        if section == "run" and key in ("method", "benchmark", "preset"):
+        if section == "run" and key in ("method", "benchmark", "preset", "protocol"):
             raise UsageError(f"run.{key} cannot be set with --set: use --{key}")
         if section not in config:
             raise UsageError(f"unknown section {section!r}: use run, train, backbone or method")
@@ -162,6 +169,7 @@ def build_plan(config: dict[str, dict[str, Any]]) -> RunPlan:
         if required not in run:
             raise UsageError(f"the configuration has no run.{required}")
     settings = RunSettings(**run)
+    benchmark_defaults(settings.benchmark, settings.protocol)  # an unknown one is the user's to fix
     schedule = TrainingSchedule(
         **validate_section("train", config.get("train", {}), TrainingSchedule, what="[train]")
     )
@@ -443,6 +451,7 @@ def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[
             class_order=settings.class_order,
             seed=settings.seed,
             validation=settings.validation,
+            protocol=settings.protocol,
         ),
         device,
         settings.data_device,
@@ -548,6 +557,7 @@ def command_train(args: Any) -> int:
         train=train,
         method_values=method_values,
         sets=list(args.set or []),
+        protocol_name=args.protocol or DEFAULT_PROTOCOL,
     )
     plan = build_plan(config)
     resolve_device(plan.settings.device)  # fail before creating anything
@@ -567,9 +577,10 @@ def command_train(args: Any) -> int:
 
 def _announce(plan: RunPlan, run_dir: Path, verb: str) -> None:
     s = plan.settings
+    protocol = "" if s.protocol == DEFAULT_PROTOCOL else f", protocol {s.protocol}"
     print(
-        f"{verb} {s.method} on {s.benchmark} (buffer {plan.buffer_size}, seed {s.seed}, preset {s.preset},"
-        f" {plan.schedule.epochs} epochs/task) -> {run_dir}",
+        f"{verb} {s.method} on {s.benchmark} (buffer {plan.buffer_size}, seed {s.seed}, preset {s.preset}"
+        f"{protocol}, {plan.schedule.epochs} epochs/task) -> {run_dir}",
         flush=True,
     )
 
@@ -578,6 +589,7 @@ def _train_flags(args: Any) -> dict[str, Any]:
     return {
         "--method": args.method_given,
         "--benchmark": args.benchmark_given,
+        "--protocol": args.protocol,
         "--buffer-size": args.buffer_size,
         "--seed": args.seed,
         "--epochs": args.epochs,
