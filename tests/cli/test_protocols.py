@@ -1,0 +1,165 @@
+"""--protocol through the CLI: recorded in config.toml, the protocol's settings and drop_last, the
+preset tables kept per protocol, sweeps and bench, and one-line errors; seq-cifar10 end to end on a
+tiny image-folder copy (data prepare cifar10, data info, train --protocol laptop)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from xder_cli.bench import run_bench
+from xder_cli.main import main
+from xder_cli.rundir import read_config
+from xder_cli.sweep import load_spec, plan_trials
+from xder_cli.train import build_plan, resolve_config
+
+CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+
+
+@pytest.fixture(scope="module")
+def cifar_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny CIFAR-10 image-folder copy (10 train / 2 test PNGs per class), imported with
+    ``xder-run data prepare cifar10``."""
+    base = tmp_path_factory.mktemp("cifar10")
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 10), ("test", 2)):
+        for cls in CLASSES:
+            (base / "copy" / split / cls).mkdir(parents=True)
+            for i in range(count):
+                pixels = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(base / "copy" / split / cls / f"{i:04d}.png")
+    root = base / "data"
+    assert main(["data", "prepare", "cifar10", "--source", str(base / "copy"), "--data-root", str(root)]) == 0
+    return root
+
+
+def _config(**kwargs) -> dict:
+    values = {"preset": None, "run": {}, "train": {}, "method_values": {}, "sets": []} | kwargs
+    return resolve_config(**values)
+
+
+def test_the_protocol_sets_drop_last_and_is_recorded() -> None:
+    digits = build_plan(_config(method="er", benchmark="seq-digits"))
+    assert digits.settings.protocol == "paper"
+    assert digits.schedule.drop_last is True  # seq-digits keeps its documented drop
+    for benchmark in ("seq-cifar10", "seq-cifar100", "seq-miniimg", "seq-ntu60", "seq-cub200"):
+        plan = build_plan(_config(method="er", benchmark=benchmark))
+        assert plan.schedule.drop_last is False, benchmark  # the papers' protocols keep the last batch
+    laptop = build_plan(_config(method="er", benchmark="seq-cifar10", protocol_name="laptop"))
+    assert laptop.config["run"]["protocol"] == "laptop"
+    assert (laptop.schedule.epochs, laptop.backbone["width"], laptop.buffer_size) == (2, 8, 200)
+    override = _config(method="er", benchmark="seq-cifar10", protocol_name="laptop", train={"epochs": 3})
+    assert build_plan(override).schedule.epochs == 3  # flags and --set still override the protocol
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--protocol", "laptop"], "benchmark 'seq-digits' has no protocol 'laptop': it has paper"),
+        (
+            ["--benchmark", "seq-cifar10", "--protocol", "tiny"],
+            "has no protocol 'tiny': it has paper, laptop",
+        ),
+        (["--set", "run.protocol=laptop"], "run.protocol cannot be set with --set: use --protocol"),
+    ],
+)
+def test_protocol_mistakes_exit_2_with_one_line(argv, message, tmp_path: Path, capsys) -> None:
+    code = main(["train", "--out", str(tmp_path), "--device", "cpu", *argv])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())  # nothing was created
+
+
+def test_data_info_shows_every_protocol(cifar_root: Path, capsys) -> None:
+    assert main(["data", "info", "seq-cifar10", "--data-root", str(cifar_root), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["n_tasks"], info["train_size"], info["test_size"]) == (5, 100, 20)
+    assert info["class_names"] == CLASSES
+    assert info["protocols"] == ["paper", "laptop"]
+    assert info["protocol"]["name"] == "paper"
+    assert (info["protocol"]["epochs"], info["protocol"]["backbone_options"]["width"]) == (50, 64)
+    assert info["protocol"]["drop_last"] is False
+    argv = ["data", "info", "seq-cifar10", "--data-root", str(cifar_root), "--protocol", "laptop"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "protocol laptop: 2 epochs, batch 32" in out
+    assert "(width 8, in_channels 3), last partial batch kept | also: paper (--protocol)" in out
+
+
+def test_train_on_the_laptop_protocol_keeps_the_last_partial_batch(cifar_root: Path, tmp_path: Path) -> None:
+    argv = [
+        "train",
+        "--method",
+        "er",
+        "--benchmark",
+        "seq-cifar10",
+        "--protocol",
+        "laptop",
+        "--device",
+        "cpu",
+    ]
+    argv += ["--data-root", str(cifar_root), "--out", str(tmp_path), "--epochs", "1"]
+    argv += ["--set", "train.batch_size=8", "--set", "backbone.width=4"]
+    assert main(argv) == 0
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    config = tomllib.loads((run / "config.toml").read_text())
+    assert config["run"]["protocol"] == "laptop"
+    assert config["train"]["drop_last"] is False
+    epochs = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    steps = [e["steps"] for e in epochs if e["event"] == "epoch"]
+    assert steps == [3] * 5  # 20 rows per task in batches of 8: 8, 8 and the partial 4
+    # --resume rebuilds the run from config.toml alone: the protocol and its settings come back.
+    plan = build_plan(read_config(run / "config.toml"))
+    assert (plan.settings.protocol, plan.schedule.drop_last, plan.backbone["width"]) == ("laptop", False, 4)
+    results = json.loads((run / "results.json").read_text())
+    assert results["complete"] is True
+    assert len(results["accuracy_matrix"]) == 5
+
+
+def test_a_sweep_grid_names_its_protocol(tmp_path: Path) -> None:
+    grid = tmp_path / "grid.toml"
+    grid.write_text(
+        'method = "derpp"\nbenchmark = "seq-cifar10"\nprotocol = "laptop"\nseeds = [0]\n'
+        '[grid]\n"method.alpha" = [0.1, 0.3]\n'
+    )
+    spec = load_spec(grid)
+    assert spec.protocol == "laptop"
+    trials = plan_trials(spec)
+    assert [t.config["run"]["protocol"] for t in trials] == ["laptop", "laptop"]
+    assert {t.config["backbone"]["width"] for t in trials} == {8}
+    assert {t.config["train"]["epochs"] for t in trials} == {2}
+    assert load_spec(grid, protocol="paper").protocol == "paper"  # --protocol overrides the file
+
+
+def test_bench_takes_width_batch_and_buffer_from_the_protocol() -> None:
+    args = SimpleNamespace(
+        methods="er",
+        benchmark="seq-cifar10",
+        protocol="laptop",
+        backbone="resnet18-cifar",
+        width=None,
+        batch_size=None,
+        buffer_size=None,
+        task=1,
+        device="cpu",
+        steps=1,
+        warmup=0,
+        precision="fp32",
+        channels_last=False,
+        compile=False,
+        epoch=False,
+        json=None,
+    )
+    payload = run_bench(args)
+    settings = payload["settings"]
+    assert (settings["protocol"], settings["width"], settings["batch_size"]) == ("laptop", 8, 32)
+    assert (settings["buffer_size"], settings["protocol_epochs"]) == (200, 2)
+    assert payload["methods"][0]["images_per_step"] == 64  # 32 stream + 32 replayed
