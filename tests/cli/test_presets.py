@@ -111,7 +111,8 @@ def test_der_paper_values_on_seq_cifar10() -> None:
     ]
     for m in (200, 500, 5120):
         assert preset_entry("paper", "seq-cifar10", m, "er").chosen == {"train.lr": 0.1}
-        assert preset_entry("paper", "seq-cifar10", m, "der").chosen == {"train.lr": 0.03, "method.alpha": 0.3}
+        der = preset_entry("paper", "seq-cifar10", m, "der").chosen
+        assert der == {"train.lr": 0.03, "method.alpha": 0.3}
         icarl = preset_entry("paper", "seq-cifar10", m, "icarl").chosen
         assert icarl == {"train.lr": 0.1 if m < 5120 else 0.03, "train.weight_decay": 1e-5}
     assert preset_entry("paper", "seq-cifar10", None, "sgd").chosen == {"train.lr": 0.1}
