@@ -1,15 +1,18 @@
-"""xder-run analyze on tiny seq-digits runs: every analysis runs or says why it does not apply."""
+"""xder-run analyze on tiny seq-digits runs: every analysis runs or says why it does not apply;
+never beside another writer of the run."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from xder_cli import rundir
 from xder_cli.analyze import ANALYSES, analyse_pointing, load_trained_run
 from xder_cli.main import main
 
@@ -67,6 +70,23 @@ def test_analyze_does_not_change_the_run(derpp_run: Path) -> None:
     before = (derpp_run / "checkpoint.pt").read_bytes()
     assert main(["analyze", str(derpp_run), "--only", "flatness,fisher_trace", *FAST]) == 0
     assert (derpp_run / "checkpoint.pt").read_bytes() == before
+
+
+def test_analyze_is_refused_while_another_process_writes_the_run(derpp_run: Path, capsys) -> None:
+    with rundir.lock_run_dir(derpp_run, then="-"):  # e.g. xder-run train --resume of this run
+        before = {
+            p: (p.read_bytes() if p.is_file() else None, p.stat().st_mtime_ns) for p in derpp_run.rglob("*")
+        }
+        assert main(["analyze", str(derpp_run), "--only", "ece"]) == 2
+        after = {
+            p: (p.read_bytes() if p.is_file() else None, p.stat().st_mtime_ns) for p in derpp_run.rglob("*")
+        }
+        assert after == before
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        f"xder-run analyze: error: {derpp_run} is in use by process {os.getpid()} on host "
+    )
+    assert line.endswith(f"then run xder-run analyze {derpp_run} again")
 
 
 def test_pointing_on_planted_masks(derpp_run: Path) -> None:

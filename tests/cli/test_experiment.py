@@ -1,10 +1,11 @@
 """xder-run experiment: the flatness, class-order and sensitivity protocols on seq-digits with tiny
 settings; their numbers recomputed from the run directories; reruns that skip finished runs and
-resume interrupted ones; one-line usage errors."""
+resume interrupted ones; a run another process holds left to it; one-line usage errors."""
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from pathlib import Path
 
@@ -174,6 +175,31 @@ def test_class_order_forward_and_backward(tmp_path: Path, capsys) -> None:
     assert main(argv) == 0
     assert "4 runs, 4 already finished; training 0" in capsys.readouterr().out
     assert {p.name: (p / "events.jsonl").read_bytes() for p in (out / "runs").iterdir()} == before
+
+
+def test_a_run_held_by_another_process_is_left_to_it(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "order"
+    argv = ["experiment", "class-order", "--methods", "sgd", "--seeds", "0", "--out", str(out), *TINY]
+    held = out / "runs" / "sgd-reversed-s0"
+    held.mkdir(parents=True)
+    with rundir.lock_run_dir(held, then="-"):  # the same experiment, started twice, trains it
+        assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert f"[2/2] sgd-reversed-s0 running elsewhere (held by process {os.getpid()} on host " in printed
+    assert "note: 1 run(s) are being trained by another process" in printed
+    assert [p.name for p in held.iterdir()] == [".lock"]  # nothing written into it
+    summary = json.loads((out / "experiment.json").read_text())
+    statuses = {r["name"]: r["status"] for r in summary["runs"]}
+    assert statuses == {"sgd-natural-s0": "finished", "sgd-reversed-s0": "running elsewhere"}
+    assert summary["rows"][0]["cells"]["reversed"]["seeds_finished"] == 0
+    assert (
+        "- runs/sgd-reversed-s0: running elsewhere (held by process " in (out / "experiment.md").read_text()
+    )
+
+    assert main(argv) == 0  # once it is free, that run alone is trained
+    assert "2 runs, 1 already finished; training 1 in this process" in capsys.readouterr().out
+    summary = json.loads((out / "experiment.json").read_text())
+    assert [r["status"] for r in summary["runs"]] == ["finished", "finished"]
 
 
 def test_sensitivity_on_ray(tmp_path: Path, capsys) -> None:

@@ -1,7 +1,15 @@
-"""Run-directory files are replaced atomically and the event log trims to the checkpoint."""
+"""Run-directory files are replaced atomically, the event log trims to the checkpoint and never
+keeps half a line, and one writer at a time holds a run directory's lock."""
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +66,90 @@ def test_new_run_dirs_never_collide(tmp_path: Path) -> None:
     assert a != b
     assert a.name.endswith("-er-seq-digits-m200-s0")
     assert (a / "plots").is_dir()
+
+
+def _disk_full(fd: int) -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_an_event_that_cannot_be_written_leaves_the_log_as_it_was(tmp_path: Path, monkeypatch) -> None:
+    log = rundir.EventLog(tmp_path / "events.jsonl")
+    log.append({"i": 0})
+    monkeypatch.setattr(rundir.os, "fsync", _disk_full)  # the line is written, its fsync fails
+    with pytest.raises(OSError, match="No space left"):
+        log.append({"i": 1})
+    monkeypatch.undo()
+    assert (tmp_path / "events.jsonl").read_text() == '{"i": 0}\n'  # no partial line
+    assert log.count == 1
+
+
+def test_write_errors_name_the_file_the_cause_and_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.pt"
+    then = "continue with xder-run train --resume RUN"
+    with pytest.raises(rundir.RunDirWriteError) as error, rundir.write_errors(path, then=then):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / ".checkpoint.pt.x.tmp"))
+    assert str(error.value) == (
+        f"cannot write {path}: [Errno {errno.ENOSPC}] {os.strerror(errno.ENOSPC)}; free some space, "
+        "then continue with xder-run train --resume RUN"
+    )
+
+
+def test_complete_results_reads_only_a_complete_run(tmp_path: Path) -> None:
+    assert rundir.complete_results(tmp_path) is None  # no results.json
+    (tmp_path / "results.json").write_text("{not json")
+    assert rundir.complete_results(tmp_path) is None
+    rundir.write_json(tmp_path / "results.json", {"complete": False, "faa": 1.0})
+    assert rundir.complete_results(tmp_path) is None
+    rundir.write_json(tmp_path / "results.json", {"complete": True, "faa": 1.0})
+    assert rundir.complete_results(tmp_path) == {"complete": True, "faa": 1.0}
+
+
+def test_a_second_writer_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    lock_file = tmp_path / rundir.LOCK
+    with rundir.lock_run_dir(tmp_path, then="run it again"):
+        holder = json.loads(lock_file.read_text())
+        assert (holder["host"], holder["pid"]) == (socket.gethostname(), os.getpid())
+        before = (lock_file.read_bytes(), lock_file.stat().st_mtime_ns, sorted(os.listdir(tmp_path)))
+        # flock locks belong to an open file: a second open in this very process is a second writer.
+        with (
+            pytest.raises(rundir.RunDirBusyError) as busy,
+            rundir.lock_run_dir(tmp_path, then="run it again"),
+        ):
+            pytest.fail("two writers hold the lock")
+        assert (lock_file.read_bytes(), lock_file.stat().st_mtime_ns, sorted(os.listdir(tmp_path))) == before
+    message = str(busy.value)
+    assert message.startswith(f"{tmp_path} is in use by process {os.getpid()} on host {socket.gethostname()}")
+    assert message.endswith("wait for that process to end (or stop it), then run it again")
+    assert busy.value.holder.startswith(f"process {os.getpid()} ")
+    assert lock_file.read_bytes() == b""  # released: the holder's name is cleared
+    with rundir.lock_run_dir(tmp_path, then="run it again"):  # and the lock can be taken again
+        pass
+
+
+def test_a_holder_killed_with_sigkill_leaves_no_lock(tmp_path: Path) -> None:
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from xder_cli import rundir\n"
+        "with rundir.lock_run_dir(Path(sys.argv[1]), then='retry'):\n"
+        "    print('locked', flush=True)\n"
+        "    time.sleep(300)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "locked\n"
+        busy = pytest.raises(rundir.RunDirBusyError, match=f"in use by process {holder.pid} on host ")
+        with busy, rundir.lock_run_dir(tmp_path, then="retry"):
+            pass
+        holder.send_signal(signal.SIGKILL)
+        assert holder.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert json.loads((tmp_path / rundir.LOCK).read_text())["pid"] == holder.pid  # its name stays...
+    with rundir.lock_run_dir(tmp_path, then="retry"):  # ...but the kernel released its lock
+        assert json.loads((tmp_path / rundir.LOCK).read_text())["pid"] == os.getpid()

@@ -1,14 +1,18 @@
 """xder-run sweep: a 2x2 grid x 2 seeds on seq-digits through a local Ray instance, selection on
-validation, failures recorded, and a rerun that resumes instead of repeating."""
+validation, a trial held by another process left alone, failures recorded, and a rerun that
+resumes instead of repeating."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import statistics
 from pathlib import Path
 
 import pytest
 
+from xder_cli import rundir
 from xder_cli import sweep as sweep_module
 from xder_cli import train as train_module
 from xder_cli.errors import UsageError
@@ -75,7 +79,28 @@ def test_grid_on_ray_selects_on_validation_and_resumes(tmp_path: Path, monkeypat
     interrupted = out / "trials" / trials[0].name
     _interrupt_after_second_task(trials[0], interrupted, monkeypatch)
 
+    # Another process (the same sweep started twice) holds trial 1: left alone, reported, not selected.
+    busy = out / "trials" / trials[1].name
+    busy.mkdir()
+    with rundir.lock_run_dir(busy, then="-"):
+        first = run_sweep(spec, out, max_concurrent=2)
+    held = next(t for t in first["trials"] if t["name"] == trials[1].name)
+    assert held["status"] == "running elsewhere"
+    assert held["held_by"].startswith(f"process {os.getpid()} on host {socket.gethostname()} ")
+    assert held["error"] is None
+    assert [p.name for p in busy.iterdir()] == [".lock"]  # nothing trained, nothing written
+    assert sum(t["status"] == "finished" for t in first["trials"]) == 7
+    (point,) = [r for r in first["points"] if r["name"] == trials[1].name.rsplit("-s", 1)[0]]
+    assert point["seeds_finished"] == 1
+    assert first["best"] is None or first["best"]["name"] != point["name"]
+    assert (
+        f"- trials/{trials[1].name}: running elsewhere (held by process {os.getpid()} "
+        in (out / "sweep.md").read_text()
+    )
+
+    # Once it is free, the rerun trains that trial and nothing else.
     summary = run_sweep(spec, out, max_concurrent=2)
+    assert [t["name"] for t in summary["trials"] if not t.get("skipped")] == [trials[1].name]
 
     # Every trial is an ordinary, complete run directory.
     for trial in trials:

@@ -1,14 +1,20 @@
-"""xder-run train in-process: the run directory, its files, and one-line errors (exit 2)."""
+"""xder-run train in-process: the run directory, its files, one-line errors (exit 2), a resume
+refused while another process holds the run, and a full disk that costs nothing but a resume."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import socket
 import tomllib
 from pathlib import Path
 
 import pytest
 import torch
 
+from xder_cli import rundir
+from xder_cli import train as train_module
 from xder_cli.main import main
 
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
@@ -62,14 +68,135 @@ def test_train_writes_the_run_directory(tmp_path: Path, capsys) -> None:
     }
 
 
-def test_resume_of_a_complete_run_just_reports(tmp_path: Path, capsys) -> None:
+def snapshot(run: Path) -> dict[str, tuple[bytes | None, int]]:
+    """Every file and folder of ``run``, itself included: its bytes (files) and its mtime."""
+    return {
+        str(path.relative_to(run)): (path.read_bytes() if path.is_file() else None, path.stat().st_mtime_ns)
+        for path in [run, *sorted(run.rglob("*"))]
+    }
+
+
+def test_resume_of_a_complete_run_just_reports_and_changes_nothing(tmp_path: Path, capsys) -> None:
     assert main(["train", "--method", "sgd", "--out", str(tmp_path), *TINY]) == 0
     (run,) = run_dirs(tmp_path)
-    before = (run / "results.json").read_text()
+    before = snapshot(run)
+    assert {"results.json", "events.jsonl", "checkpoint.pt", "plots", "plots/accuracy.png"} <= set(before)
     capsys.readouterr()
     assert main(["train", "--resume", str(run)]) == 0
-    assert "already complete" in capsys.readouterr().out
-    assert (run / "results.json").read_text() == before
+    printed = capsys.readouterr().out
+    assert f"{run} is already complete." in printed
+    assert "FAA" in printed
+    assert snapshot(run) == before  # not a byte, not an mtime
+
+
+def interrupt_after_first_task(monkeypatch, argv: list[str]) -> None:
+    """Run ``xder-run train argv`` and stop it (Ctrl-C) after its first task."""
+    original = train_module.Progress.on_task_end
+
+    def interrupt(self, loop, record) -> None:
+        original(self, loop, record)
+        if record.task == 0:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(train_module.Progress, "on_task_end", interrupt)
+        assert main(["train", *argv]) == 130
+
+
+def test_resume_is_refused_while_another_process_holds_the_run(tmp_path: Path, monkeypatch, capsys) -> None:
+    interrupt_after_first_task(monkeypatch, ["--method", "sgd", "--out", str(tmp_path), *TINY])
+    (run,) = run_dirs(tmp_path)
+    with rundir.lock_run_dir(run, then="-"):  # another writer (flock: another open file)
+        before = snapshot(run)
+        capsys.readouterr()
+        assert main(["train", "--resume", str(run)]) == 2
+        assert snapshot(run) == before
+    err = capsys.readouterr().err
+    assert err == (
+        f"xder-run train: error: {run} is in use by process {os.getpid()} on host {socket.gethostname()} "
+        f"(since {json.loads(before['.lock'][0])['since']}): wait for that process to end (or stop it), then "
+        f"run xder-run train --resume {run} again\n"
+    )
+    assert main(["train", "--resume", str(run)]) == 0  # once it is released
+    assert json.loads((run / "results.json").read_text())["complete"] is True
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("reference")
+    assert main(["train", "--method", "er", "--out", str(out), *TINY]) == 0
+    (run,) = run_dirs(out)
+    return json.loads((run / "results.json").read_text())
+
+
+def fill_the_disk_at(monkeypatch, name: str, occurrence: int) -> dict[str, bytes]:
+    """Make the ``occurrence``-th write of the run-directory file ``name`` fail as on a full disk:
+    the real write runs and its fsync raises ENOSPC. Returns the run's checkpoint, results and
+    events as they were just before that write (filled in when it happens)."""
+    before: dict[str, bytes] = {}
+    seen = 0
+    atomic_write_bytes, append = rundir.atomic_write_bytes, rundir.EventLog.append
+
+    def disk_full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def failing(path: Path, write) -> None:
+        nonlocal seen
+        seen += path.name == name
+        if path.name != name or seen != occurrence:
+            return write()
+        run = path.parent.parent if path.parent.name == "plots" else path.parent
+        before.update({f: (run / f).read_bytes() for f in ("checkpoint.pt", "results.json", "events.jsonl")})
+        with monkeypatch.context() as patch:
+            patch.setattr(rundir.os, "fsync", disk_full)
+            write()
+
+    monkeypatch.setattr(
+        rundir,
+        "atomic_write_bytes",
+        lambda path, data: failing(Path(path), lambda: atomic_write_bytes(path, data)),
+    )
+    monkeypatch.setattr(
+        rundir.EventLog, "append", lambda log, event: failing(log.path, lambda: append(log, event))
+    )
+    return before
+
+
+@pytest.mark.parametrize(
+    ("name", "occurrence", "where"),
+    [
+        ("checkpoint.pt", 3, "checkpoint.pt"),  # task 1's epoch
+        ("results.json", 2, "results.json"),  # task 1's end
+        ("events.jsonl", 6, "events.jsonl"),  # task 1's epoch (1: the truncation at the start)
+        ("accuracy.png", 1, "plots/accuracy.png"),  # the run's end: results.json is not yet complete
+    ],
+)
+def test_a_full_disk_ends_the_run_in_one_line_and_resume_continues(
+    name: str, occurrence: int, where: str, uninterrupted: dict, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    with monkeypatch.context() as patch:
+        before = fill_the_disk_at(patch, name, occurrence)
+        assert main(["train", "--method", "er", "--out", str(tmp_path), *TINY]) == 2
+    (run,) = run_dirs(tmp_path)
+    err = capsys.readouterr().err
+    assert err == (
+        f"xder-run train: error: cannot write {run / where}: [Errno {errno.ENOSPC}] "
+        f"{os.strerror(errno.ENOSPC)}; free some space, then continue with xder-run train --resume {run}\n"
+    )
+    # The previous checkpoint, results and events are intact, and no temporary file is left.
+    assert set(before) == {"checkpoint.pt", "results.json", "events.jsonl"}
+    assert {f: (run / f).read_bytes() for f in before} == before
+    assert json.loads(before["results.json"])["complete"] is False
+    assert not [p for p in run.rglob("*.tmp")]
+
+    assert main(["train", "--resume", str(run)]) == 0
+    results = json.loads((run / "results.json").read_text())
+    assert {k: v for k, v in results.items() if k != "wall_time_s"} == {
+        k: v for k, v in uninterrupted.items() if k != "wall_time_s"
+    }
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    assert [(e["task"], e["epoch"]) for e in events if e["event"] == "epoch"] == [(t, 0) for t in range(5)]
+    assert [e["event"] for e in events].count("end") == 1
 
 
 def test_validation_split_is_evaluated_too(tmp_path: Path) -> None:

@@ -650,7 +650,15 @@ def command_analyze(args: Any) -> int:
         unknown = [n for n in names if n not in ANALYSES]
         if unknown:
             raise UsageError(f"unknown analysis {unknown[0]!r}: choose from {', '.join(ANALYSES)}")
-    run = load_trained_run(Path(args.run_dir), device=args.device, data_root=args.data_root)
+    run_dir = rundir.check_run_dir(Path(args.run_dir))
+    # A writer of the run directory: one at a time, never beside a training run (rundir.lock_run_dir).
+    with rundir.lock_run_dir(run_dir, then=f"run xder-run analyze {run_dir} again"):
+        _analyze(run_dir, names, args)
+    return 0
+
+
+def _analyze(run_dir: Path, names: list[str], args: Any) -> None:
+    run = load_trained_run(run_dir, device=args.device, data_root=args.data_root)
     out = run.run_dir / "analysis"
     out.mkdir(exist_ok=True)
     if not run.complete:
@@ -680,4 +688,3 @@ def command_analyze(args: Any) -> int:
         print(json.dumps(rundir.json_safe(report), indent=2))
     else:
         print(f"written: {out / 'analysis.json'}")
-    return 0

@@ -4,7 +4,9 @@ Each protocol plans a set of ordinary runs (one run directory each, ``OUT/runs/<
 trains those not finished yet, and tabulates them: ``OUT/experiment.json`` (every number, per
 run and aggregated), ``OUT/experiment.md`` (a Markdown table) and a PNG plot. Rerunning the same
 command skips finished runs and resumes interrupted ones from their checkpoints; a run directory
-trained with other settings is an error, never silently reused.
+trained with other settings is an error, never silently reused. Each run holds its run
+directory's lock while it trains (:func:`xder_cli.sweep.train_trial`): a run that another
+invocation is training is reported as ``running elsewhere`` and left to it.
 
 * ``flatness`` (paper Sec. 6.2, the "stable regime" study): for each pair of adjacent tasks
   (k, k+1), a two-task sequence (``train.tasks = 2``, ``run.class_order`` a permutation putting
@@ -39,7 +41,9 @@ from xder_cli.config import SECTIONS
 from xder_cli.errors import UsageError
 from xder_cli.presets import PAPER_PROTOCOL
 from xder_cli.sweep import (
+    RUNNING_ELSEWHERE,
     SweepSpec,
+    outcome_note,
     plan_trials,
     progress_recorder,
     run_on_ray,
@@ -462,6 +466,7 @@ def _run_records(
                 **run.tags,
                 "status": outcome.get("status", "not run"),
                 "error": outcome.get("error"),
+                "held_by": outcome.get("held_by"),
                 "skipped": bool(outcome.get("skipped")),
                 **{k: None for k in metrics(None)},
                 **(metrics(results) if finished else {}),
@@ -484,9 +489,7 @@ def _cell(records: Sequence[dict[str, Any]], keys: dict[str, str]) -> dict[str, 
 
 def _not_finished(records: Sequence[dict[str, Any]]) -> list[str]:
     lines = [
-        f"- {r['run_dir']}: {r['status']}" + (f" ({r['error']})" if r.get("error") else "")
-        for r in records
-        if r["status"] != "finished"
+        f"- {r['run_dir']}: {r['status']}{outcome_note(r)}" for r in records if r["status"] != "finished"
     ]
     return ["", "Runs not finished:", "", *lines] if lines else []
 
@@ -979,5 +982,11 @@ def command_experiment(args: Any) -> int:
     protocol.plot(summary, out / PLOT[args.name])
     sys.stdout.write("\n" + protocol.markdown(summary))
     print(f"\nwrote {', '.join(files)} to {out}")
-    failed = sum(outcome["status"] != "finished" for outcome in outcomes.values())
+    elsewhere = sum(outcome["status"] == RUNNING_ELSEWHERE for outcome in outcomes.values())
+    if elsewhere:
+        print(
+            f"note: {elsewhere} run(s) are being trained by another process (this experiment started "
+            "twice?): run it again after that process ends to include them"
+        )
+    failed = sum(outcome["status"] == "failed" for outcome in outcomes.values())
     return 1 if failed == len(protocol.runs) else 0

@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Train a continual learner on a class-incremental benchmark, evaluating every seen task "
             "after each task. The run directory OUT/<date>-<method>-<benchmark>-m<buffer>-s<seed>/ "
-            "receives config.toml, events.jsonl, results.json, checkpoint.pt and plots/. "
+            "receives config.toml, events.jsonl, results.json, checkpoint.pt and plots/; one process at a "
+            "time writes it (RUN_DIR/.lock). "
             "Settings layer as: method defaults < benchmark protocol < preset < flags < --set."
         ),
     )
@@ -138,7 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
         "for this benchmark, protocol, buffer size and method, else none)",
     )
     train.add_argument(
-        "--resume", metavar="RUN_DIR", help="continue an interrupted run from its last checkpoint"
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue an interrupted run from its last checkpoint (a complete run only prints its summary; "
+        "refused while another process writes RUN_DIR)",
     )
     train.set_defaults(handler="train")
     _add_data_parser(commands)
@@ -175,7 +179,8 @@ def _add_experiment_parser(commands: argparse._SubParsersAction) -> None:
         '"Sensitivity analysis"): each --param value varied alone around the run\'s resolved values, test '
         "FAA against the value, on Ray like a sweep. flatness and class-order train in this process one run "
         "after the other unless --max-concurrent or --address sends them to Ray. Rerunning skips finished "
-        "runs and resumes interrupted ones.",
+        "runs and resumes interrupted ones; a run another process is training is reported as running "
+        "elsewhere and left to it.",
     )
     experiment.add_argument("name", choices=EXPERIMENTS, metavar="NAME", help=", ".join(EXPERIMENTS))
     experiment.add_argument(
@@ -238,8 +243,10 @@ def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
         "sweep, or on a running cluster (--address). Selection: the highest mean validation FAA over "
         "seeds (the test FAA is reported, never used). OUT receives sweep.json and sweep.md. A failed "
         "trial is recorded and the sweep goes on; rerunning skips finished trials and resumes "
-        "interrupted ones from their checkpoints. GRID.toml: method, benchmark, [buffer_size], [seeds], "
-        '[validation], [preset], [set] "section.key" = value, [grid] "section.key" = [values].',
+        "interrupted ones from their checkpoints. A trial another process is training (the sweep started "
+        "twice) is reported as running elsewhere and left to it. GRID.toml: method, benchmark, "
+        '[buffer_size], [seeds], [validation], [preset], [set] "section.key" = value, '
+        '[grid] "section.key" = [values].',
     )
     sweep.add_argument("grid_file", nargs="?", metavar="GRID.toml", help="the grid to search")
     sweep.add_argument("--out", required=True, metavar="DIR", help="the sweep's folder (trials, summary)")
@@ -340,7 +347,8 @@ def _add_analyze_parser(commands: argparse._SubParsersAction) -> None:
         description="Analyses of a trained run (X-DER paper Sec. 6): "
         + ", ".join(ANALYSES)
         + ". Those that do not apply (no super-classes, no masks, no buffer...) are skipped with the reason. "
-        "Results: RUN_DIR/analysis/analysis.json and PNG plots.",
+        "Results: RUN_DIR/analysis/analysis.json and PNG plots. Refused while another process writes "
+        "RUN_DIR (a training run).",
     )
     analyze.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by xder-run train")
     analyze.add_argument("--only", metavar="NAME,...", help="run only these analyses (comma-separated)")

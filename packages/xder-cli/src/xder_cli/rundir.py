@@ -1,22 +1,31 @@
-"""The run directory: crash-safe files (atomic replace, fsync) and the checkpoint format.
+"""The run directory: crash-safe files (atomic replace, fsync), its one-writer lock and the
+checkpoint format.
 
 Layout (DESIGN.md, "The run directory")::
 
     <out>/<date>-<method>-<benchmark>-m<buffer>-s<seed>/
       config.toml     every setting, resolved
       events.jsonl    one JSON object per epoch and per task
-      results.json    accuracy matrices and metrics (rewritten after every task)
+      results.json    accuracy matrices and metrics (rewritten after every task; written last,
+                      with ``complete: true``, when the run ends)
       checkpoint.pt   the whole training state, rewritten after every epoch and task
       plots/          PNG figures
+      .lock           the writers' lock (:func:`lock_run_dir`); names the holder while held
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import io
 import json
 import math
 import os
+import socket
 import tempfile
+import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,26 +39,33 @@ __all__ = [
     "CHECKPOINT",
     "CONFIG",
     "EVENTS",
+    "LOCK",
     "PLOTS",
     "RESULTS",
     "EventLog",
+    "RunDirBusyError",
+    "RunDirWriteError",
     "atomic_write_bytes",
     "check_run_dir",
+    "complete_results",
     "json_safe",
     "load_checkpoint",
+    "lock_run_dir",
     "new_run_dir",
     "read_config",
     "save_checkpoint",
     "write_config",
+    "write_errors",
     "write_json",
 ]
 
-CONFIG, EVENTS, RESULTS, CHECKPOINT, PLOTS = (
+CONFIG, EVENTS, RESULTS, CHECKPOINT, PLOTS, LOCK = (
     "config.toml",
     "events.jsonl",
     "results.json",
     "checkpoint.pt",
     "plots",
+    ".lock",
 )
 
 
@@ -153,10 +169,20 @@ class EventLog:
             self.count = sum(1 for line in self.path.read_text().splitlines() if line.strip())
 
     def append(self, event: dict[str, Any]) -> None:
-        with open(self.path, "a") as handle:
-            handle.write(json.dumps(json_safe(event), allow_nan=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        """Append one line and fsync it; if that fails (e.g. the disk is full), the log is cut back
+        to its previous length, so that no partial line is left, and the error propagates."""
+        line = (json.dumps(json_safe(event), allow_nan=False) + "\n").encode()
+        with open(self.path, "ab", buffering=0) as handle:
+            size = handle.seek(0, os.SEEK_END)
+            try:
+                view = memoryview(line)
+                while view:
+                    view = view[handle.write(view) :]
+                os.fsync(handle.fileno())
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(handle.fileno(), size)
+                raise
         self.count += 1
 
     def truncate(self, count: int) -> None:
@@ -194,3 +220,113 @@ def check_run_dir(path: Path) -> Path:
             f"--resume {path}: not a run directory (no {CONFIG}); give a folder that xder-run train created"
         )
     return path
+
+
+def complete_results(run_dir: Path) -> dict[str, Any] | None:
+    """The ``results.json`` of ``run_dir`` if it records a complete run, else None (no file, an
+    unreadable one, or ``complete: false``). Safe without the lock: the file is replaced atomically."""
+    try:
+        results = json.loads((Path(run_dir) / RESULTS).read_text())
+    except (OSError, ValueError):
+        return None
+    return results if isinstance(results, dict) and results.get("complete") is True else None
+
+
+# ---------------------------------------------------------------------------------------------
+# One writer per run directory
+
+
+class RunDirBusyError(UsageError):
+    """Another process holds the run directory's lock (``holder`` says which, in words)."""
+
+    def __init__(self, run_dir: Path, holder: str, then: str) -> None:
+        super().__init__(
+            f"{run_dir} is in use by {holder}: wait for that process to end (or stop it), then {then}"
+        )
+        self.run_dir = run_dir
+        self.holder = holder
+
+
+class RunDirWriteError(UsageError):
+    """A file of a run directory could not be written (disk full, no permission...)."""
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, as the holder wrote it into the lock file just after taking it."""
+    for _ in range(20):  # the holder writes its name a moment after it takes the lock
+        try:
+            info = json.loads(os.pread(fd, 4096, 0).decode())
+            return f"process {int(info['pid'])} on host {info['host']} (since {info['since']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            time.sleep(0.05)
+    return "another process (it has not written its name into the lock file)"
+
+
+@contextlib.contextmanager
+def lock_run_dir(run_dir: Path, *, then: str) -> Iterator[None]:
+    """Hold the exclusive lock of ``run_dir`` (the file ``RUN_DIR/.lock``) for the ``with`` block.
+
+    Every writer of a run directory (``train``, ``train --resume``, a sweep or experiment trial,
+    ``analyze``) holds it for its whole life, so that a run is never written by two processes at
+    once. It is a kernel advisory lock (``flock``) on the open file: the kernel releases it when
+    the process ends in any way, ``kill -9`` included, so no stale lock is ever left. The holder
+    writes its host, process id and start time into the file (in place: the lock file is never
+    replaced, as a new inode would be a second lock) and clears them when it releases the lock.
+
+    Args:
+        then: what to do once the holder is gone, for the error (e.g. the command to rerun).
+
+    Raises:
+        RunDirBusyError: another process holds the lock; nothing was written.
+        UsageError: the lock cannot be taken (a filesystem without locks, no permission...).
+    """
+    path = Path(run_dir) / LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, _FILE_MODE)  # no O_TRUNC: the holder's name stays
+    except OSError as error:
+        raise UsageError(f"cannot open the lock file {path}: {_reason(error)}") from error
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirBusyError(Path(run_dir), _holder(fd), then) from None
+        except OSError as error:
+            raise UsageError(
+                f"cannot lock {run_dir}: {_reason(error)}; the filesystem must support file locks "
+                "(on NFS: a server with locking)"
+            ) from error
+        since = datetime.now().isoformat(timespec="seconds")
+        info = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": since})
+        with contextlib.suppress(OSError):  # the name is a courtesy to the next contender: the lock holds
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (info + "\n").encode(), 0)
+            os.fsync(fd)  # where the lock is shared over NFS, other nodes read the name from the server
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+# ---------------------------------------------------------------------------------------------
+# Write errors
+
+
+def _reason(error: OSError) -> str:
+    if error.errno is not None and error.strerror:
+        return f"[Errno {error.errno}] {error.strerror}"
+    return str(error)
+
+
+@contextlib.contextmanager
+def write_errors(path: Path, *, then: str) -> Iterator[None]:
+    """Turn an :class:`OSError` raised while writing ``path`` into a one-line
+    :class:`RunDirWriteError` that names the file, the cause, and what to do (``then``: e.g. the
+    command that continues the run). The writes are atomic, so the previous file is intact."""
+    try:
+        yield
+    except OSError as error:
+        fix = "free some space" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "fix that"
+        raise RunDirWriteError(f"cannot write {path}: {_reason(error)}; {fix}, then {then}") from error

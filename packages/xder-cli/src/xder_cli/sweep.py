@@ -26,7 +26,10 @@ instance started for the sweep, or on the cluster at ``--address``. Selection us
 seeds of the VALIDATION final average accuracy; the test FAA is reported, never used. DIR gets
 ``sweep.json`` and ``sweep.md`` (the report). A trial that fails is recorded with its error and
 the sweep goes on; running the same sweep again skips finished trials and resumes interrupted
-ones from their checkpoints.
+ones from their checkpoints. Each trial holds its run directory's lock while it trains
+(:func:`xder_cli.rundir.lock_run_dir`): the same sweep started twice on one DIR never trains a
+trial twice; a trial the other one holds is reported as ``running elsewhere`` (not failed, not
+selected on) and a later rerun picks it up as finished.
 """
 
 from __future__ import annotations
@@ -53,12 +56,14 @@ from xder_cli.presets import PAPER_PROTOCOL, preset_entry, split_dotted
 from xder_cli.train import build_plan, resolve_config, run_training
 
 __all__ = [
+    "RUNNING_ELSEWHERE",
     "SWEEP_JSON",
     "SWEEP_MD",
     "SweepSpec",
     "Trial",
     "command_sweep",
     "load_spec",
+    "outcome_note",
     "plan_trials",
     "progress_recorder",
     "run_on_ray",
@@ -72,6 +77,7 @@ __all__ = [
 ]
 
 SWEEP_JSON, SWEEP_MD, TRIALS = "sweep.json", "sweep.md", "trials"
+RUNNING_ELSEWHERE = "running elsewhere"  # a trial another process holds (the sweep started twice)
 _SPEC_KEYS = {
     "method",
     "benchmark",
@@ -262,18 +268,35 @@ def trial_outcome(run_dir: Path, status: str, error: str | None = None) -> dict[
 def train_trial(run_dir: str, config: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Train one trial into ``run_dir`` (resuming from its checkpoint if it has one); never raises.
 
-    Runs inside a Ray worker (or in-process). The trial's printed output goes to
-    ``run_dir/log.txt``.
+    Runs inside a Ray worker (or in-process), holding the run directory's lock
+    (:func:`rundir.lock_run_dir`) throughout. A trial whose lock another process holds (the same
+    sweep started twice) is left alone: its outcome is ``running elsewhere``, with ``held_by``
+    naming that process. A trial that another process finished meanwhile is not trained again.
+    The trial's printed output goes to ``run_dir/log.txt``.
 
     Returns:
-        ``{"status": "finished" | "failed", "val_faa", "faa", "ff", "wall_time_s", "error"}``.
+        ``{"status": "finished" | "failed" | "running elsewhere", "val_faa", "faa", "ff",
+        "wall_time_s", "error"}`` (and ``held_by``, ``skipped`` where they apply).
     """
     path = Path(run_dir)
-    path.mkdir(parents=True, exist_ok=True)
-    (path / rundir.PLOTS).mkdir(exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with rundir.lock_run_dir(path, then="run the sweep again"):
+            return _train_locked(path, config)
+    except rundir.RunDirBusyError as busy:  # its metrics are those of a run in progress: none
+        metrics = dict.fromkeys(("val_faa", "faa", "ff", "wall_time_s"))
+        return {"status": RUNNING_ELSEWHERE, **metrics, "error": None, "held_by": busy.holder}
+    except (OSError, UsageError) as error:  # the folder cannot be created or locked
+        return trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
+
+
+def _train_locked(path: Path, config: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    if trial_finished(path):  # finished by another process since this sweep looked
+        return trial_outcome(path, "finished") | {"skipped": True}
     resume = (path / rundir.CHECKPOINT).exists()
     with open(path / "log.txt", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
+            (path / rundir.PLOTS).mkdir(exist_ok=True)
             plan = build_plan(config)
             if not resume:
                 rundir.write_config(path / rundir.CONFIG, plan.config)
@@ -286,8 +309,7 @@ def train_trial(run_dir: str, config: dict[str, dict[str, Any]]) -> dict[str, An
 
 def trial_finished(run_dir: Path) -> bool:
     """Whether ``run_dir`` holds a complete run (its results.json says so)."""
-    results = _read_results(run_dir)
-    return bool(results and results.get("complete"))
+    return rundir.complete_results(run_dir) is not None
 
 
 def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
@@ -400,10 +422,7 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
     failed = [t for t in summary["trials"] if t["status"] != "finished"]
     if failed:
         lines += ["", "Trials not finished:", ""]
-        lines += [
-            f"- {t['run_dir']}: {t['status']}" + (f" ({t['error']})" if t.get("error") else "")
-            for t in failed
-        ]
+        lines += [f"- {t['run_dir']}: {t['status']}{outcome_note(t)}" for t in failed]
     return "\n".join(lines) + "\n"
 
 
@@ -474,6 +493,18 @@ def split_finished(jobs: Sequence[tuple[str, Path]]) -> tuple[dict[str, dict[str
     return outcomes, pending
 
 
+def outcome_note(outcome: dict[str, Any]) -> str:
+    """`` (the error)`` of a failed run, `` (held by <process>)`` of one running elsewhere,
+    `` (finished by another process)`` of one found finished when its turn came, else ``""``."""
+    if outcome.get("error"):
+        return f" ({outcome['error']})"
+    if outcome.get("held_by"):
+        return f" (held by {outcome['held_by']})"
+    if outcome.get("skipped"):  # split_finished's skipped runs never reach a progress line
+        return " (finished by another process)"
+    return ""
+
+
 def progress_recorder(
     outcomes: dict[str, dict[str, Any]],
     total: int,
@@ -481,7 +512,8 @@ def progress_recorder(
     after: Callable[[], None],
 ) -> Callable[[str, dict[str, Any]], None]:
     """The ``on_done`` of :func:`run_on_ray`: stores each outcome in ``outcomes``, prints
-    ``[done/total] name status<figures(name, outcome)> (error) | seconds``, then calls ``after``."""
+    ``[done/total] name status<figures(name, outcome)><outcome_note(outcome)> | seconds``, then
+    calls ``after``."""
     begin = time.perf_counter()
     done = len(outcomes)
 
@@ -490,9 +522,8 @@ def progress_recorder(
         outcomes[name] = outcome
         done += 1
         print(
-            f"[{done}/{total}] {name} {outcome['status']}{figures(name, outcome)}"
-            + (f" ({outcome['error']})" if outcome.get("error") else "")
-            + f" | {time.perf_counter() - begin:.0f} s",
+            f"[{done}/{total}] {name} {outcome['status']}{figures(name, outcome)}{outcome_note(outcome)}"
+            f" | {time.perf_counter() - begin:.0f} s",
             flush=True,
         )
         after()
@@ -597,5 +628,11 @@ def command_sweep(args: Any) -> int:
     )
     sys.stdout.write(sweep_markdown(summary))
     print(f"summary: {out / SWEEP_JSON}  report: {out / SWEEP_MD}")
-    failed = sum(t["status"] != "finished" for t in summary["trials"])
+    elsewhere = sum(t["status"] == RUNNING_ELSEWHERE for t in summary["trials"])
+    if elsewhere:
+        print(
+            f"note: {elsewhere} trial(s) are being trained by another process (this sweep started "
+            "twice?): run the sweep again after it ends to include them"
+        )
+    failed = sum(t["status"] == "failed" for t in summary["trials"])
     return 1 if failed == len(summary["trials"]) else 0

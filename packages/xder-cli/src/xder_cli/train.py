@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 import math
 import platform
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -291,7 +292,13 @@ def _fmt(value: float | None) -> str:
 
 
 class RunRecorder(Callback):
-    """Keeps the run directory current: events, checkpoint, results, plots."""
+    """Keeps the run directory current: events, checkpoint, results, plots.
+
+    A write that fails (a full disk...) ends the run with a one-line :class:`rundir.RunDirWriteError`;
+    every file is replaced atomically and the event log cut back, so the previous checkpoint and
+    results stay whole and ``xder-run train --resume`` continues from that checkpoint.
+    ``results.json`` with ``complete: true`` is written last: a run that says it is complete is.
+    """
 
     def __init__(
         self,
@@ -312,10 +319,19 @@ class RunRecorder(Callback):
     def elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.started
 
+    def _writing(self, path: Path) -> Any:
+        return rundir.write_errors(path, then=_resume_hint(self.run_dir))
+
+    def log(self, event: dict[str, Any]) -> None:
+        with self._writing(self.events.path):
+            self.events.append(event)
+
     def checkpoint(self, loop: Loop) -> None:
         state = loop.snapshot()
         state["run"] = {"events": self.events.count, "elapsed_s": self.elapsed()}
-        rundir.save_checkpoint(self.run_dir / rundir.CHECKPOINT, state)
+        path = self.run_dir / rundir.CHECKPOINT
+        with self._writing(path):
+            rundir.save_checkpoint(path, state)
 
     def write_results(self, loop: Loop, *, complete: bool) -> None:
         settings = self.plan.settings
@@ -334,53 +350,65 @@ class RunRecorder(Callback):
                 "python": platform.python_version(),
             },
         }
-        rundir.write_json(self.run_dir / rundir.RESULTS, self.results)
+        path = self.run_dir / rundir.RESULTS
+        with self._writing(path):
+            rundir.write_json(path, self.results)
+
+    def plot(self, name: str, draw: Callable[[Path], Any]) -> None:
+        """``draw(path)`` renders a figure into a scratch folder; it is then written atomically
+        into ``plots/`` like every other file of the run directory."""
+        path = self.run_dir / rundir.PLOTS / name
+        with self._writing(path), tempfile.TemporaryDirectory() as scratch:
+            draw(Path(scratch) / name)
+            rundir.atomic_write_bytes(path, (Path(scratch) / name).read_bytes())
 
     def on_fit_start(self, loop: Loop) -> None:
         kind = "resume" if self.elapsed_before else "start"
-        self.events.append(
-            {
-                "event": kind,
-                "task": loop.task,
-                "epoch": loop.epoch,
-                "time": datetime.now(UTC).isoformat(),
-            }
+        self.log(
+            {"event": kind, "task": loop.task, "epoch": loop.epoch, "time": datetime.now(UTC).isoformat()}
         )
 
     def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None:
-        self.events.append({"event": "epoch", **dataclasses.asdict(record)})
+        self.log({"event": "epoch", **dataclasses.asdict(record)})
         self.checkpoint(loop)
 
     def on_task_end(self, loop: Loop, record: TaskRecord) -> None:
-        self.events.append(task_end_analysis(loop))
-        self.events.append({"event": "task", **dataclasses.asdict(record)})
+        self.log(task_end_analysis(loop))
+        self.log({"event": "task", **dataclasses.asdict(record)})
         self.write_results(loop, complete=False)
         self.checkpoint(loop)
 
     def on_fit_end(self, loop: Loop) -> None:
-        self.write_results(loop, complete=True)
-        self.events.append({"event": "end", "wall_time_s": self.elapsed()})
         plots = self.run_dir / rundir.PLOTS
-        plots.mkdir(exist_ok=True)
+        with self._writing(plots):
+            plots.mkdir(exist_ok=True)
         history = loop.history
         name = f"{self.plan.settings.method} on {self.plan.settings.benchmark}"
         if history.class_il:
-            plot_accuracy_curves(
-                {
-                    "Class-IL": average_accuracy_curve(history.class_il),
-                    "Task-IL": average_accuracy_curve(history.task_il),
-                },
-                plots / "accuracy.png",
-                title=f"{name}: average accuracy on seen tasks",
+            curves = {
+                "Class-IL": average_accuracy_curve(history.class_il),
+                "Task-IL": average_accuracy_curve(history.task_il),
+            }
+            self.plot(
+                "accuracy.png",
+                lambda path: plot_accuracy_curves(
+                    curves, path, title=f"{name}: average accuracy on seen tasks"
+                ),
             )
-            plot_accuracy_matrix(
-                history.class_il,
-                plots / "accuracy_matrix.png",
-                title=f"{name}: Class-IL accuracy (%)",
+            self.plot(
+                "accuracy_matrix.png",
+                lambda path: plot_accuracy_matrix(
+                    history.class_il, path, title=f"{name}: Class-IL accuracy (%)"
+                ),
             )
-            plot_accuracy_matrix(
-                history.task_il, plots / "task_il_matrix.png", title=f"{name}: Task-IL accuracy (%)"
+            self.plot(
+                "task_il_matrix.png",
+                lambda path: plot_accuracy_matrix(
+                    history.task_il, path, title=f"{name}: Task-IL accuracy (%)"
+                ),
             )
+        self.log({"event": "end", "wall_time_s": self.elapsed()})
+        self.write_results(loop, complete=True)
 
 
 class Progress(Callback):
@@ -427,11 +455,20 @@ class Progress(Callback):
 # The command
 
 
+def _resume_hint(run_dir: Path) -> str:
+    """How to continue ``run_dir``, for error messages."""
+    return f"continue with xder-run train --resume {run_dir}"
+
+
 def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[str, Any]:
     """Train the planned run inside ``run_dir`` (continuing from its checkpoint if ``resume``).
+    The caller holds the run directory's lock (:func:`rundir.lock_run_dir`).
 
     Returns:
         The final ``results.json`` payload.
+
+    Raises:
+        rundir.RunDirWriteError: a file of the run directory could not be written.
     """
     settings = plan.settings
     device = resolve_device(settings.device)
@@ -442,7 +479,8 @@ def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[
         state = rundir.load_checkpoint(checkpoint, device)
         elapsed = float(state.get("run", {}).get("elapsed_s", 0.0))
     events = rundir.EventLog(run_dir / rundir.EVENTS)
-    events.truncate(int(state["run"]["events"]) if state is not None else 0)
+    with rundir.write_errors(events.path, then=_resume_hint(run_dir)):
+        events.truncate(int(state["run"]["events"]) if state is not None else 0)
 
     bench = place_data(
         load_benchmark(
@@ -513,16 +551,15 @@ def command_train(args: Any) -> int:
             )
         run_dir = rundir.check_run_dir(Path(args.resume))
         plan = build_plan(rundir.read_config(run_dir / rundir.CONFIG))
-        results_path = run_dir / rundir.RESULTS
-        if results_path.exists():
-            results = json.loads(results_path.read_text())
-            if results.get("complete"):
-                print(f"{run_dir} is already complete.")
-                print_summary(results, run_dir)
+        # A complete run is reported without taking the lock: nothing in the folder is touched.
+        if _report_if_complete(run_dir):
+            return 0
+        with rundir.lock_run_dir(run_dir, then=f"run xder-run train --resume {run_dir} again"):
+            if _report_if_complete(run_dir):  # another writer finished it meanwhile
                 return 0
-        _announce(plan, run_dir, "resuming")
-        results = run_training(plan, run_dir, resume=True)
-        print_summary(results, run_dir)
+            _announce(plan, run_dir, "resuming")
+            results = run_training(plan, run_dir, resume=True)
+            print_summary(results, run_dir)
         return 0
 
     method_values: dict[str, Any] = {}
@@ -568,11 +605,25 @@ def command_train(args: Any) -> int:
         plan.buffer_size,
         plan.settings.seed,
     )
-    rundir.write_config(run_dir / rundir.CONFIG, plan.config)
-    _announce(plan, run_dir, "training")
-    results = run_training(plan, run_dir)
-    print_summary(results, run_dir)
+    # Nobody else knows the fresh folder's name yet: the lock is free, and held from here on.
+    with rundir.lock_run_dir(run_dir, then=f"run xder-run train --resume {run_dir}"):
+        config = run_dir / rundir.CONFIG
+        with rundir.write_errors(config, then=f"train again (and delete {run_dir})"):
+            rundir.write_config(config, plan.config)
+        _announce(plan, run_dir, "training")
+        results = run_training(plan, run_dir)
+        print_summary(results, run_dir)
     return 0
+
+
+def _report_if_complete(run_dir: Path) -> bool:
+    """Print the summary of ``run_dir`` if its results.json says it is complete; read only."""
+    results = rundir.complete_results(run_dir)
+    if results is None:
+        return False
+    print(f"{run_dir} is already complete.")
+    print_summary(results, run_dir)
+    return True
 
 
 def _announce(plan: RunPlan, run_dir: Path, verb: str) -> None:
