@@ -182,6 +182,21 @@ def test_groups_by_benchmark_buffer_method_and_preset() -> None:
     }
 
 
+def test_another_protocol_is_another_benchmark_column() -> None:
+    laptop = record("er", 0, ER[0])
+    laptop.config["run"]["protocol"] = "laptop"
+    paper = record("er", 0, ER[0])
+    paper.config["run"]["protocol"] = "paper"  # as every run records it now
+    legacy = record("er", 1, ER[1])  # runs from before protocols existed: the paper protocol
+    groups, problems = group_runs([laptop, paper, legacy])
+    assert problems == []
+    assert {key: len(runs) for key, runs in groups.items()} == {
+        GroupKey("seq-a (laptop)", 200, "er", "none"): 1,
+        GroupKey("seq-a", 200, "er", "none"): 2,
+    }
+    assert "| seq-a (laptop) m200 |" in report_markdown(build_report([laptop, paper, legacy]))
+
+
 def test_differently_configured_runs_are_not_merged() -> None:
     records = [
         record("er", 0, ER[0], train={"epochs": 1}),

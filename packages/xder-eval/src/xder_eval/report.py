@@ -14,8 +14,9 @@ sections of ``config.toml`` and the ``results.json`` object); this module reads 
    vary inside any of its cells are collected, and every group of that (method, preset) is
    labelled with its values of those keys, e.g. ``"train.epochs=1"`` (the ``--set`` spelling).
    Keys that identify the run rather than configure it (:data:`RUN_IDENTITY_KEYS`: seed, device,
-   data root, and the method, benchmark, preset and buffer size already in the key) are never
-   compared. So two differently configured sets of runs of one method are never averaged
+   data root, and the method, benchmark, protocol, preset and buffer size already in the key) are
+   never compared. A run on a protocol other than ``paper`` (``run.protocol``) counts as its own
+   benchmark, named ``"<benchmark> (<protocol>)"``, e.g. ``seq-cifar10 (laptop)``. So two differently configured sets of runs of one method are never averaged
    together, and a setting that differs only between benchmarks (their protocols) labels
    nothing.
 3. **Table.** One row per (method, preset, settings), one column per (benchmark, buffer size).
@@ -80,6 +81,7 @@ RUN_IDENTITY_KEYS = frozenset(
         "run.data_root",
         "run.method",
         "run.benchmark",
+        "run.protocol",
         "run.preset",
         "method.buffer_size",
     }
@@ -343,6 +345,9 @@ def _identify(record: RunRecord) -> _Run:
 
     method = pick("method", run.get("method"))
     benchmark = pick("benchmark", run.get("benchmark"))
+    protocol = run.get("protocol", "paper")
+    if benchmark is not None and protocol != "paper":  # another protocol is another column
+        benchmark = f"{benchmark} ({protocol})"
     buffer_size = _int_or_none(pick("buffer_size", method_section.get("buffer_size", 0 if config else None)))
     return _Run(
         record=record,
