@@ -15,10 +15,10 @@ sections of ``config.toml`` and the ``results.json`` object); this module reads 
    labelled with its values of those keys, e.g. ``"train.epochs=1"`` (the ``--set`` spelling).
    Keys that identify the run rather than configure it (:data:`RUN_IDENTITY_KEYS`: seed, device,
    data root, and the method, benchmark, protocol, preset and buffer size already in the key) are
-   never compared. A run on a protocol other than ``paper`` (``run.protocol``) counts as its own
-   benchmark, named ``"<benchmark> (<protocol>)"``, e.g. ``seq-cifar10 (laptop)``. So two differently configured sets of runs of one method are never averaged
+   never compared. So two differently configured sets of runs of one method are never averaged
    together, and a setting that differs only between benchmarks (their protocols) labels
-   nothing.
+   nothing. A run on a protocol other than ``paper`` (``run.protocol``) counts as a benchmark of
+   its own, named ``"<benchmark> (<protocol>)"``, e.g. ``seq-cifar10 (laptop)``.
 3. **Table.** One row per (method, preset, settings), one column per (benchmark, buffer size).
    Runs without a buffer (``buffer_size`` 0: FT, JT, LwF.MC) fill every buffer column of their
    benchmark, as in the paper's Table 1; a benchmark holding only such runs gets one column.
