@@ -266,3 +266,52 @@ def test_sweep_and_experiment_runs_get_the_loggers(tmp_path: Path, monkeypatch) 
     argv = ["experiment", "class-order", "--methods", "sgd", "--seeds", "0", "--out", str(tmp_path / "exp")]
     main([*argv, "--logger", "wandb", "--logger", "tensorboard"])
     assert [config["run"]["loggers"] for config in planned] == [["wandb", "tensorboard"]] * 2
+
+
+def test_a_resumed_run_continues_its_logs(tmp_path: Path, monkeypatch) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import xder_cli.train as train_module
+
+    quiet_wandb(monkeypatch, tmp_path / "home")
+    out = tmp_path / "runs"
+    original = train_module.Progress.on_task_end
+
+    def stop_after_second_task(self, loop, record):
+        original(self, loop, record)
+        if record.task == 1:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(train_module.Progress, "on_task_end", stop_after_second_task)
+        argv = [
+            "train",
+            "--method",
+            "sgd",
+            "--out",
+            str(out),
+            *TINY,
+            "--logger",
+            "tensorboard",
+            "--logger",
+            "wandb",
+        ]
+        assert main(argv) == 130
+    (run,) = out.iterdir()
+    assert main(["train", "--resume", str(run)]) == 0
+    accumulator = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    assert [e.step for e in accumulator.Scalars("train/loss")] == [1, 2, 3, 4, 5]
+    assert [e.step for e in accumulator.Scalars("class_il/task_0")] == [1, 2, 3, 4, 5]
+    folders = sorted((run / "wandb").glob("offline-run-*"))
+    assert len(folders) == 2  # one per session, one run id
+    run_id = (run / "wandb" / "xder-run-id").read_text().strip()
+    epochs = []
+    for folder in folders:
+        (log,) = folder.glob("run-*.wandb")
+        assert log.name == f"run-{run_id}.wandb"
+        for record in wandb_records(log):
+            if record.WhichOneof("record_type") == "history":
+                row = items(record.history.item)
+                epochs += [row["epoch"]] if "epoch" in row else []
+    assert epochs == [1, 2, 3, 4, 5]

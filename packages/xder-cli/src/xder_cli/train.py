@@ -479,7 +479,9 @@ def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[
         print(f"{tracker.name}: {tracker.where}", flush=True)
     failed = True
     try:
-        _train(plan, device, state, [recorder, Progress(), *trackers])
+        # The recorder checkpoints first (and writes the results the trackers read at the end);
+        # the trackers log an epoch or task right after its checkpoint, before anything else.
+        _train(plan, device, state, [recorder, *trackers, Progress()])
         failed = False
     except NonFiniteLossError as error:
         if checkpoint.exists():
