@@ -24,12 +24,7 @@ from xder_cli.data import progress_bar
 from xder_cli.errors import UsageError
 from xder_cli.presets import default_preset, preset_values
 from xder_cli.trackers import check_loggers, start_loggers
-from xder_data import (
-    DEFAULT_PROTOCOL,
-    Benchmark,
-    benchmark_defaults,
-    load_benchmark,
-)
+from xder_data import DEFAULT_PROTOCOL, Benchmark, benchmark_defaults, load_benchmark
 from xder_eval import (
     average_accuracy_curve,
     backward_transfer,
@@ -562,7 +557,6 @@ def command_train(args: Any) -> int:
             )
         run_dir = rundir.check_run_dir(Path(args.resume))
         plan = build_plan(rundir.read_config(run_dir / rundir.CONFIG))
-        check_loggers(plan.settings.loggers)
         results_path = run_dir / rundir.RESULTS
         if results_path.exists():
             results = json.loads(results_path.read_text())
@@ -570,6 +564,7 @@ def command_train(args: Any) -> int:
                 print(f"{run_dir} is already complete.")
                 print_summary(results, run_dir)
                 return 0
+        check_loggers(plan.settings.loggers)
         _announce(plan, run_dir, "resuming")
         results = run_training(plan, run_dir, resume=True)
         print_summary(results, run_dir)

@@ -405,12 +405,17 @@ def benchmark_options(name: str) -> dict[str, Any]:
 
 def benchmark_option_types(name: str) -> dict[str, Any]:
     """The type annotation of each option of benchmark ``name`` (``typing.Any`` where it has
-    none), e.g. ``{"tasks": int | None, ...}`` for ``folder``.
+    none, or where the annotations cannot be resolved, e.g. names imported only for type
+    checking), e.g. ``{"tasks": int | None, ...}`` for ``folder``.
 
     Raises:
         UnknownBenchmarkError: no such benchmark.
     """
-    hints = typing.get_type_hints(_lookup(name)[0])
+    loader = _lookup(name)[0]
+    try:
+        hints = typing.get_type_hints(loader)
+    except (NameError, TypeError):  # a plugin's annotation that does not resolve at run time
+        hints = {}
     return {key: hints.get(key, Any) for key in _option_parameters(name)}
 
 
