@@ -279,8 +279,9 @@ class WandbTracker(Tracker):
     @property
     def where(self) -> str:
         folder = Path(self.run.dir).parent
-        mode = "offline" if self.run.settings.mode == "offline" else self.run.settings.mode
-        return f"{folder} ({mode}; wandb sync {folder} uploads it)"
+        if self.run.settings.mode == "offline":
+            return f"{folder} (offline; wandb sync {folder} uploads it)"
+        return f"{folder} ({self.run.settings.mode}, project {self.run.project})"
 
     def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None:
         self.run.log({"epoch": self.step(loop), **_epoch_values(record)})
