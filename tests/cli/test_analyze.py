@@ -123,3 +123,13 @@ def test_every_analysis_is_listed_in_the_help(capsys) -> None:
     text = " ".join(capsys.readouterr().out.split())
     for name in ANALYSES:
         assert name in text
+
+
+def test_analyze_on_a_folder_that_is_not_a_run(tmp_path: Path, capsys) -> None:
+    for target in (tmp_path, tmp_path / "nothing"):
+        assert main(["analyze", str(target)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        assert "resume" not in err
+        assert err.startswith(f"xder-run analyze: error: {target}: ")
+        assert "give a folder that xder-run train created" in err

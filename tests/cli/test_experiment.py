@@ -294,3 +294,18 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys) -> None:
     (error,) = capsys.readouterr().err.splitlines()
     assert "was trained with train.epochs = 2, this experiment asks for 1" in error
     assert not (run_dir / "results.json").exists()
+
+
+def test_a_run_logged_elsewhere_or_from_before_the_benchmark_section_is_reused(tmp_path: Path) -> None:
+    from xder_cli.experiment import _check_existing
+
+    run, _ = plan_class_order("seq-digits", ["er"], [0], [("train", "epochs", 1)])
+    stored = json.loads(json.dumps(run.config))
+    stored["run"]["loggers"] = ["wandb"]  # trackers observe a run; they do not configure it
+    del stored["benchmark"]  # a config.toml written before [benchmark] existed (seq-digits: no options)
+    rundir.write_config(tmp_path / "config.toml", stored)
+    _check_existing(run, tmp_path)  # no error: the same configuration
+    stored["train"]["epochs"] = 2
+    rundir.write_config(tmp_path / "config.toml", stored)
+    with pytest.raises(UsageError, match=r"was trained with train\.epochs = 2"):
+        _check_existing(run, tmp_path)

@@ -258,3 +258,37 @@ def test_joint_trained_once_has_no_forgetting(tmp_path: Path) -> None:
     assert results["ff"] is None
     assert results["bwt"] is None
     assert results["faa"] is not None
+
+
+def test_divergence_in_the_first_epoch_says_no_checkpoint_exists(tmp_path: Path, capsys) -> None:
+    assert main(["train", "--method", "sgd", "--out", str(tmp_path), *TINY, "--set", "train.lr=1e30"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "became" in err
+    assert "in task 0 epoch 0" in err
+    assert "no checkpoint exists yet" in err
+    assert "started again: lower the learning rate, e.g. --set train.lr=1e+29" in err
+    assert "checkpoint.pt" not in err
+    (run,) = run_dirs(tmp_path)
+    assert not (run / "checkpoint.pt").exists()
+
+
+def test_divergence_after_a_checkpoint_points_to_it(tmp_path: Path, capsys) -> None:
+    # epoch 0 at lr 0.05, epoch 1 at 0.05 * 1e30: the loss diverges after the first checkpoint
+    schedule = [
+        "--set",
+        "train.lr_schedule=multistep",
+        "--set",
+        "train.milestones=[1]",
+        "--set",
+        "train.lr_gamma=1e30",
+    ]
+    argv = ["train", "--method", "sgd", "--out", str(tmp_path), *TINY, "--epochs", "2", *schedule]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "in task 0 epoch 1" in err
+    (run,) = run_dirs(tmp_path)
+    assert f"last good state: {run / 'checkpoint.pt'}" in err
+    assert "no checkpoint" not in err
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["position"] == {"task": 0, "epoch": 1}

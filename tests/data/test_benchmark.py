@@ -75,3 +75,25 @@ def test_secondary_labels_follow_validation_splits_and_class_orders() -> None:
     # Original class c becomes 9 - c, for primary and secondary labels alike.
     assert torch.equal(flipped.val_secondary_y, 9 - (held.val_y + 1) % 10)
     assert torch.equal(flipped.test_secondary_y, 9 - (bench.test_y + 1) % 10)
+
+
+def test_benchmark_options_come_from_the_loader_keywords() -> None:
+    import typing
+
+    from xder_data import BenchmarkDefaults, benchmark_option_types, benchmark_options, register_benchmark
+    from xder_data import benchmark as registry
+
+    defaults = BenchmarkDefaults(epochs=1, batch_size=1, minibatch_size=1, lr=0.1)
+
+    def loader(root, *, size: int = 3, label: UnresolvedName = None, progress=None):  # noqa: F821
+        raise AssertionError("not loaded")
+
+    register_benchmark("test-options", defaults=defaults)(loader)
+    try:
+        assert benchmark_options("test-options") == {"size": 3, "label": None}  # progress is no option
+        # an annotation that does not resolve (a plugin's TYPE_CHECKING import): unchecked, not a crash
+        assert benchmark_option_types("test-options") == {"size": typing.Any, "label": typing.Any}
+        with pytest.raises(ValueError, match="'test-options' is already registered"):
+            register_benchmark("test-options", defaults=defaults)(loader)
+    finally:
+        del registry._REGISTRY["test-options"]

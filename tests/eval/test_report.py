@@ -197,6 +197,14 @@ def test_another_protocol_is_another_benchmark_column() -> None:
     assert "| seq-a (laptop) m200 |" in report_markdown(build_report([laptop, paper, legacy]))
 
 
+def test_runs_logged_to_different_trackers_are_one_group() -> None:
+    logged = record("er", 1, ER[1])
+    logged.config["run"]["loggers"] = ["tensorboard", "wandb"]  # observes the run, configures nothing
+    groups, problems = group_runs([record("er", 0, ER[0]), logged])
+    assert problems == []
+    assert {key: len(runs) for key, runs in groups.items()} == {GroupKey("seq-a", 200, "er", "none"): 2}
+
+
 def test_differently_configured_runs_are_not_merged() -> None:
     records = [
         record("er", 0, ER[0], train={"epochs": 1}),

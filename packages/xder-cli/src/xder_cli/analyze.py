@@ -184,7 +184,7 @@ def load_trained_run(run_dir: Path, *, device: str | None = None, data_root: str
     """Rebuild the method of a run directory and load its checkpoint (eval mode)."""
     from xder_cli.train import build_plan, resolve_device
 
-    run_dir = rundir.check_run_dir(run_dir)
+    run_dir = rundir.check_run_dir(run_dir, flag=None)
     checkpoint = run_dir / rundir.CHECKPOINT
     if not checkpoint.is_file():
         raise UsageError(f"{run_dir} has no {rundir.CHECKPOINT} yet: train (or resume) it first")
@@ -198,6 +198,8 @@ def load_trained_run(run_dir: Path, *, device: str | None = None, data_root: str
         seed=settings.seed,
         validation=settings.validation,
         device=target,
+        protocol=settings.protocol,
+        **plan.benchmark,
     )
     run = TrainedRun(run_dir, plan, bench, None, target, [], {}, False)
     generator = torch.Generator(device=target).manual_seed(settings.seed)

@@ -1,12 +1,14 @@
 """Run configuration: layered resolution, typed validation, and the TOML form of a run.
 
-A run's configuration has four sections:
+A run's configuration has five sections:
 
 * ``[run]``: what to run (method, benchmark, protocol, seed, device, class order, data root,
-  preset, validation fraction);
+  preset, validation fraction) and the experiment trackers it logs to;
 * ``[train]``: the loop's :class:`xder_methods.TrainingSchedule`;
 * ``[backbone]``: ``name`` plus the backbone's keyword options;
-* ``[method]``: the method's config dataclass.
+* ``[method]``: the method's config dataclass;
+* ``[benchmark]``: the benchmark's options (:func:`xder_data.benchmark_options`, e.g. the
+  ``folder`` benchmark's ``tasks`` and ``image_size``), passed to :func:`xder_data.load_benchmark`.
 
 Layers, lowest first: the method's dataclass defaults, the benchmark's protocol, the preset,
 the command-line flags, then ``--set section.key=value``. Unknown keys and ill-typed values are
@@ -25,16 +27,21 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from xder_cli.errors import UsageError
+from xder_data import benchmark_option_types, benchmark_options
 
 __all__ = [
+    "LOGGERS",
     "SECTIONS",
     "RunSettings",
+    "benchmark_settings",
     "coerce",
     "parse_assignment",
     "validate_section",
 ]
 
-SECTIONS = ("run", "train", "backbone", "method")
+SECTIONS = ("run", "train", "backbone", "method", "benchmark")
+LOGGERS = ("tensorboard", "wandb")
+"""Experiment trackers a run can log to (``--logger``, ``run.loggers``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +63,9 @@ class RunSettings:
         data_device: where the data live while training: ``device`` (the training device),
             ``host`` (page-locked host memory, each batch copied over), or ``auto`` (the device
             when the data take less than half of its free memory, else the host).
+        loggers: experiment trackers the run also logs to (``tensorboard``, ``wandb``), under
+            the run directory; ``events.jsonl`` stays the record. They observe the run and do
+            not configure it: reports and experiments never compare them.
     """
 
     method: str
@@ -68,10 +78,13 @@ class RunSettings:
     protocol: str = "paper"
     validation: float = 0.0
     data_device: Literal["auto", "device", "host"] = "auto"
+    loggers: list[Literal["tensorboard", "wandb"]] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.validation < 1.0:
             raise UsageError(f"run.validation must be in [0, 1), got {self.validation}")
+        if len(set(self.loggers)) != len(self.loggers):
+            raise UsageError(f"run.loggers names a logger twice: {self.loggers}")
 
 
 def parse_assignment(text: str) -> tuple[str, str, Any]:
@@ -157,7 +170,10 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
 
 
 def _field_hints(target: Any) -> dict[str, Any]:
-    """Field name -> type hint, for a dataclass or a factory's keyword-only parameters."""
+    """Field name -> type hint, for a dataclass, a factory's keyword-only parameters, or a
+    mapping that is already name -> type hint."""
+    if isinstance(target, Mapping):
+        return dict(target)
     if dataclasses.is_dataclass(target):
         hints = typing.get_type_hints(target)
         return {f.name: hints[f.name] for f in dataclasses.fields(target) if f.init}
@@ -172,7 +188,8 @@ def validate_section(section: str, values: Mapping[str, Any], target: Any, *, wh
     Args:
         section: the section name, for messages.
         values: the section's resolved key/values.
-        target: a dataclass (run/train/method) or a backbone factory.
+        target: a dataclass (run/train/method), a backbone factory, or a mapping of option
+            name -> type hint (a benchmark's :func:`xder_data.benchmark_option_types`).
         what: how to name the target in messages (e.g. "method 'derpp'").
     """
     hints = _field_hints(target)
@@ -183,3 +200,21 @@ def validate_section(section: str, values: Mapping[str, Any], target: Any, *, wh
             raise UsageError(f"{section}.{key} is not a setting of {what}: it takes {known}")
         out[key] = coerce(value, hints[key], f"{section}.{key}")
     return out
+
+
+def benchmark_settings(name: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The ``[benchmark]`` section checked against benchmark ``name``'s options (their types), with
+    the defaults of the options not given: every option the benchmark is loaded with.
+
+    Raises:
+        UsageError: an option the benchmark does not take, an ill-typed value, or a required
+            option left out.
+    """
+    given = validate_section("benchmark", values, benchmark_option_types(name), what=f"benchmark {name!r}")
+    defaults = benchmark_options(name)
+    empty = inspect.Parameter.empty
+    missing = [key for key, default in defaults.items() if default is empty and key not in given]
+    if missing:
+        key = missing[0]
+        raise UsageError(f"benchmark {name!r} needs benchmark.{key}: pass --set benchmark.{key}=...")
+    return {**{k: v for k, v in defaults.items() if v is not empty}, **given}

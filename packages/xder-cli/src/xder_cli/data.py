@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from xder_cli.config import benchmark_settings
 from xder_cli.errors import UsageError
 from xder_data import (
     DEFAULT_PROTOCOL,
     Benchmark,
+    Progress,
     benchmark_defaults,
     download_cifar10,
     download_cifar100,
@@ -27,7 +30,7 @@ from xder_data import (
     prepare_ntu60,
 )
 
-__all__ = ["PREPARE_KINDS", "benchmark_info", "command_data"]
+__all__ = ["PREPARE_KINDS", "benchmark_info", "command_data", "progress_bar"]
 
 PREPARE_KINDS = (
     "cifar10",
@@ -41,9 +44,12 @@ PREPARE_KINDS = (
 DOWNLOADS = ("cifar10", "cifar100")
 
 
-def benchmark_info(bench: Benchmark, protocol: str = DEFAULT_PROTOCOL) -> dict[str, Any]:
+def benchmark_info(
+    bench: Benchmark, protocol: str = DEFAULT_PROTOCOL, options: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """What a loaded benchmark holds, as the JSON of ``xder-run data info --json``; ``protocol``
-    names the protocol whose settings ``"protocol"`` shows (``"protocols"`` lists them all)."""
+    names the protocol whose settings ``"protocol"`` shows (``"protocols"`` lists them all) and
+    ``options`` the benchmark options it was loaded with (``"options"``)."""
     info: dict[str, Any] = {
         "name": bench.name,
         "n_tasks": bench.n_tasks,
@@ -57,6 +63,7 @@ def benchmark_info(bench: Benchmark, protocol: str = DEFAULT_PROTOCOL) -> dict[s
         "mean": list(bench.mean),
         "std": list(bench.std),
         "class_names": list(bench.class_names) if bench.class_names is not None else None,
+        "options": dict(options or {}),
         "tasks": [],
     }
     if bench.val_y is not None:
@@ -98,6 +105,9 @@ def _print_info(info: dict[str, Any]) -> None:
         else f"{info['name']}: {info['n_tasks']} tasks, classes per task {info['classes_per_task']}"
     )
     val = f", {info['val_size']} validation" if "val_size" in info else ""
+    given = {k: v for k, v in info["options"].items() if v is not None}
+    if given:
+        print("  options: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in given.items()))
     print(
         f"  {info['train_size']} train / {info['test_size']} test{val} examples of shape "
         f"{tuple(info['input_shape'])} ({info['dtype']})"
@@ -120,8 +130,10 @@ def _print_info(info: dict[str, Any]) -> None:
         print(f"  task {task['task'] + 1}: {task['train_size']} train / {task['test_size']} test | {label}")
 
 
-def _progress(description: str):
-    def wrap(items):
+def progress_bar(description: str) -> Progress:
+    """A tqdm bar over the items a reader walks through (shown on a terminal only)."""
+
+    def wrap(items: Iterable[Any]) -> Iterable[Any]:
         return tqdm(items, desc=description, unit="item", leave=False, disable=None)
 
     return wrap
@@ -132,10 +144,26 @@ def command_data(args: Any) -> int:
     root = Path(args.data_root)
     if args.data_command == "info":
         protocol = args.protocol or DEFAULT_PROTOCOL
+        given: dict[str, Any] = {}
+        for section, key, value in args.set or []:
+            if section != "benchmark":
+                raise UsageError(
+                    f"--set {section}.{key}: data info takes the benchmark's options only "
+                    "(--set benchmark.KEY=VALUE, e.g. benchmark.tasks=3)"
+                )
+            given[key] = value
+        benchmark_defaults(args.benchmark, protocol)  # an unknown benchmark or protocol first
+        options = benchmark_settings(args.benchmark, given)
         bench = load_benchmark(
-            args.benchmark, root, class_order=args.class_order or "natural", seed=args.seed, protocol=protocol
+            args.benchmark,
+            root,
+            class_order=args.class_order or "natural",
+            seed=args.seed,
+            protocol=protocol,
+            progress=progress_bar("images"),
+            **options,
         )
-        info = benchmark_info(bench, protocol)
+        info = benchmark_info(bench, protocol, options)
         if args.json:
             print(json.dumps(info, indent=2))
         else:
@@ -154,7 +182,7 @@ def command_data(args: Any) -> int:
 def _prepare(args: Any, root: Path) -> int:
     kind = args.kind
     if kind == "cub200":
-        done = prepare_cub200(root, progress=_progress("images"))
+        done = prepare_cub200(root, progress=progress_bar("images"))
         masks = "with" if done.masks else "without"
         print(f"cub200: {done.n_train} train / {done.n_test} test images cached {masks} masks -> {done.path}")
         return 0
@@ -163,7 +191,7 @@ def _prepare(args: Any, root: Path) -> int:
         flag = "--raw" if kind == "ntu60" else "--source"
         raise UsageError(f"data prepare {kind} needs {flag} DIR (the folder holding the files to convert)")
     if kind == "cifar10":
-        done = prepare_cifar10(source, root, progress=_progress("images"))
+        done = prepare_cifar10(source, root, progress=progress_bar("images"))
         converted = f" ({done.converted} converted to RGB)" if done.converted else ""
         print(f"cifar10: {done.n_train} train / {done.n_test} test images{converted} -> {done.folder}")
         return 0
@@ -174,15 +202,15 @@ def _prepare(args: Any, root: Path) -> int:
             num_frames=args.frames,
             missing_list=args.missing,
             on_error="skip",
-            progress=_progress("ntu60"),
+            progress=progress_bar("ntu60"),
         )
     elif kind in ("ntu60-stgcn", "ntu60-efficientgcn"):
         importer = import_ntu60_stgcn if kind == "ntu60-stgcn" else import_ntu60_efficientgcn
         report = importer(
-            source, root, num_frames=args.frames, missing_list=args.missing, progress=_progress(kind)
+            source, root, num_frames=args.frames, missing_list=args.missing, progress=progress_bar(kind)
         )
     elif kind == "coco-stitch":
-        done = prepare_coco_stitch(source, root, seed=args.seed, progress=_progress("examples"))
+        done = prepare_coco_stitch(source, root, seed=args.seed, progress=progress_bar("examples"))
         print(
             f"coco-stitch: {done.n_train} train / {done.n_test} test stitched {done.size}x{done.size} "
             f"images -> {done.paths['train'].parent}"
@@ -192,7 +220,7 @@ def _prepare(args: Any, root: Path) -> int:
         form = args.format or _detect_miniimagenet(Path(source))
         importer = import_miniimagenet_csv if form == "csv" else import_miniimagenet_pickle
         done = importer(
-            source, root, test_per_class=args.test_per_class, seed=args.seed, progress=_progress("classes")
+            source, root, test_per_class=args.test_per_class, seed=args.seed, progress=progress_bar("classes")
         )
         print(
             f"miniimagenet ({form}): {done.n_classes} classes, {done.n_train} train / {done.n_test} test "

@@ -50,6 +50,7 @@ from xder_cli.sweep import (
     split_finished,
     train_trial,
 )
+from xder_cli.trackers import check_loggers
 from xder_cli.train import build_plan, resolve_config
 
 __all__ = [
@@ -326,9 +327,13 @@ def plan_sensitivity(
 
 
 def _normalised(config: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """A configuration as its config.toml reads back (no None values, lists for tuples)."""
-    body = {s: {k: v for k, v in values.items() if v is not None} for s, values in config.items()}
-    return json.loads(json.dumps(body))
+    """A configuration as its config.toml reads back (no None values, lists for tuples), less what
+    observes the run rather than configures it (``run.loggers``) and empty sections."""
+    body = {
+        s: {k: v for k, v in values.items() if v is not None and (s, k) != ("run", "loggers")}
+        for s, values in config.items()
+    }
+    return json.loads(json.dumps({s: values for s, values in body.items() if values}))
 
 
 def _check_existing(run: ExperimentRun, run_dir: Path) -> None:
@@ -849,7 +854,9 @@ def _flatness_protocol(
     }
     _check_owned(sets, _OWNED_BY_ALL | owned)
     base = _config(FLATNESS_METHOD, args.benchmark, seeds[0], sets, args.protocol)
-    classes_per_task = load_benchmark(args.benchmark, base["run"]["data_root"]).classes_per_task
+    classes_per_task = load_benchmark(
+        args.benchmark, base["run"]["data_root"], **base.get("benchmark", {})
+    ).classes_per_task
     n_tasks = len(classes_per_task)
     if n_tasks < 2:
         raise UsageError(f"{args.benchmark} has {n_tasks} task: the flatness study needs two or more")
@@ -952,6 +959,9 @@ def command_experiment(args: Any) -> int:
         "seeds": list(seeds),
         "sets": _dotted(sets),
     }
+    if args.logger:
+        check_loggers(args.logger)
+        sets.append(("run", "loggers", list(args.logger)))
     protocol = _PROTOCOLS[args.name](args, seeds, sets, common)
     out = Path(args.out)
     root = out / RUNS

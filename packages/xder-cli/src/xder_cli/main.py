@@ -9,11 +9,12 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from xder_cli.config import parse_assignment
+from xder_cli.config import LOGGERS, parse_assignment
 from xder_cli.errors import UsageError
+from xder_cli.plugins import load_plugins, plugin_arguments
 from xder_data import DataError, list_benchmarks
 from xder_methods import MethodError, list_methods
-from xder_models import UnknownBackboneError
+from xder_models import UnknownBackboneError, list_backbones
 
 __all__ = ["build_parser", "main"]
 
@@ -60,11 +61,38 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _add_plugin_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        metavar="MODULE_OR_FILE",
+        help="import a module (by name) or a .py file first, for the methods, benchmarks and backbones it "
+        "registers (repeatable; installed packages declaring xder.methods, xder.benchmarks or "
+        "xder.backbones entry points load by themselves)",
+    )
+
+
+def _add_logger_argument(parser: argparse.ArgumentParser, runs: str) -> None:
+    parser.add_argument(
+        "--logger",
+        action="append",
+        choices=LOGGERS,
+        metavar="NAME",
+        help=f"also log {runs} to an experiment tracker: {' or '.join(LOGGERS)} (repeatable; under each run "
+        "directory, wandb offline unless WANDB_MODE says otherwise; recorded as run.loggers)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The ``xder-run`` parser; its help lists the methods, benchmarks and backbones registered
+    when it is built (plugins included)."""
     parser = _Parser(
         prog="xder-run",
-        description="X-DER and its competitors for class-incremental continual learning.",
+        description="X-DER and its competitors for class-incremental continual learning. Methods: "
+        f"{', '.join(list_methods())}. Benchmarks: {', '.join(list_benchmarks())}. Backbones: "
+        f"{', '.join(list_backbones())}.",
     )
+    _add_plugin_argument(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
@@ -127,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         type=_assignment,
         metavar="KEY=VALUE",
-        help="override any setting, e.g. --set method.alpha=0.2 --set train.lr=0.03 (repeatable)",
+        help="override any setting, e.g. --set method.alpha=0.2 --set train.lr=0.03 --set benchmark.tasks=3 "
+        "(repeatable; sections run, train, backbone, method, benchmark)",
     )
     train.add_argument(
         "--preset",
@@ -138,12 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
         "picks a variant's entry, e.g. paper:xder-rpc (default: tuned, else paper, where it has an entry "
         "for this benchmark, protocol, buffer size and method, else none)",
     )
+    _add_logger_argument(train, "the run")
     train.add_argument(
         "--resume",
         metavar="RUN_DIR",
         help="continue an interrupted run from its last checkpoint (a complete run only prints its summary; "
         "refused while another process writes RUN_DIR)",
     )
+    _add_plugin_argument(train)
     train.set_defaults(handler="train")
     _add_data_parser(commands)
     _add_analyze_parser(commands)
@@ -215,6 +246,8 @@ def _add_experiment_parser(commands: argparse._SubParsersAction) -> None:
         help="sensitivity: a parameter and its values, e.g. --param method.alpha=0.1,0.3,0.6 (repeatable)",
     )
     _add_ray_arguments(experiment, "run")
+    _add_logger_argument(experiment, "every run")
+    _add_plugin_argument(experiment)
     experiment.set_defaults(handler="experiment")
 
 
@@ -259,6 +292,8 @@ def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
     sweep.add_argument("--seeds", metavar="S,S", help="seeds (default: the file's, else 0)")
     _add_protocol_argument(sweep)
     _add_ray_arguments(sweep, "trial")
+    _add_logger_argument(sweep, "every trial")
+    _add_plugin_argument(sweep)
     sweep.set_defaults(handler="sweep")
 
 
@@ -301,6 +336,7 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--compile", action="store_true", help="nn.Module.compile the backbone")
     bench.add_argument("--no-epoch", dest="epoch", action="store_false", help="skip the synthetic epoch")
     bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    _add_plugin_argument(bench)
     bench.set_defaults(handler="bench")
 
 
@@ -335,6 +371,7 @@ def _add_report_parser(commands: argparse._SubParsersAction) -> None:
     report.add_argument(
         "--task-il", action="store_true", help="tabulate and plot Task-IL accuracy instead of Class-IL"
     )
+    _add_plugin_argument(report)
     report.set_defaults(handler="report")
 
 
@@ -377,6 +414,7 @@ def _add_analyze_parser(commands: argparse._SubParsersAction) -> None:
     analyze.add_argument(
         "--tolerance", type=float, default=0.0, metavar="PX", help="pointing-game tolerance in pixels (0)"
     )
+    _add_plugin_argument(analyze)
     analyze.set_defaults(handler="analyze")
 
 
@@ -389,6 +427,7 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
         description="What a benchmark holds (info), converters from the distributed formats (prepare), "
         "and downloads where the source allows them (download).",
     )
+    _add_plugin_argument(data)
     data_commands = data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=_Parser)
     data_commands.required = True
 
@@ -399,6 +438,14 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
     _add_protocol_argument(info)
     info.add_argument("--seed", type=int, default=0, metavar="N", help="seed of --class-order random (0)")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    info.add_argument(
+        "--set",
+        action="append",
+        type=_assignment,
+        metavar="benchmark.KEY=VALUE",
+        help="a benchmark option, as for train, e.g. --set benchmark.tasks=3 on folder (repeatable)",
+    )
+    _add_plugin_argument(info)
 
     prepare = data_commands.add_parser(
         "prepare",
@@ -430,15 +477,27 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
     prepare.add_argument(
         "--seed", type=int, default=0, metavar="N", help="miniimagenet, coco-stitch: seed (0)"
     )
+    _add_plugin_argument(prepare)
 
     download = data_commands.add_parser("download", help="fetch and checksum an official archive")
     download.add_argument("dataset", choices=DOWNLOADS, metavar="DATASET", help=", ".join(DOWNLOADS))
     download.add_argument("--data-root", default="data", metavar="DIR", help="where to unpack it (data)")
+    _add_plugin_argument(download)
     data.set_defaults(handler="data")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``xder-run``; returns the exit status (2 for every user mistake)."""
+    """Run ``xder-run``; returns the exit status (2 for every user mistake).
+
+    Plugins (entry points, and every ``--plugin`` in ``argv``) are loaded first, so that the
+    parser and its help know the names they register.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        load_plugins(plugin_arguments(argv))
+    except UsageError as error:
+        print(f"xder-run: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:  # --help, or a usage error already printed in one line

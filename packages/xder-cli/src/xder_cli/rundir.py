@@ -210,14 +210,19 @@ def new_run_dir(out: Path, method: str, benchmark: str, buffer_size: int, seed: 
     raise UsageError(f"too many runs named {base} in {out}")  # pragma: no cover
 
 
-def check_run_dir(path: Path) -> Path:
-    """Raise :class:`UsageError` unless ``path`` is a run directory (it holds config.toml)."""
+def check_run_dir(path: Path, *, flag: str | None = "--resume") -> Path:
+    """Raise :class:`UsageError` unless ``path`` is a run directory (it holds config.toml).
+
+    Args:
+        flag: the option that named ``path``, for the message (None: a positional argument).
+    """
     path = Path(path)
+    named = f"{flag} {path}" if flag else str(path)
     if not path.is_dir():
-        raise UsageError(f"--resume {path}: no such directory; give a folder that xder-run train created")
+        raise UsageError(f"{named}: no such directory; give a folder that xder-run train created")
     if not (path / CONFIG).is_file():
         raise UsageError(
-            f"--resume {path}: not a run directory (no {CONFIG}); give a folder that xder-run train created"
+            f"{named}: not a run directory (no {CONFIG}); give a folder that xder-run train created"
         )
     return path
 

@@ -35,6 +35,7 @@ selected on) and a later rerun picks it up as finished.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -52,7 +53,9 @@ from typing import Any
 
 from xder_cli import rundir
 from xder_cli.errors import UsageError
+from xder_cli.plugins import load_plugins, loaded_plugins
 from xder_cli.presets import PAPER_PROTOCOL, preset_entry, split_dotted
+from xder_cli.trackers import check_loggers
 from xder_cli.train import build_plan, resolve_config, run_training
 
 __all__ = [
@@ -265,14 +268,18 @@ def trial_outcome(run_dir: Path, status: str, error: str | None = None) -> dict[
     }
 
 
-def train_trial(run_dir: str, config: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def train_trial(
+    run_dir: str, config: dict[str, dict[str, Any]], plugins: Sequence[str] = ()
+) -> dict[str, Any]:
     """Train one trial into ``run_dir`` (resuming from its checkpoint if it has one); never raises.
 
     Runs inside a Ray worker (or in-process), holding the run directory's lock
     (:func:`rundir.lock_run_dir`) throughout. A trial whose lock another process holds (the same
     sweep started twice) is left alone: its outcome is ``running elsewhere``, with ``held_by``
     naming that process. A trial that another process finished meanwhile is not trained again.
-    The trial's printed output goes to ``run_dir/log.txt``.
+    The trial's printed output goes to ``run_dir/log.txt``. ``plugins`` (the driver's
+    ``--plugin`` specs) are loaded first, with the installed entry points, so that a worker knows
+    the names the driver's plugins registered.
 
     Returns:
         ``{"status": "finished" | "failed" | "running elsewhere", "val_faa", "faa", "ff",
@@ -282,7 +289,7 @@ def train_trial(run_dir: str, config: dict[str, dict[str, Any]]) -> dict[str, An
     try:
         path.mkdir(parents=True, exist_ok=True)
         with rundir.lock_run_dir(path, then="run the sweep again"):
-            return _train_locked(path, config)
+            return _train_locked(path, config, plugins)
     except rundir.RunDirBusyError as busy:  # its metrics are those of a run in progress: none
         metrics = dict.fromkeys(("val_faa", "faa", "ff", "wall_time_s"))
         return {"status": RUNNING_ELSEWHERE, **metrics, "error": None, "held_by": busy.holder}
@@ -290,13 +297,14 @@ def train_trial(run_dir: str, config: dict[str, dict[str, Any]]) -> dict[str, An
         return trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
 
 
-def _train_locked(path: Path, config: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _train_locked(path: Path, config: dict[str, dict[str, Any]], plugins: Sequence[str]) -> dict[str, Any]:
     if trial_finished(path):  # finished by another process since this sweep looked
         return trial_outcome(path, "finished") | {"skipped": True}
     resume = (path / rundir.CHECKPOINT).exists()
     with open(path / "log.txt", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
             (path / rundir.PLOTS).mkdir(exist_ok=True)
+            load_plugins(plugins)
             plan = build_plan(config)
             if not resume:
                 rundir.write_config(path / rundir.CONFIG, plan.config)
@@ -542,7 +550,8 @@ def run_on_ray(
 ) -> None:
     """Train each ``(name, run_dir, config)`` with :func:`train_trial` as a Ray task, at most
     ``max_concurrent`` at once (None: as many as Ray schedules); ``on_done(name, outcome)`` runs
-    here, in the driver, as each ends (a worker that dies is a failed trial).
+    here, in the driver, as each ends (a worker that dies is a failed trial). Workers load the
+    plugins this process loaded (:func:`xder_cli.plugins.loaded_plugins`).
 
     Args:
         address: a running Ray cluster (``ray://host:10001`` or ``host:6379``); None starts a local
@@ -569,13 +578,14 @@ def run_on_ray(
         )
     try:
         remote = ray.remote(num_cpus=cpus_per_trial, num_gpus=gpus_per_trial, max_retries=0)(train_trial)
+        plugins = loaded_plugins()
         limit = max_concurrent or len(jobs)
         queue = list(jobs)
         running: dict[Any, tuple[str, Path]] = {}
         while queue or running:
             while queue and len(running) < limit:
                 name, run_dir, config = queue.pop(0)
-                running[remote.remote(str(Path(run_dir).resolve()), config)] = (name, Path(run_dir))
+                running[remote.remote(str(Path(run_dir).resolve()), config, plugins)] = (name, Path(run_dir))
             ready, _ = ray.wait(list(running), num_returns=1)
             name, run_dir = running.pop(ready[0])
             try:
@@ -614,6 +624,9 @@ def command_sweep(args: Any) -> int:
         if args.grid_file
         else spec_from_preset(args.grid, seeds, args.protocol or PAPER_PROTOCOL)
     )
+    if args.logger:
+        check_loggers(args.logger)
+        spec = dataclasses.replace(spec, fixed={**spec.fixed, "run.loggers": list(args.logger)})
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

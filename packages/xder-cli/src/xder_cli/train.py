@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,9 +20,11 @@ from tqdm import tqdm
 
 from xder_cli import rundir
 from xder_cli.analyze import task_end_analysis
-from xder_cli.config import RunSettings, validate_section
+from xder_cli.config import SECTIONS, RunSettings, benchmark_settings, validate_section
+from xder_cli.data import progress_bar
 from xder_cli.errors import UsageError
 from xder_cli.presets import default_preset, preset_values
+from xder_cli.trackers import check_loggers, start_loggers
 from xder_data import DEFAULT_PROTOCOL, Benchmark, benchmark_defaults, load_benchmark
 from xder_eval import (
     average_accuracy_curve,
@@ -68,13 +70,18 @@ PROTOCOL_TRAIN_KEYS = (
 
 @dataclass(frozen=True)
 class RunPlan:
-    """A run's validated configuration, as typed objects and as the TOML sections."""
+    """A run's validated configuration, as typed objects and as the TOML sections.
+
+    ``benchmark`` holds the benchmark's options (the ``[benchmark]`` section, its defaults
+    included), passed to :func:`xder_data.load_benchmark`.
+    """
 
     settings: RunSettings
     schedule: TrainingSchedule
     method_config: Any
     backbone: dict[str, Any]
     config: dict[str, dict[str, Any]]
+    benchmark: dict[str, Any] = field(default_factory=dict)
 
     @property
     def buffer_size(self) -> int:
@@ -130,6 +137,7 @@ def resolve_config(
         "train": {k: getattr(protocol, k) for k in PROTOCOL_TRAIN_KEYS},
         "backbone": {"name": protocol.backbone, **protocol.backbone_options},
         "method": {k: getattr(protocol, k) for k in ("buffer_size", "minibatch_size") if k in fields},
+        "benchmark": {},
     }
     chosen_backbone: dict[str, Any] = {}
     layers: list[tuple[str, str, Any]] = [
@@ -146,7 +154,7 @@ def resolve_config(
         if section == "run" and key in ("method", "benchmark", "preset", "protocol"):
             raise UsageError(f"run.{key} cannot be set with --set: use --{key}")
         if section not in config:
-            raise UsageError(f"unknown section {section!r}: use run, train, backbone or method")
+            raise UsageError(f"unknown section {section!r}: use {', '.join(SECTIONS)}")
         config[section][key] = value
         if section == "backbone":
             chosen_backbone[key] = value
@@ -162,15 +170,16 @@ def build_plan(config: dict[str, dict[str, Any]]) -> RunPlan:
         UsageError: unknown section or key, ill-typed value.
         MethodConfigError, UnknownMethodError, UnknownBackboneError, DataError: from the packages.
     """
-    unknown = sorted(set(config) - {"run", "train", "backbone", "method"})
+    unknown = sorted(set(config) - set(SECTIONS))
     if unknown:
-        raise UsageError(f"unknown section {unknown[0]!r}: use run, train, backbone or method")
+        raise UsageError(f"unknown section {unknown[0]!r}: use {', '.join(SECTIONS)}")
     run = validate_section("run", config.get("run", {}), RunSettings, what="[run]")
     for required in ("method", "benchmark"):
         if required not in run:
             raise UsageError(f"the configuration has no run.{required}")
     settings = RunSettings(**run)
     benchmark_defaults(settings.benchmark, settings.protocol)  # an unknown one is the user's to fix
+    benchmark = benchmark_settings(settings.benchmark, config.get("benchmark", {}))
     schedule = TrainingSchedule(
         **validate_section("train", config.get("train", {}), TrainingSchedule, what="[train]")
     )
@@ -198,8 +207,9 @@ def build_plan(config: dict[str, dict[str, Any]]) -> RunPlan:
         "train": dataclasses.asdict(schedule),
         "backbone": backbone,
         "method": dataclasses.asdict(method_config),
+        "benchmark": benchmark,
     }
-    return RunPlan(settings, schedule, method_config, backbone, resolved)
+    return RunPlan(settings, schedule, method_config, backbone, resolved, benchmark)
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -464,11 +474,17 @@ def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[
     """Train the planned run inside ``run_dir`` (continuing from its checkpoint if ``resume``).
     The caller holds the run directory's lock (:func:`rundir.lock_run_dir`).
 
+    The run's experiment trackers (``run.loggers``) start first, before any data is read, and
+    log alongside ``events.jsonl``.
+
     Returns:
         The final ``results.json`` payload.
 
     Raises:
         rundir.RunDirWriteError: a file of the run directory could not be written.
+        UsageError: a tracker that cannot start.
+        NonFiniteLossError: the loss diverged; the message says where the last good state is, or
+            that there is none yet.
     """
     settings = plan.settings
     device = resolve_device(settings.device)
@@ -481,7 +497,43 @@ def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[
     events = rundir.EventLog(run_dir / rundir.EVENTS)
     with rundir.write_errors(events.path, then=_resume_hint(run_dir)):
         events.truncate(int(state["run"]["events"]) if state is not None else 0)
+    recorder = RunRecorder(run_dir, plan, device, events, elapsed)
+    trackers = start_loggers(
+        settings.loggers,
+        run_dir,
+        plan.config,
+        epochs=plan.schedule.epochs,
+        resumed_at=None if state is None else (state["position"]["task"], state["position"]["epoch"]),
+        results=lambda: recorder.results,
+    )
+    for tracker in trackers:
+        print(f"{tracker.name}: {tracker.where}", flush=True)
+    failed = True
+    try:
+        # The recorder checkpoints first (and writes the results the trackers read at the end);
+        # the trackers log an epoch or task right after its checkpoint, before anything else.
+        _train(plan, device, state, [recorder, *trackers, Progress()])
+        failed = False
+    except NonFiniteLossError as error:
+        if checkpoint.exists():
+            where = f"last good state: {checkpoint}"
+        else:
+            where = (
+                "no checkpoint exists yet (it diverged within the first epoch), so the run must be started "
+                f"again: lower the learning rate, e.g. --set train.lr={plan.schedule.lr / 10:g}"
+            )
+        raise NonFiniteLossError(f"{error}; {where}") from error
+    finally:
+        for tracker in trackers:
+            tracker.close(failed=failed)
+    return recorder.results
 
+
+def _train(
+    plan: RunPlan, device: torch.device, state: dict[str, Any] | None, callbacks: list[Callback]
+) -> None:
+    """Load the data, build the network and the method, and fit."""
+    settings = plan.settings
     bench = place_data(
         load_benchmark(
             settings.benchmark,
@@ -490,6 +542,8 @@ def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[
             seed=settings.seed,
             validation=settings.validation,
             protocol=settings.protocol,
+            progress=progress_bar("images"),
+            **plan.benchmark,
         ),
         device,
         settings.data_device,
@@ -517,19 +571,7 @@ def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[
         config=plan.method_config,
         generator=generator,
     )
-    recorder = RunRecorder(run_dir, plan, device, events, elapsed)
-    try:
-        fit(
-            method,
-            bench,
-            plan.schedule,
-            generator=generator,
-            callbacks=[recorder, Progress()],
-            resume=state,
-        )
-    except NonFiniteLossError as error:
-        raise NonFiniteLossError(f"{error}; last good state: {run_dir / rundir.CHECKPOINT}") from error
-    return recorder.results
+    fit(method, bench, plan.schedule, generator=generator, callbacks=callbacks, resume=state)
 
 
 def print_summary(results: dict[str, Any], run_dir: Path) -> None:
@@ -557,6 +599,7 @@ def command_train(args: Any) -> int:
         with rundir.lock_run_dir(run_dir, then=f"run xder-run train --resume {run_dir} again"):
             if _report_if_complete(run_dir):  # another writer finished it meanwhile
                 return 0
+            check_loggers(plan.settings.loggers)
             _announce(plan, run_dir, "resuming")
             results = run_training(plan, run_dir, resume=True)
             print_summary(results, run_dir)
@@ -582,6 +625,7 @@ def command_train(args: Any) -> int:
             "class_order": args.class_order,
             "data_root": args.data_root,
             "validation": args.validation,
+            "loggers": args.logger,
         }.items()
         if value is not None
     }
@@ -598,6 +642,7 @@ def command_train(args: Any) -> int:
     )
     plan = build_plan(config)
     resolve_device(plan.settings.device)  # fail before creating anything
+    check_loggers(plan.settings.loggers)
     run_dir = rundir.new_run_dir(
         Path(args.out),
         plan.settings.method,
@@ -648,6 +693,7 @@ def _train_flags(args: Any) -> dict[str, Any]:
         "--data-root": args.data_root,
         "--device": args.device,
         "--validation": args.validation,
+        "--logger": args.logger,
         "--preset": args.preset,
         "--set": args.set or None,
         "--out": args.out_given,

@@ -1,9 +1,11 @@
 """xder-data: class-incremental benchmarks as device-resident tensors, and batched augmentation.
 
 Benchmarks are registered by name and built with :func:`load_benchmark`: ``seq-digits``
-(offline), ``seq-cifar10``, ``seq-cifar100``, ``seq-miniimg``, ``seq-ntu60``, ``seq-cub200``, and
-``coco-stitch`` (the secondary-targets probe set); a benchmark may define protocols beside its
-paper's (:func:`list_protocols`). Augmentations in
+(offline), ``seq-cifar10``, ``seq-cifar100``, ``seq-miniimg``, ``seq-ntu60``, ``seq-cub200``,
+``coco-stitch`` (the secondary-targets probe set) and ``folder`` (the user's own images or
+``.npz``); :func:`benchmark_from_tensors` builds one from tensors in memory. A benchmark may define
+protocols beside its paper's (:func:`list_protocols`) and take options
+(:func:`benchmark_options`). Augmentations in
 :mod:`xder_data.augment` and :mod:`xder_data.skeleton` act on whole batches with per-sample random
 parameters.
 """
@@ -14,8 +16,11 @@ from xder_data.benchmark import (
     DEFAULT_PROTOCOL,
     Benchmark,
     BenchmarkDefaults,
+    Progress,
     TaskSplit,
     benchmark_defaults,
+    benchmark_option_types,
+    benchmark_options,
     list_benchmarks,
     list_protocols,
     load_benchmark,
@@ -51,14 +56,18 @@ from xder_data.cub200 import (  # registers seq-cub200
     prepare_cub200,
     read_cub200_annotations,
 )
+from xder_data.custom import CUSTOM_DEFAULTS, benchmark_from_tensors, channel_stats, split_classes
 from xder_data.errors import (
     BenchmarkFormatError,
+    BenchmarkOptionError,
+    CacheWriteError,
     ClassOrderError,
     DataError,
     DataNotFoundError,
     UnknownBenchmarkError,
     UnknownProtocolError,
 )
+from xder_data.folder import FolderListing, folder_cache_path, read_folder_listing  # registers folder
 from xder_data.miniimagenet import (  # registers seq-miniimg
     MiniImageNetImport,
     import_miniimagenet_csv,
@@ -73,22 +82,27 @@ from xder_data.ntu60 import (  # registers seq-ntu60
 from xder_data.skeleton import SkeletonAugment, SkeletonNormalize
 
 __all__ = [
+    "CUSTOM_DEFAULTS",
     "DEFAULT_PROTOCOL",
     "Benchmark",
     "BenchmarkDefaults",
     "BenchmarkFormatError",
+    "BenchmarkOptionError",
     "CIFAR10Import",
     "COCOStitchReport",
     "CUB200Annotations",
     "CUB200PrepareReport",
+    "CacheWriteError",
     "ClassOrderError",
     "Compose",
     "CropFlip",
     "DataError",
     "DataNotFoundError",
+    "FolderListing",
     "MiniImageNetImport",
     "NTUConversionReport",
     "Normalize",
+    "Progress",
     "SkeletonAugment",
     "SkeletonNormalize",
     "StrongAugment",
@@ -97,10 +111,15 @@ __all__ = [
     "UnknownBenchmarkError",
     "UnknownProtocolError",
     "benchmark_defaults",
+    "benchmark_from_tensors",
+    "benchmark_option_types",
+    "benchmark_options",
+    "channel_stats",
     "cifar100_coarse_names",
     "decode_mask",
     "download_cifar10",
     "download_cifar100",
+    "folder_cache_path",
     "import_miniimagenet_csv",
     "import_miniimagenet_pickle",
     "import_ntu60_efficientgcn",
@@ -114,9 +133,11 @@ __all__ = [
     "prepare_cub200",
     "prepare_ntu60",
     "read_cub200_annotations",
+    "read_folder_listing",
     "register_benchmark",
     "remap_labels",
     "resolve_class_order",
+    "split_classes",
     "task_indices",
     "upsample_images",
     "validation_split",

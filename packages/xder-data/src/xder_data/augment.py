@@ -231,12 +231,13 @@ class StrongAugment:
     the hue in HSV. Both are the same operations up to clipping and the hue geometry; the cost is
     one 3x3 map per image instead of four HSV round trips.
 
-    Call: ``x: (B, C, H, W)`` uint8 (or float in [0, 1]) -> float32 ``(B, C, size, size)``.
+    Call: ``x: (B, C, H, W)`` uint8 (or float in [0, 1]) -> float32 ``(B, C, size, size)``
+    (``(B, C, h, w)`` for ``size=(h, w)``).
     """
 
     def __init__(
         self,
-        size: int,
+        size: int | tuple[int, int],
         mean: Sequence[float],
         std: Sequence[float],
         *,
@@ -247,6 +248,7 @@ class StrongAugment:
         grayscale_p: float = 0.2,
     ) -> None:
         self.size = size
+        self._out = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
         self.scale = scale
         self.ratio = ratio
         self.jitter = jitter
@@ -300,7 +302,7 @@ class StrongAugment:
         theta[:, 0, 2] = (2 * left + w) / width - 1
         theta[:, 1, 1] = h / height
         theta[:, 1, 2] = (2 * top + h) / height - 1
-        grid = F.affine_grid(theta, [batch, channels, self.size, self.size], align_corners=False)
+        grid = F.affine_grid(theta, [batch, channels, *self._out], align_corners=False)
         x = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
         if channels == 3:
             x = self._colour(x, generator)

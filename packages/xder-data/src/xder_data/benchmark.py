@@ -8,7 +8,9 @@ Tasks are index views (:meth:`Benchmark.task`); nothing rewrites the data in pla
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+import inspect
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -18,14 +20,22 @@ import torch
 from torch import Tensor
 
 from xder_data.augment import Transform
-from xder_data.errors import ClassOrderError, UnknownBenchmarkError, UnknownProtocolError
+from xder_data.errors import (
+    BenchmarkOptionError,
+    ClassOrderError,
+    UnknownBenchmarkError,
+    UnknownProtocolError,
+)
 
 __all__ = [
     "DEFAULT_PROTOCOL",
     "Benchmark",
     "BenchmarkDefaults",
+    "Progress",
     "TaskSplit",
     "benchmark_defaults",
+    "benchmark_option_types",
+    "benchmark_options",
     "list_benchmarks",
     "list_protocols",
     "load_benchmark",
@@ -44,6 +54,10 @@ DEFAULT_PROTOCOL = "paper"
 benchmark without one, its fixed definition) prescribes."""
 VALIDATION_SEED = 0
 """Seed of the validation split: fixed, so that every trial of a grid search sees the same split."""
+Progress = Callable[[Iterable[Any]], Iterable[Any]]
+"""Wraps the iterable a reader walks through (e.g. ``tqdm``) to show its progress."""
+_PROGRESS = "progress"
+"""A loader's keyword-only parameter that takes a :data:`Progress`, not a benchmark option."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -334,6 +348,13 @@ def register_benchmark(
     readable without loading any data (:func:`benchmark_defaults`); the loader must put the same
     object in ``Benchmark.defaults``. ``protocols`` adds named variants beside it (e.g. a
     ``"laptop"`` protocol sized for a CPU), selected with ``load_benchmark(..., protocol=NAME)``.
+
+    The loader's keyword-only parameters are the benchmark's options (:func:`benchmark_options`;
+    the ``[benchmark]`` section of a run's ``config.toml``), typed by their annotations; one named
+    ``progress`` instead receives :func:`load_benchmark`'s progress wrapper.
+
+    Raises:
+        ValueError: ``name`` is already registered (by this package or a plugin).
     """
     named = {DEFAULT_PROTOCOL: defaults, **(protocols or {})}
     if protocols and DEFAULT_PROTOCOL in protocols:
@@ -367,6 +388,37 @@ def list_protocols(name: str) -> list[str]:
     return [DEFAULT_PROTOCOL, *sorted(p for p in protocols if p != DEFAULT_PROTOCOL)]
 
 
+def _option_parameters(name: str) -> dict[str, inspect.Parameter]:
+    params = inspect.signature(_lookup(name)[0]).parameters.values()
+    return {p.name: p for p in params if p.kind is p.KEYWORD_ONLY and p.name != _PROGRESS}
+
+
+def benchmark_options(name: str) -> dict[str, Any]:
+    """The options benchmark ``name`` takes (its loader's keyword-only parameters) with their
+    defaults (``inspect.Parameter.empty`` where there is none), without loading any data.
+
+    Raises:
+        UnknownBenchmarkError: no such benchmark.
+    """
+    return {key: p.default for key, p in _option_parameters(name).items()}
+
+
+def benchmark_option_types(name: str) -> dict[str, Any]:
+    """The type annotation of each option of benchmark ``name`` (``typing.Any`` where it has
+    none, or where the annotations cannot be resolved, e.g. names imported only for type
+    checking), e.g. ``{"tasks": int | None, ...}`` for ``folder``.
+
+    Raises:
+        UnknownBenchmarkError: no such benchmark.
+    """
+    loader = _lookup(name)[0]
+    try:
+        hints = typing.get_type_hints(loader)
+    except (NameError, TypeError):  # a plugin's annotation that does not resolve at run time
+        hints = {}
+    return {key: hints.get(key, Any) for key in _option_parameters(name)}
+
+
 def benchmark_defaults(name: str, protocol: str = DEFAULT_PROTOCOL) -> BenchmarkDefaults:
     """The training protocol ``protocol`` of benchmark ``name``, without loading its data.
 
@@ -392,6 +444,7 @@ def load_benchmark(
     validation: float = 0.0,
     device: torch.device | str = "cpu",
     protocol: str = DEFAULT_PROTOCOL,
+    progress: Progress | None = None,
     **options: Any,
 ) -> Benchmark:
     """Read a registered benchmark and prepare it for a run.
@@ -406,10 +459,23 @@ def load_benchmark(
         device: where the tensors live during training.
         protocol: the training protocol the benchmark's ``defaults`` hold (see
             :func:`list_protocols`); the data are the same under every protocol.
-        **options: passed to the benchmark's reader.
+        progress: wraps the reader's slow loop (e.g. decoding images) where it has one.
+        **options: the benchmark's options (:func:`benchmark_options`), passed to its reader.
+
+    Raises:
+        UnknownBenchmarkError, UnknownProtocolError: no such benchmark or protocol.
+        BenchmarkOptionError: an option the benchmark does not take, or a value it rejects.
+        DataNotFoundError, BenchmarkFormatError: from the reader.
     """
     loader, _ = _lookup(name)
     defaults = benchmark_defaults(name, protocol)
+    known = _option_parameters(name)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        takes = ", ".join(sorted(known)) or "no options"
+        raise BenchmarkOptionError(f"benchmark {name!r} has no option {unknown[0]!r}: it takes {takes}")
+    if progress is not None and _PROGRESS in inspect.signature(loader).parameters:
+        options[_PROGRESS] = progress
     bench = loader(None if root is None else Path(root), **options)
     if protocol != DEFAULT_PROTOCOL:
         bench = dataclasses.replace(bench, defaults=defaults)

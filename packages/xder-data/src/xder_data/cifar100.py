@@ -49,6 +49,7 @@ from xder_data._archive import download_folder, md5_file
 from xder_data._cifar_format import CifarFiles
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
+from xder_data.errors import BenchmarkOptionError
 
 __all__ = [
     "CIFAR100_ARCHIVE",
@@ -216,15 +217,15 @@ def seq_cifar100(root: Path | None, *, image_size: int = _NATIVE_SIZE) -> Benchm
     ``test_x`` (10000 rows), fine labels 0..99, ``coarse_labels`` (100,) and ``class_names``.
 
     Raises:
-        ValueError: ``image_size`` is not an integer of at least 32.
+        BenchmarkOptionError: ``image_size`` is not an integer of at least 32 (a ValueError).
         DataNotFoundError: ``root`` is None, or the folder or one of its files is missing.
         BenchmarkFormatError: a file is truncated, not a pickle, or has a wrong key, dtype,
             shape, label range or name count, or fine and coarse labels disagree.
     """
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < _NATIVE_SIZE:
-        raise ValueError(
-            f"image_size must be an integer of at least {_NATIVE_SIZE} (images are only upsampled), "
-            f"got {image_size!r}"
+        raise BenchmarkOptionError(
+            f"benchmark.image_size must be an integer of at least {_NATIVE_SIZE} (images are only "
+            f"upsampled), got {image_size!r}"
         )
     folder = FILES.path(root)
     root = folder.parent

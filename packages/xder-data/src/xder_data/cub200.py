@@ -90,7 +90,7 @@ from xder_data._cub_format import (
 )
 from xder_data.augment import Compose, Normalize, StrongAugment
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
-from xder_data.errors import BenchmarkFormatError, DataNotFoundError
+from xder_data.errors import BenchmarkFormatError, BenchmarkOptionError, DataNotFoundError
 
 __all__ = [
     "CUB200_FOLDER",
@@ -651,9 +651,12 @@ def seq_cub200(
             missing, or the cache was prepared without masks.
         BenchmarkFormatError: a malformed or inconsistent listing, an unreadable image or mask,
             a mask of another size than its image, or a stale or corrupt cache.
+        BenchmarkOptionError: ``mask_threshold`` out of 1..255 (a ValueError).
     """
     if not isinstance(mask_threshold, int) or not 1 <= mask_threshold <= 255:
-        raise ValueError(f"mask_threshold must be an integer in 1..255, got {mask_threshold!r}")
+        raise BenchmarkOptionError(
+            f"benchmark.mask_threshold must be an integer in 1..255, got {mask_threshold!r}"
+        )
     root = _require_root(root)
     listing = read_listing(root)
     path = cub200_cache_path(root)

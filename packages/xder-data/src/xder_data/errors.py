@@ -4,6 +4,8 @@ from __future__ import annotations
 
 __all__ = [
     "BenchmarkFormatError",
+    "BenchmarkOptionError",
+    "CacheWriteError",
     "ClassOrderError",
     "DataError",
     "DataNotFoundError",
@@ -29,6 +31,15 @@ class DataNotFoundError(DataError):
 
 class BenchmarkFormatError(DataError):
     """A file exists but is not in the expected on-disk format (wrong key, shape, layout)."""
+
+
+class BenchmarkOptionError(DataError, ValueError):
+    """A benchmark option that the benchmark does not take, or whose value does not fit the data
+    (e.g. classes that do not divide into the tasks asked for)."""
+
+
+class CacheWriteError(DataError):
+    """A reader's cache of decoded data cannot be written (e.g. a read-only data folder)."""
 
 
 class UnknownBenchmarkError(DataError, KeyError):

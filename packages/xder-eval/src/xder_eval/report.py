@@ -13,12 +13,12 @@ sections of ``config.toml`` and the ``results.json`` object); this module reads 
    preset disagree *within one (benchmark, buffer) cell*: for each (method, preset) the keys that
    vary inside any of its cells are collected, and every group of that (method, preset) is
    labelled with its values of those keys, e.g. ``"train.epochs=1"`` (the ``--set`` spelling).
-   Keys that identify the run rather than configure it (:data:`RUN_IDENTITY_KEYS`: seed, device,
-   data root, and the method, benchmark, protocol, preset and buffer size already in the key) are
-   never compared. So two differently configured sets of runs of one method are never averaged
-   together, and a setting that differs only between benchmarks (their protocols) labels
-   nothing. A run on a protocol other than ``paper`` (``run.protocol``) counts as a benchmark of
-   its own, named ``"<benchmark> (<protocol>)"``, e.g. ``seq-cifar10 (laptop)``.
+   Keys that identify or observe the run rather than configure it (:data:`RUN_IDENTITY_KEYS`:
+   seed, device, data root, trackers, and the method, benchmark, protocol, preset and buffer size
+   already in the key) are never compared. So two differently configured sets of runs of one
+   method are never averaged together, and a setting that differs only between benchmarks (their
+   protocols) labels nothing. A run on a protocol other than ``paper`` (``run.protocol``) counts
+   as a benchmark of its own, named ``"<benchmark> (<protocol>)"``, e.g. ``seq-cifar10 (laptop)``.
 3. **Table.** One row per (method, preset, settings), one column per (benchmark, buffer size).
    Runs without a buffer (``buffer_size`` 0: FT, JT, LwF.MC) fill every buffer column of their
    benchmark, as in the paper's Table 1; a benchmark holding only such runs gets one column.
@@ -83,10 +83,12 @@ RUN_IDENTITY_KEYS = frozenset(
         "run.benchmark",
         "run.protocol",
         "run.preset",
+        "run.loggers",
         "method.buffer_size",
     }
 )
-"""Flattened ``config.toml`` keys never used to tell configurations apart."""
+"""Flattened ``config.toml`` keys never used to tell configurations apart (``run.loggers`` names
+the experiment trackers a run logged to: it observes the run, it does not configure it)."""
 
 # Rows follow the paper's Table 1 (bounds, regularisation, replay, DER family); other methods
 # come after, alphabetically.

@@ -21,4 +21,4 @@ class MethodConfigError(MethodError, ValueError):
 
 
 class NonFiniteLossError(MethodError, FloatingPointError):
-    """The training loss became NaN or infinite; the run stops at the last good checkpoint."""
+    """The training loss became NaN or infinite; the run stops (before the epoch's callbacks)."""

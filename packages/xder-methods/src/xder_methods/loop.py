@@ -435,8 +435,9 @@ def fit(
         The accuracy matrices (:class:`History`).
 
     Raises:
-        NonFiniteLossError: a loss term was NaN or infinite at the end of an epoch (no checkpoint
-            is taken of that epoch, so the last checkpoint is the last good state).
+        NonFiniteLossError: a loss term was NaN or infinite at the end of an epoch. Callbacks do
+            not see that epoch's end, so a checkpoint callback's last checkpoint (if it took one)
+            is the last good state.
         MethodConfigError: ``schedule.tasks`` is more than the stream's tasks.
     """
     if schedule.tasks is not None and not 1 <= schedule.tasks <= stream.n_tasks:
@@ -571,7 +572,7 @@ def _run_epoch(
     if bad:
         raise NonFiniteLossError(
             f"loss term {bad[0]!r} became {losses[bad[0]]} in task {task} epoch {epoch}: "
-            "lower the learning rate or the loss weights (the run's checkpoint keeps the last good state)"
+            "lower the learning rate or the loss weights"
         )
     return EpochRecord(task, epoch, lr, steps, time.perf_counter() - started, losses, grad_norms)
 

@@ -1,0 +1,229 @@
+"""Plugins through xder-run in-process: ``--plugin FILE`` (the example package's modules, loaded by
+path), entry points, a Ray worker's view of the driver's plugins, and every failure as one line
+with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+from importlib.metadata import EntryPoint
+from pathlib import Path
+
+import pytest
+
+import xder_cli.plugins as plugins
+from xder_cli.main import main
+from xder_cli.sweep import SweepSpec, plan_trials, train_trial
+from xder_data import benchmark as data_registry
+from xder_data import list_benchmarks
+from xder_methods import _registry as method_registry
+from xder_methods import list_methods
+from xder_models import _registry as backbone_registry
+from xder_models import list_backbones
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "plugin" / "src" / "xder_plugin_example"
+FILES = [str(EXAMPLE / name) for name in ("methods.py", "benchmarks.py", "backbones.py")]
+PLUGIN_FLAGS = [arg for path in FILES for arg in ("--plugin", path)]
+FAST = ["--epochs", "1", "--device", "cpu"]
+
+
+def _forget_plugins() -> None:
+    """Back to the registries of the xder packages alone, as in a fresh process."""
+    method_registry._METHODS.clear()
+    method_registry._METHODS.update(_SNAPSHOT["methods"])
+    data_registry._REGISTRY.clear()
+    data_registry._REGISTRY.update(_SNAPSHOT["benchmarks"])
+    backbone_registry._REGISTRY.clear()
+    backbone_registry._REGISTRY.update(_SNAPSHOT["backbones"])
+    plugins._LOADED.clear()
+    for name in [m for m in sys.modules if m.startswith("xder_plugin_")]:
+        del sys.modules[name]
+
+
+_SNAPSHOT = {
+    "methods": dict(method_registry._METHODS),
+    "benchmarks": dict(data_registry._REGISTRY),
+    "backbones": dict(backbone_registry._REGISTRY),
+}
+
+
+@pytest.fixture(autouse=True)
+def fresh_registries():
+    """Each test starts and ends with no plugin registered (the registries are per process)."""
+    _forget_plugins()
+    yield
+    _forget_plugins()
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "Traceback" not in err
+    return err
+
+
+def test_plugin_files_work_like_built_ins_train_resume_report(tmp_path: Path, capsys) -> None:
+    runs = tmp_path / "runs"
+    argv = ["train", *PLUGIN_FLAGS, "--method", "er_balanced", "--benchmark", "seq-stripes", *FAST]
+    assert (
+        main([*argv, "--out", str(runs), "--set", "method.power=0.5", "--set", "benchmark.per_class=20"]) == 0
+    )
+    (run,) = runs.iterdir()
+    config = tomllib.loads((run / "config.toml").read_text())
+    assert config["run"]["method"] == "er_balanced"
+    assert config["method"]["power"] == 0.5
+    assert config["method"]["buffer_size"] == 60  # the plugin benchmark's protocol
+    assert config["backbone"] == {"name": "tiny-cnn", "width": 8, "in_channels": 3}
+    assert config["benchmark"] == {"per_class": 20, "size": 16, "noise": 0.15}
+    results = json.loads((run / "results.json").read_text())
+    assert results["complete"] is True
+    assert [len(row) for row in results["accuracy_matrix"]] == [1, 2, 3]
+    capsys.readouterr()
+
+    # A second run, plain ER, for the report; then resume and report, with the plugins again.
+    assert (
+        main(
+            [
+                "train",
+                *PLUGIN_FLAGS,
+                "--method",
+                "er",
+                "--benchmark",
+                "seq-stripes",
+                *FAST,
+                "--out",
+                str(runs),
+            ]
+        )
+        == 0
+    )
+    assert main(["train", *PLUGIN_FLAGS, "--resume", str(run)]) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert main(["report", str(runs), "--out", str(tmp_path / "report"), *PLUGIN_FLAGS]) == 0
+    table = (tmp_path / "report" / "table.md").read_text()
+    assert "er_balanced" in table
+    assert "seq-stripes" in table
+
+
+def test_help_lists_what_plugins_register(capsys) -> None:
+    assert main(["train", "--help", *PLUGIN_FLAGS]) == 0
+    out = capsys.readouterr().out
+    assert "er_balanced" in out
+    assert "seq-stripes" in out
+    assert main(["--plugin", FILES[2], "report", "--help"]) == 0
+    assert "tiny-cnn" not in capsys.readouterr().out  # the report's help does not list backbones
+    assert "tiny-cnn" in list_backbones()
+
+
+def test_without_the_plugin_the_name_is_unknown(tmp_path: Path, capsys) -> None:
+    assert main(["train", "--method", "er_balanced", *FAST, "--out", str(tmp_path)]) == 2
+    assert "unknown method 'er_balanced'" in one_line_error(capsys)
+
+
+def test_a_ray_worker_loads_the_drivers_plugins(tmp_path: Path) -> None:
+    plugins.load_plugins(FILES)
+    assert plugins.loaded_plugins() == tuple(FILES)
+    spec = SweepSpec(
+        method="er_balanced",
+        benchmark="seq-stripes",
+        seeds=(0,),
+        grid={"method.power": [0.0]},
+        fixed={"train.epochs": 1, "run.device": "cpu", "benchmark.per_class": 12},
+    )
+    (trial,) = plan_trials(spec)
+    _forget_plugins()  # a fresh worker process knows none of them
+    assert "er_balanced" not in list_methods()
+    failed = train_trial(str(tmp_path / "without"), trial.config)
+    assert failed["status"] == "failed"
+    assert "unknown benchmark 'seq-stripes'" in failed["error"]
+    outcome = train_trial(str(tmp_path / "with"), trial.config, plugins=tuple(FILES))
+    assert outcome["status"] == "finished", outcome
+    assert outcome["val_faa"] is not None
+    assert {"er_balanced"} <= set(list_methods())
+    assert "seq-stripes" in list_benchmarks()
+
+
+def test_loading_a_file_twice_registers_once() -> None:
+    first = plugins.load_plugin(FILES[0])
+    assert plugins.load_plugin(FILES[0]) is first
+    plugins.load_plugins([FILES[0], FILES[0]])
+    assert plugins.loaded_plugins() == (FILES[0],)
+
+
+def test_plugin_arguments_are_found_anywhere() -> None:
+    argv = [
+        "--plugin",
+        "a.py",
+        "train",
+        "--plugin=b",
+        "--method",
+        "x",
+        "--plugin",
+        "c",
+        "--",
+        "--plugin",
+        "d",
+    ]
+    assert plugins.plugin_arguments(argv) == ["a.py", "b", "c"]
+    assert plugins.plugin_arguments(["train", "--plugin"]) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (
+            "raise ImportError('needs the lab toolbox')",
+            "failed to import: ImportError: needs the lab toolbox",
+        ),
+        ("def broken(:\n", "failed to import: SyntaxError"),
+        (
+            "from xder_methods import ER, ReplayConfig, register_method\n"
+            "register_method('er', ReplayConfig)(ER)",
+            "ValueError: method 'er' is already registered",
+        ),
+        (
+            "from xder_models import register_backbone\nregister_backbone('resnet18-cifar')(lambda n: None)",
+            "backbone 'resnet18-cifar' is already registered",
+        ),
+        (
+            "from xder_data import register_benchmark, BenchmarkDefaults\n"
+            "d = BenchmarkDefaults(epochs=1, batch_size=1, minibatch_size=1, lr=0.1)\n"
+            "register_benchmark('seq-digits', defaults=d)(lambda root: None)",
+            "benchmark 'seq-digits' is already registered",
+        ),
+    ],
+)
+def test_a_failing_plugin_file_is_one_line(source, message, tmp_path: Path, capsys) -> None:
+    path = tmp_path / "lab_plugin.py"
+    path.write_text(source)
+    assert main(["train", "--plugin", str(path), "--out", str(tmp_path)]) == 2
+    err = one_line_error(capsys)
+    assert message in err
+    assert str(path) in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_plugin_that_is_not_there(tmp_path: Path, capsys) -> None:
+    assert main(["data", "info", "seq-digits", "--plugin", str(tmp_path / "nope.py")]) == 2
+    assert "no such file" in one_line_error(capsys)
+    assert main(["report", "runs", "--plugin", "no_such_plugin_module"]) == 2
+    assert "no module named 'no_such_plugin_module'" in one_line_error(capsys)
+
+
+def test_entry_points_are_loaded_and_their_failures_are_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    (tmp_path / "lab_methods.py").write_text((EXAMPLE / "methods.py").read_text())
+    (tmp_path / "lab_broken.py").write_text("raise RuntimeError('lab server unreachable')")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    good = EntryPoint(name="er_balanced", value="lab_methods", group="xder.methods")
+    bad = EntryPoint(name="broken", value="lab_broken", group="xder.benchmarks")
+    installed = {"xder.methods": [good], "xder.benchmarks": [], "xder.backbones": []}
+    monkeypatch.setattr(plugins, "entry_points", lambda group: installed[group])
+    monkeypatch.delitem(sys.modules, "lab_methods", raising=False)
+    assert main(["train", "--help"]) == 0
+    assert "er_balanced" in capsys.readouterr().out
+    installed["xder.benchmarks"] = [bad]
+    assert main(["data", "info", "seq-digits"]) == 2
+    err = one_line_error(capsys)
+    assert "plugin entry point xder.benchmarks:broken (lab_broken) failed to load" in err
+    assert "RuntimeError: lab server unreachable" in err

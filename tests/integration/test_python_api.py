@@ -1,0 +1,88 @@
+"""The README's "Use it from Python" section, run as it stands: the code below is a verbatim copy
+of its example (the first test checks that they are the same), and every name it imports is
+exported (``__all__``) and documented by its package."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import io
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+EXAMPLE = """\
+import torch
+from sklearn.datasets import load_digits
+
+from xder_data import benchmark_from_tensors
+from xder_eval import final_average_accuracy, final_forgetting
+from xder_methods import ContinualSetting, DERppConfig, TrainingSchedule, Transforms, create_method, fit
+from xder_models import create_backbone
+
+# Your data: images (N, C, H, W) as uint8 (or floats in [0, 1]) and integer labels.
+digits = load_digits()
+x = torch.from_numpy(digits.images * 255 / 16).round().to(torch.uint8)[:, None]  # (1797, 1, 8, 8)
+y = torch.from_numpy(digits.target)
+test = torch.arange(len(y)) % 5 == 0
+bench = benchmark_from_tensors(x[~test], y[~test], x[test], y[test], tasks=5)  # 5 tasks x 2 classes
+
+torch.manual_seed(0)
+net = create_backbone("resnet18-cifar", bench.num_classes, width=16, in_channels=1)
+generator = torch.Generator().manual_seed(0)
+method = create_method(
+    "derpp",
+    net=net,
+    setting=ContinualSetting(bench.classes_per_task, bench.input_shape),
+    transforms=Transforms(bench.train_transform, bench.test_transform, bench.strong_transform),
+    config=DERppConfig(buffer_size=200, alpha=0.1, beta=0.5),
+    generator=generator,
+)
+history = fit(method, bench, TrainingSchedule(epochs=3, batch_size=32, lr=0.05), generator=generator)
+
+for row in history.class_il:  # the accuracy matrix (%): row t = tasks 0..t after training task t
+    print(" ".join(f"{accuracy:5.1f}" for accuracy in row))
+print(f"FAA {final_average_accuracy(history.class_il):.2f}  FF {final_forgetting(history.class_il):.2f}")
+"""
+
+
+def readme_example() -> str:
+    text = README.read_text()
+    section = text[text.index("## Use it from Python") :]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start : section.index("```", start)]
+
+
+def test_the_copy_is_the_readme_example() -> None:
+    assert readme_example() == EXAMPLE
+
+
+def test_the_example_runs_and_gives_the_accuracy_matrix() -> None:
+    namespace: dict = {}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(EXAMPLE, "README.md (Use it from Python)", "exec"), namespace)
+    history, bench = namespace["history"], namespace["bench"]
+    assert bench.n_tasks == 5
+    assert bench.classes_per_task == (2, 2, 2, 2, 2)
+    matrix = history.class_il
+    assert [len(row) for row in matrix] == [1, 2, 3, 4, 5]
+    assert all(0 <= accuracy <= 100 for row in matrix for accuracy in row)
+    lines = printed.getvalue().splitlines()
+    assert len(lines) == 6
+    assert lines[-1].startswith("FAA ")
+    faa = float(lines[-1].split()[1])
+    assert faa == pytest.approx(sum(matrix[-1]) / 5, abs=0.005)
+    assert faa > 30  # DER++ after 3 epochs per task; chance is 10% over the 10 classes
+
+
+def test_every_name_it_imports_is_exported_and_documented() -> None:
+    for node in ast.walk(ast.parse(EXAMPLE)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("xder_"):
+            package = importlib.import_module(node.module)
+            for alias in node.names:
+                assert alias.name in package.__all__, f"{node.module}.{alias.name} is not exported"
+                assert getattr(package, alias.name).__doc__, f"{node.module}.{alias.name} has no docstring"
