@@ -652,7 +652,7 @@ def command_analyze(args: Any) -> int:
         unknown = [n for n in names if n not in ANALYSES]
         if unknown:
             raise UsageError(f"unknown analysis {unknown[0]!r}: choose from {', '.join(ANALYSES)}")
-    run_dir = rundir.check_run_dir(Path(args.run_dir))
+    run_dir = rundir.check_run_dir(Path(args.run_dir), flag=None)
     # A writer of the run directory: one at a time, never beside a training run (rundir.lock_run_dir).
     with rundir.lock_run_dir(run_dir, then=f"run xder-run analyze {run_dir} again"):
         _analyze(run_dir, names, args)
