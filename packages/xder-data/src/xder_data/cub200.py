@@ -88,6 +88,7 @@ from xder_data._cub_format import (
     read_listing,
     read_part_locations,
 )
+from xder_data._hdf5 import read_attr
 from xder_data.augment import Compose, Normalize, StrongAugment
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
 from xder_data.errors import BenchmarkFormatError, BenchmarkOptionError, DataNotFoundError
@@ -447,15 +448,6 @@ def _cache_attrs(listing: Listing, masks: bool) -> dict[str, Any]:
     }
 
 
-def _attr(handle: h5py.File, key: str) -> Any:
-    value = handle.attrs.get(key)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
 def _open_cache(path: Path) -> h5py.File:
     try:
         return h5py.File(path, "r")
@@ -468,14 +460,14 @@ def _open_cache(path: Path) -> h5py.File:
 def _check_cache(path: Path, handle: h5py.File, listing: Listing) -> None:
     """Raise unless ``handle`` is a complete cache of ``listing`` at this version."""
     fix = f"delete it and {_PREPARE_HINT}"
-    if _attr(handle, "format") != CACHE_FORMAT or _attr(handle, "version") != CACHE_VERSION:
+    if read_attr(handle, "format") != CACHE_FORMAT or read_attr(handle, "version") != CACHE_VERSION:
         raise BenchmarkFormatError(
             f"{path}: not a {CACHE_FORMAT} cache of version {CACHE_VERSION} "
-            f"(format {_attr(handle, 'format')!r}, version {_attr(handle, 'version')!r}); {fix}"
+            f"(format {read_attr(handle, 'format')!r}, version {read_attr(handle, 'version')!r}); {fix}"
         )
-    if _attr(handle, "train_size") != TRAIN_SIZE or _attr(handle, "image_size") != IMAGE_SIZE:
+    if read_attr(handle, "train_size") != TRAIN_SIZE or read_attr(handle, "image_size") != IMAGE_SIZE:
         raise BenchmarkFormatError(f"{path}: written for other image sizes; {fix}")
-    if _attr(handle, "listing_sha256") != listing.digest():
+    if read_attr(handle, "listing_sha256") != listing.digest():
         raise BenchmarkFormatError(
             f"{path}: stale cache, its listing differs from {listing.folder} (images, classes or split "
             f"changed); {fix}"
@@ -488,7 +480,7 @@ def _check_cache(path: Path, handle: h5py.File, listing: Listing) -> None:
         count = expected[f"{split}_x"][0][0]
         expected[f"{split}_image_id"] = ((count,), np.int64)
         expected[f"{split}_image_size"] = ((count, 2), np.int64)
-    if _attr(handle, "masks"):
+    if read_attr(handle, "masks"):
         expected["test_mask_values"] = ((expected["test_x"][0][0], IMAGE_SIZE, IMAGE_SIZE), np.uint8)
     for key, (shape, dtype) in expected.items():
         dataset = handle.get(key)
@@ -664,7 +656,7 @@ def seq_cub200(
     if cache and path.is_file():
         with _open_cache(path) as handle:
             _check_cache(path, handle, listing)
-            if masks and not _attr(handle, "masks"):
+            if masks and not read_attr(handle, "masks"):
                 raise DataNotFoundError(
                     f"{path}: prepared without segmentation masks; re-run the preparation with "
                     f"{root / SEGMENTATIONS_FOLDER} in place, or load with masks=False"

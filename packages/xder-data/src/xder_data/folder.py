@@ -54,6 +54,7 @@ import h5py
 import numpy as np
 import torch
 
+from xder_data._hdf5 import read_attr
 from xder_data.benchmark import Benchmark, Progress, register_benchmark, validation_split
 from xder_data.custom import CUSTOM_DEFAULTS, benchmark_from_tensors
 from xder_data.errors import (
@@ -282,15 +283,6 @@ def folder_cache_path(root: str | Path, cache_dir: str | Path | None = None) -> 
     return Path(cache_dir) / f"{absolute.name}-{digest}.h5"
 
 
-def _attr(handle: h5py.File, key: str) -> Any:
-    value = handle.attrs.get(key)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
 def _read_cache(path: Path, digest: str, n_images: int) -> np.ndarray | None:
     """The cached images when ``path`` is a complete cache of this listing, else None (stale,
     unreadable or absent: the caller decodes again)."""
@@ -298,9 +290,9 @@ def _read_cache(path: Path, digest: str, n_images: int) -> np.ndarray | None:
         return None
     try:
         with h5py.File(path, "r") as handle:
-            if (_attr(handle, "format"), _attr(handle, "version")) != (CACHE_FORMAT, CACHE_VERSION):
+            if (read_attr(handle, "format"), read_attr(handle, "version")) != (CACHE_FORMAT, CACHE_VERSION):
                 return None
-            if _attr(handle, "listing_sha256") != digest:
+            if read_attr(handle, "listing_sha256") != digest:
                 return None
             images = handle.get("images")
             if not isinstance(images, h5py.Dataset) or images.dtype != np.uint8:
