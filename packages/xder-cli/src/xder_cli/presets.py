@@ -42,6 +42,7 @@ from xder_cli.errors import UsageError
 __all__ = [
     "DEFAULT_ORDER",
     "PAPER_PROTOCOL",
+    "PUBLISHED",
     "PresetEntry",
     "default_preset",
     "list_presets",
@@ -118,15 +119,19 @@ def split_preset(text: str) -> tuple[str, str | None]:
     return name, entry or None
 
 
+PUBLISHED = "published"
+"""``presets/published.toml`` holds published results, not a preset (:mod:`xder_cli.published`)."""
+
+
 def list_presets() -> list[str]:
-    """``none`` and every preset file shipped with xder-cli."""
+    """``none`` and every preset file shipped with xder-cli (``published.toml`` is no preset)."""
     folder = resources.files("xder_cli") / "presets"
     names = (
         [p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml")]
         if folder.is_dir()
         else []
     )
-    return ["none", *sorted(names)]
+    return ["none", *sorted(n for n in names if n != PUBLISHED)]
 
 
 @functools.cache
