@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from xder_cli.errors import UsageError
+from xder_cli.experiment import table_entries
 from xder_cli.presets import default_preset, list_presets, preset_entries, preset_entry
 from xder_cli.published import (
     published_benchmarks,
@@ -50,6 +51,19 @@ def test_every_entry_names_a_registered_method_and_an_existing_preset_entry(cell
     assert (entry.name, entry.method) == (cell.entry, cell.method)
     if cell.entry == cell.method:  # a method's own entry is also its default preset
         assert default_preset(cell.benchmark, cell.method, cell.buffer_size) == "paper"
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "buffer_size"),
+    [(b, m) for b in published_benchmarks() for m in published_buffer_sizes(b)],
+)
+def test_the_table_experiment_resolves_every_published_table(benchmark: str, buffer_size: int) -> None:
+    entries = table_entries(benchmark, buffer_size)
+    assert [e.name for e in entries] == [p.entry for p in published_table(benchmark, buffer_size)]
+    for e in entries:
+        assert e.published is not None
+        assert e.preset == (None if e.name == e.method else f"paper:{e.name}")
+        assert e.buffered is (e.published.buffer_size is not None)
 
 
 def test_the_x_der_table_is_there_whole() -> None:
