@@ -545,6 +545,32 @@ def test_table_on_seq_digits_trains_and_tabulates_with_nothing_published(tmp_pat
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["derpp-m20-s0", "derpp-m200-s0", "sgd-s0"]
 
 
+def test_table_with_nothing_published_plans_every_method_of_the_x_der_table() -> None:
+    entries = table_entries("seq-digits", 200)
+    names = [e.name for e in entries]
+    assert names == [
+        "joint",
+        "sgd",
+        "lwf_mc",
+        "er",
+        "gdumb",
+        "er_ace",
+        "rpc",
+        "bic",
+        "icarl",
+        "lucir",
+        "der",
+        "derpp",
+        "xder",
+    ]
+    assert all(e.published is None and e.preset is None and e.name == e.method for e in entries)
+    runs = plan_table("seq-digits", 200, entries, [0], [])  # every configuration builds
+    presets = {r.name: r.config["run"]["preset"] for r in runs}
+    assert presets["xder-m200-s0"] == presets["derpp-m200-s0"] == "tuned"
+    assert presets["er-m200-s0"] == presets["lwf_mc-s0"] == "none"
+    assert [r.name for r in runs if "-m200-" not in r.name] == ["joint-s0", "sgd-s0", "lwf_mc-s0"]
+
+
 def test_table_usage_errors_are_one_line(tmp_path: Path, capsys) -> None:
     out = str(tmp_path / "out")
     bad = [

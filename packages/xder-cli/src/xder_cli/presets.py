@@ -27,6 +27,9 @@ An entry is named after its method unless ``method`` says otherwise; ``--preset 
 such an entry. ``none`` is built in: the benchmark's protocol plus the method's own defaults. The
 default preset of a run is the first of :data:`DEFAULT_ORDER` with an entry for its benchmark,
 protocol, buffer size and method, else ``none``.
+
+``published.toml`` in the same folder is not a preset: it holds the papers' published results,
+keyed the same way (:mod:`xder_cli.published`).
 """
 
 from __future__ import annotations
