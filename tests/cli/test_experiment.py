@@ -1,10 +1,15 @@
 """xder-run experiment: the flatness, class-order and sensitivity protocols on seq-digits with tiny
 settings; their numbers recomputed from the run directories; reruns that skip finished runs and
-resume interrupted ones; a run another process holds left to it; one-line usage errors."""
+resume interrupted ones; a run another process holds left to it; one-line usage errors. The table
+experiment: its differences and 2-SE flags from synthetic run directories against values worked
+out by hand, its quick (laptop) form, and a tiny end-to-end run on seq-digits."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import math
 import os
 import statistics
 from pathlib import Path
@@ -15,7 +20,15 @@ import torch
 from xder_cli import rundir
 from xder_cli import train as train_module
 from xder_cli.errors import UsageError
-from xder_cli.experiment import REGULARISERS, pair_class_order, parse_param, plan_class_order, plot_flatness
+from xder_cli.experiment import (
+    REGULARISERS,
+    pair_class_order,
+    parse_param,
+    plan_class_order,
+    plan_table,
+    plot_flatness,
+    table_entries,
+)
 from xder_cli.main import main
 
 TINY = ["--set", "train.epochs=1", "--set", "backbone.width=4", "--set", "run.device=cpu"]
@@ -309,3 +322,284 @@ def test_a_run_logged_elsewhere_or_from_before_the_benchmark_section_is_reused(t
     rundir.write_config(tmp_path / "config.toml", stored)
     with pytest.raises(UsageError, match=r"was trained with train\.epochs = 2"):
         _check_existing(run, tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# table
+
+
+def _write_run(run_dir: Path, config: dict, faa: float, ff: float | None) -> None:
+    """A finished run directory in the real format (config.toml, results.json), of given FAA and
+    FF: two tasks, accuracies (a00), (a10, a11) with (a10 + a11) / 2 = FAA and a00 - a10 = FF."""
+    run_dir.mkdir(parents=True)
+    rundir.write_config(run_dir / "config.toml", config)
+    step = max(1.0, faa + (ff or 0.0) - 100.0)
+    matrix = [[faa - step + (ff or 0.0)], [faa - step, faa + step]]
+    results = {
+        "method": config["run"]["method"],
+        "benchmark": config["run"]["benchmark"],
+        "seed": config["run"]["seed"],
+        "buffer_size": config["method"].get("buffer_size", 0),
+        "n_tasks": 2,
+        "tasks_done": 2,
+        "complete": True,
+        "accuracy_matrix": matrix,
+        "task_il_accuracy_matrix": matrix,
+        "faa": faa,
+        "ff": ff,
+        "forgetting_defined": ff is not None,
+    }
+    rundir.write_json(run_dir / "results.json", results)
+
+
+# Ours on seq-cifar100 at buffer 500 (seeds 0-2), against the X-DER paper's Table 1 (no std, no run
+# count: sigma is our sample std, SE = s / sqrt(3), 2 SE = 1.1547 s):
+#   er        FAA 20, 22, 24: 22 ± 2 vs 22.10, Δ -0.10, 2 SE 2.3094: no;  FF 70, 75, 80: 75 ± 5 vs
+#             73.64, Δ +1.36, 2 SE 5.7735: no
+#   derpp     FAA 30, 31, 32: 31 ± 1 vs 38.25, Δ -7.25 > 1.1547: yes;   FF 50, 52, 54: 52 ± 2 vs
+#             50.54, Δ +1.46 < 2.3094: no
+#   xder-rpc  FAA 48, 49, 50: 49 ± 1 vs 48.53, Δ +0.47: no;           FF 20, 21, 22: 21 ± 1 vs
+#             26.94, Δ -5.94: yes
+#   sgd       FAA 9, 10, 11: 10 ± 1 vs 9.43, Δ +0.57: no;              FF 90, 90, 93: 91 ± sqrt(3) vs
+#             89.82, Δ +1.18, SE 1, 2 SE 2: no
+#   joint     seeds 0, 1 (seed 2 is being trained elsewhere): FAA 71, 73: 72 ± sqrt(2) vs 70.44,
+#             Δ +1.56, SE sqrt(2)/sqrt(2) = 1, 2 SE 2: no; no FF (JT's "-")
+HAND = {
+    "er": ([20.0, 22.0, 24.0], [70.0, 75.0, 80.0]),
+    "derpp": ([30.0, 31.0, 32.0], [50.0, 52.0, 54.0]),
+    "xder-rpc": ([48.0, 49.0, 50.0], [20.0, 21.0, 22.0]),
+    "sgd": ([9.0, 10.0, 11.0], [90.0, 90.0, 93.0]),
+    "joint": ([71.0, 73.0], [None, None]),
+}
+
+
+def test_table_from_synthetic_run_directories_worked_out_by_hand(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "table"
+    entries = table_entries("seq-cifar100", 500, methods=list(HAND))
+    assert [e.name for e in entries] == ["joint", "sgd", "er", "derpp", "xder-rpc"]  # the paper's order
+    runs = plan_table("seq-cifar100", 500, entries, [0, 1, 2], [])
+    assert [r.name for r in runs[:6]] == ["joint-s0", "joint-s1", "joint-s2", "sgd-s0", "sgd-s1", "sgd-s2"]
+    configs = {r.name: r.config for r in runs}
+    assert configs["xder-rpc-m500-s1"]["run"]["preset"] == "paper:xder-rpc"
+    assert configs["xder-rpc-m500-s1"]["method"]["future_heads"] == "rpc"
+    assert configs["xder-rpc-m500-s1"]["method"]["buffer_size"] == 500
+    assert configs["derpp-m500-s0"]["run"]["preset"] == "paper"
+    assert configs["derpp-m500-s0"]["train"]["epochs"] == 50  # the paper's protocol
+    assert (configs["sgd-s0"]["run"]["preset"], configs["joint-s0"]["run"]["preset"]) == ("paper", "none")
+    assert "buffer_size" not in configs["sgd-s0"]["method"]
+    for run in runs:
+        if run.name == "joint-s2":
+            continue
+        faa, ff = HAND[run.tags["entry"]]
+        _write_run(out / "runs" / run.name, run.config, faa[run.seed], ff[run.seed])
+    held = out / "runs" / "joint-s2"
+    held.mkdir(parents=True)
+    argv = ["experiment", "table", "--benchmark", "seq-cifar100", "--buffer-size", "500", "--out", str(out)]
+    argv += ["--methods", "er,derpp,xder-rpc,sgd,joint"]
+    with rundir.lock_run_dir(held, then="-"):  # the same table, started twice, is training it
+        assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "15 runs, 14 already finished; training 1 in this process" in printed
+    assert "[15/15] joint-s2 running elsewhere (held by process" in printed
+    assert "note: 1 run(s) are being trained by another process" in printed
+    assert [p.name for p in held.iterdir()] == [".lock"]
+
+    summary = json.loads((out / "experiment.json").read_text())
+    assert summary["files"] == ["experiment.json", "table.md", "table.csv", "table.png"]
+    assert (out / "table.png").read_bytes().startswith(PNG)
+    assert (summary["mode"], summary["buffer_size"]) == ("judged", 500)
+    rows = {row["entry"]: row for row in summary["rows"]}
+    expected = {  # (mean, std, published, difference, standard error, exceeds) per metric
+        "er": ((22, 2, 22.10, -0.10, 2 / math.sqrt(3), False), (75, 5, 73.64, 1.36, 5 / math.sqrt(3), False)),
+        "derpp": (
+            (31, 1, 38.25, -7.25, 1 / math.sqrt(3), True),
+            (52, 2, 50.54, 1.46, 2 / math.sqrt(3), False),
+        ),
+        "xder-rpc": (
+            (49, 1, 48.53, 0.47, 1 / math.sqrt(3), False),
+            (21, 1, 26.94, -5.94, 1 / math.sqrt(3), True),
+        ),
+        "sgd": ((10, 1, 9.43, 0.57, 1 / math.sqrt(3), False), (91, math.sqrt(3), 89.82, 1.18, 1.0, False)),
+        "joint": ((72, math.sqrt(2), 70.44, 1.56, 1.0, False), None),
+    }
+    for entry, metrics in expected.items():
+        for metric, values in zip(("faa", "ff"), metrics, strict=True):
+            cell = rows[entry][metric]
+            if values is None:
+                assert (cell["mean"], cell["published"], cell["exceeds_two_se"]) == (None, None, None)
+                continue
+            mean, std, published, difference, standard_error, exceeds = values
+            assert cell["mean"] == pytest.approx(mean)
+            assert cell["std"] == pytest.approx(std)
+            assert cell["published"] == published
+            assert cell["difference"] == pytest.approx(difference)
+            assert cell["standard_error"] == pytest.approx(standard_error)
+            assert cell["sigma_from"] == "ours"
+            assert cell["exceeds_two_se"] is exceeds, (entry, metric)
+    assert (rows["joint"]["seeds_finished"], rows["joint"]["seeds"]) == (2, 3)
+    assert rows["xder-rpc"]["preset"] == "paper:xder-rpc"
+    assert rows["xder-rpc"]["row"] == "X-DER w/ RPC future heads"
+
+    table = (out / "table.md").read_text()
+    assert table.startswith("# Table: seq-cifar100, buffer 500\n")
+    assert (
+        "| method | preset | FAA | FAA published | Δ FAA | > 2 SE | FF | FF published | Δ FF | > 2 SE | n |"
+        in table
+    )
+    assert (
+        "| derpp | paper | 31.00 ± 1.00 | 38.25 | -7.25 | yes | 52.00 ± 2.00 | 50.54 | +1.46 | no | 3/3 |"
+        in table
+    )
+    assert "| joint | none | 72.00 ± 1.41 | 70.44 | +1.56 | no | - | - | - | - | 2/3 |" in table
+    assert "σ the published std where the paper gives one, else our sample std" in table
+    assert "- runs/joint-s2: running elsewhere (held by process" in table
+    lines = {r["entry"]: r for r in csv.DictReader(io.StringIO((out / "table.csv").read_text()))}
+    assert list(lines) == ["joint", "sgd", "er", "derpp", "xder-rpc"]
+    assert (lines["derpp"]["faa_difference"], lines["derpp"]["faa_exceeds_two_se"]) == ("-7.2500", "yes")
+    assert (lines["er"]["ff_standard_error"], lines["er"]["ff_exceeds_two_se"]) == ("2.8868", "no")
+    assert (lines["joint"]["ff_published"], lines["joint"]["ff_exceeds_two_se"]) == ("", "")
+    assert lines["er"]["source"].endswith("Table 1")
+    assert lines["er"]["mode"] == "judged"
+
+    # xder-run report over the same runs shows the published value beside each group.
+    assert main(["report", str(out / "runs"), "--out", str(tmp_path / "report")]) == 0
+    report = (tmp_path / "report" / "table.md").read_text()
+    assert "31.00 ± 1.00 (52.00 ± 2.00) n=3; published 38.25 (50.54)" in report
+    assert "49.00 ± 1.00 (21.00 ± 1.00) n=3; published 48.53 (26.94)" in report
+
+
+def test_table_on_another_protocol_is_for_orientation_only(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "laptop"
+    entries = table_entries("seq-cifar10", 200, "laptop", ["er", "derpp"])
+    runs = plan_table("seq-cifar10", 200, entries, [0], [], "laptop")
+    for run, faa in zip(runs, (40.0, 60.0), strict=True):
+        assert (run.config["run"]["protocol"], run.config["backbone"]["width"]) == ("laptop", 8)
+        _write_run(out / "runs" / run.name, run.config, faa, 30.0)
+    argv = [
+        "experiment",
+        "table",
+        "--benchmark",
+        "seq-cifar10",
+        "--protocol",
+        "laptop",
+        "--buffer-size",
+        "200",
+    ]
+    assert main([*argv, "--methods", "er,derpp", "--seeds", "0", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "note: protocol laptop is not the paper's: a quick table, the published values shown for " in printed
+    )
+    summary = json.loads((out / "experiment.json").read_text())
+    assert summary["mode"] == "orientation"
+    assert summary["rule"] is None
+    for row in summary["rows"]:
+        assert row["faa"]["published"] in (44.79, 64.88)
+        assert (row["faa"]["difference"], row["faa"]["exceeds_two_se"]) == (None, None)
+    table = (out / "table.md").read_text()
+    assert table.startswith("# Table: seq-cifar10, protocol laptop (a quick table), buffer 200\n")
+    assert "shown for orientation only" in table
+    assert "| method | preset | FAA | FAA published | FF | FF published | n |" in table
+    assert "| er | none | 40.00 | 44.79 | 30.00 | - | 1/1 |" in table
+    assert "Δ" not in table
+    assert {r["mode"] for r in csv.DictReader(io.StringIO((out / "table.csv").read_text()))} == {
+        "orientation"
+    }
+
+
+def test_table_on_seq_digits_trains_and_tabulates_with_nothing_published(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "digits"
+    argv = ["experiment", "table", "--benchmark", "seq-digits", "--buffer-size", "200", "--seeds", "0"]
+    argv += ["--methods", "sgd,derpp", "--out", str(out), *TINY]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0] == (
+        "note: no published results for seq-digits: training the X-DER paper's Table 1 methods "
+        "(sgd, derpp) and tabulating ours alone"
+    )
+    assert "2 runs, 0 already finished; training 2 in this process" in printed
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["derpp-m200-s0", "sgd-s0"]
+    summary = json.loads((out / "experiment.json").read_text())
+    assert summary["mode"] == "ours only"
+    rows = {row["entry"]: row for row in summary["rows"]}
+    for name in ("sgd-s0", "derpp-m200-s0"):
+        results = _results(out / "runs" / name)
+        row = rows[name.split("-")[0]]
+        assert row["faa"]["mean"] == pytest.approx(results["faa"])
+        assert row["ff"]["mean"] == pytest.approx(results["ff"])
+        assert row["faa"]["published"] is None
+    assert rows["derpp"]["preset"] == "tuned"
+    table = (out / "table.md").read_text()
+    assert "No published results for seq-digits" in table
+    assert "| method | preset | FAA | FF | n |" in table
+    assert (
+        f"| sgd | none | {rows['sgd']['faa']['mean']:.2f} | {rows['sgd']['ff']['mean']:.2f} | 1/1 |" in table
+    )
+    assert (out / "table.png").read_bytes().startswith(PNG)
+
+    # A table at another buffer size in the same folder shares the buffer-less runs.
+    argv[argv.index("200")] = "20"
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "2 runs, 1 already finished; training 1 in this process" in printed
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["derpp-m20-s0", "derpp-m200-s0", "sgd-s0"]
+
+
+def test_table_with_nothing_published_plans_every_method_of_the_x_der_table() -> None:
+    entries = table_entries("seq-digits", 200)
+    names = [e.name for e in entries]
+    assert names == [
+        "joint",
+        "sgd",
+        "lwf_mc",
+        "er",
+        "gdumb",
+        "er_ace",
+        "rpc",
+        "bic",
+        "icarl",
+        "lucir",
+        "der",
+        "derpp",
+        "xder",
+    ]
+    assert all(e.published is None and e.preset is None and e.name == e.method for e in entries)
+    runs = plan_table("seq-digits", 200, entries, [0], [])  # every configuration builds
+    presets = {r.name: r.config["run"]["preset"] for r in runs}
+    assert presets["xder-m200-s0"] == presets["derpp-m200-s0"] == "tuned"
+    assert presets["er-m200-s0"] == presets["lwf_mc-s0"] == "none"
+    assert [r.name for r in runs if "-m200-" not in r.name] == ["joint-s0", "sgd-s0", "lwf_mc-s0"]
+
+
+def test_table_usage_errors_are_one_line(tmp_path: Path, capsys) -> None:
+    out = str(tmp_path / "out")
+    bad = [
+        (["--benchmark", "nope", "--buffer-size", "200"], "unknown benchmark 'nope': choose one of "),
+        (
+            ["--benchmark", "seq-cifar10", "--buffer-size", "300"],
+            "seq-cifar10 has no published table at buffer size 300: the published ones are at 200, 500, 5120",
+        ),
+        (
+            ["--benchmark", "seq-cifar10", "--buffer-size", "200", "--methods", "xder"],
+            "the published table of seq-cifar10 at buffer 200 has no 'xder'; its rows are joint, sgd, er",
+        ),
+        (
+            ["--benchmark", "seq-cifar10", "--buffer-size", "5120", "--methods", "icarl"],
+            "at buffer 5120 has no 'icarl'",
+        ),
+        (["--benchmark", "seq-digits", "--buffer-size", "200", "--methods", "nope"], "has no 'nope'"),
+        (["--benchmark", "seq-digits"], "experiment table needs --buffer-size M"),
+        (["--buffer-size", "0"], "--buffer-size must be >= 1"),
+        (["--buffer-size", "200", "--set", "method.buffer_size=20"], "use --buffer-size"),
+        (["--buffer-size", "200", "--pairs", "1"], "--pairs is an option of experiment flatness"),
+    ]
+    for flags, _ in bad:
+        assert main(["experiment", "table", *flags, "--out", out]) == 2, flags
+    assert main(["experiment", "class-order", "--buffer-size", "200", "--out", out]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert len(errors) == len(bad) + 1
+    assert all(line.startswith("xder-run experiment: error: ") for line in errors)
+    for (flags, message), line in zip(bad, errors, strict=False):
+        assert message in line, (flags, line)
+    assert "--buffer-size is an option of experiment table, not of class-order" in errors[-1]
+    assert not (tmp_path / "out").exists()  # nothing planned, nothing created

@@ -12,9 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from xder_cli import rundir
 from xder_cli.errors import UsageError
 from xder_cli.main import main
 from xder_cli.report import command_report, find_run_dirs, read_run
+from xder_cli.train import build_plan, resolve_config
 
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -153,6 +155,66 @@ def test_broken_run_directories_are_listed(tmp_path: Path, capsys) -> None:
     assert {p.name for p in out.iterdir()} == {"table.md", "table.csv", "report.json"}
     kinds = [p["kind"] for p in json.loads((out / "report.json").read_text())["problems"]]
     assert kinds == ["missing", "unreadable"]
+
+
+def _paper_run(root: Path, name: str, method: str, benchmark: str, seed: int, matrix: list, **kw) -> None:
+    """A complete run directory in the real format, configured as xder-run train would."""
+    config = build_plan(
+        resolve_config(
+            method=method,
+            benchmark=benchmark,
+            preset=kw.get("preset"),
+            run={"seed": seed},
+            train={},
+            method_values={"buffer_size": kw["buffer_size"]} if "buffer_size" in kw else {},
+            sets=[],
+            protocol_name=kw.get("protocol", "paper"),
+        )
+    ).config
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    rundir.write_config(run_dir / "config.toml", config)
+    results = {"method": method, "benchmark": benchmark, "seed": seed, "complete": True, "n_tasks": 2}
+    results |= {"buffer_size": kw.get("buffer_size", 0), "accuracy_matrix": matrix}
+    rundir.write_json(run_dir / "results.json", results | {"task_il_accuracy_matrix": matrix})
+
+
+def test_the_published_value_stands_beside_matching_groups(tmp_path: Path, capsys) -> None:
+    runs = tmp_path / "runs"
+    # DER++ on seq-cifar100 at 500, seeds 0-1: FAA (30+32)/2 = 31 and 33, FF 80-30 = 50 and 52.
+    _paper_run(runs, "derpp-0", "derpp", "seq-cifar100", 0, [[80.0], [30.0, 32.0]], buffer_size=500)
+    _paper_run(runs, "derpp-1", "derpp", "seq-cifar100", 1, [[84.0], [32.0, 34.0]], buffer_size=500)
+    # X-DER's RPC variant (its own published row) and FT (buffer-less: every column).
+    rpc = {"buffer_size": 500, "preset": "paper:xder-rpc"}
+    _paper_run(runs, "rpc-0", "xder", "seq-cifar100", 0, [[70.0], [50.0, 48.0]], **rpc)
+    _paper_run(runs, "sgd-0", "sgd", "seq-cifar100", 0, [[90.0], [0.0, 20.0]])
+    # DER++ on the laptop protocol of seq-cifar10: no published value beside it.
+    laptop = {"buffer_size": 200, "protocol": "laptop"}
+    _paper_run(runs, "laptop-0", "derpp", "seq-cifar10", 0, [[90.0], [40.0, 60.0]], **laptop)
+    out = tmp_path / "report"
+    assert command_report(SimpleNamespace(run_dirs=[str(runs)], out=str(out), task_il=False)) == 0
+    table = capsys.readouterr().out
+    assert "| derpp | paper |  | 32.00 ± 1.41 (51.00 ± 1.41) n=2; published 38.25 (50.54) |" in table
+    assert "| xder | paper:xder-rpc |  | 49.00 (20.00) n=1; published 48.53 (26.94) |" in table
+    assert "| sgd | paper |  | 10.00 (90.00) n=1; published 9.43 (89.82) |" in table
+    assert "| derpp | none | 50.00 (50.00) n=1 |  |" in table  # seq-cifar10 (laptop) m200
+    assert "Published (the paper protocol, Class-IL): X-DER paper (Boschini et al." in table
+    groups = {
+        (g["benchmark"], g["method"]): g for g in json.loads((out / "report.json").read_text())["groups"]
+    }
+    assert groups["seq-cifar100", "xder"]["published"]["row"] == "X-DER w/ RPC future heads"
+    assert groups["seq-cifar10 (laptop)", "derpp"]["published"] is None
+    lines = {
+        (r["benchmark"], r["method"]): r for r in csv.DictReader(io.StringIO((out / "table.csv").read_text()))
+    }
+    assert (
+        lines["seq-cifar100", "derpp"]["published_faa"],
+        lines["seq-cifar100", "derpp"]["published_ff"],
+    ) == (
+        "38.2500",
+        "50.5400",
+    )
+    assert lines["seq-cifar10 (laptop)", "derpp"]["published_faa"] == ""
 
 
 @pytest.mark.parametrize(

@@ -20,12 +20,29 @@ invocation is training is reported as ``running elsewhere`` and left to it.
   value of each ``--param`` varied alone around the run's resolved values (its default preset
   plus ``--set``); test FAA against the value. Its runs are planned as one-key grids by
   :func:`xder_cli.sweep.plan_trials` and trained on Ray by :func:`xder_cli.sweep.run_on_ray`.
+* ``table`` (reproduction): every row of a paper's published table for one benchmark and buffer
+  size (:mod:`xder_cli.published`: the X-DER paper's Table 1, the DER paper's Table 2 on
+  ``seq-cifar10``), each entry with its default preset (a variant, e.g. ``xder-rpc``, with its
+  preset entry, ``paper:xder-rpc``), over the seeds; methods without a buffer train once (their
+  run directories, ``<entry>-s<seed>``, carry no buffer size, so tables of several buffer sizes
+  in one ``--out`` share them). ``table.md`` / ``table.csv``: per entry our FAA and FF, the
+  published value, the difference and whether it exceeds two standard errors
+  (:func:`xder_eval.compare_to_published`). On a protocol other than ``paper`` (``--protocol
+  laptop``) the table is a quick one: the published values are shown for orientation only and no
+  difference is judged. A benchmark with no published results at all (``seq-digits``) trains and
+  tabulates every method of the X-DER paper's Table 1 (:func:`xder_cli.published.xder_table_methods`:
+  ``joint``, ``sgd``, ``lwf_mc``, ``er``, ``gdumb``, ``er_ace``, ``rpc``, ``bic``, ``icarl``,
+  ``lucir``, ``der``, ``derpp``, ``xder``; not the X-DER variants, which are ``paper`` preset
+  entries of the paper's benchmarks only), ours alone.
 
 Statistics are over seeds: the mean and the sample standard deviation (None below two seeds).
 """
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import io
 import json
 import math
 import statistics
@@ -39,7 +56,8 @@ from typing import Any
 from xder_cli import rundir
 from xder_cli.config import SECTIONS
 from xder_cli.errors import UsageError
-from xder_cli.presets import PAPER_PROTOCOL
+from xder_cli.presets import DEFAULT_ORDER, PAPER_PROTOCOL, list_presets, preset_entry
+from xder_cli.published import published_table, xder_table_methods
 from xder_cli.sweep import (
     RUNNING_ELSEWHERE,
     SweepSpec,
@@ -52,6 +70,9 @@ from xder_cli.sweep import (
 )
 from xder_cli.trackers import check_loggers
 from xder_cli.train import build_plan, resolve_config
+from xder_data import list_benchmarks
+from xder_eval import PublishedResult, compare_to_published
+from xder_methods import method_config_class
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -60,7 +81,11 @@ __all__ = [
     "EXPERIMENTS",
     "EXPERIMENT_JSON",
     "EXPERIMENT_MD",
+    "TABLE_CSV",
+    "TABLE_CSV_COLUMNS",
+    "TABLE_MD",
     "ExperimentRun",
+    "TableEntry",
     "command_experiment",
     "execute",
     "flatness_metrics",
@@ -69,11 +94,22 @@ __all__ = [
     "plan_class_order",
     "plan_flatness",
     "plan_sensitivity",
+    "plan_table",
+    "summarize_table",
+    "table_csv",
+    "table_entries",
+    "table_markdown",
 ]
 
-EXPERIMENTS = ("flatness", "class-order", "sensitivity")
+EXPERIMENTS = ("flatness", "class-order", "sensitivity", "table")
 EXPERIMENT_JSON, EXPERIMENT_MD, RUNS = "experiment.json", "experiment.md", "runs"
-PLOT = {"flatness": "flatness.png", "class-order": "class_order.png", "sensitivity": "sensitivity.png"}
+TABLE_MD, TABLE_CSV = "table.md", "table.csv"
+PLOT = {
+    "flatness": "flatness.png",
+    "class-order": "class_order.png",
+    "sensitivity": "sensitivity.png",
+    "table": "table.png",
+}
 REGULARISERS = ("none", "lfr", "llr")
 REGULARISER_LABELS = {"none": "none (plastic)", "lfr": "LFR", "llr": "LLR"}
 ORDERS = ("natural", "reversed")
@@ -186,15 +222,23 @@ _OWNED_BY_ALL = {
 
 
 def _config(
-    method: str, benchmark: str, seed: int, sets: Sequence[tuple[str, str, Any]], protocol: str
+    method: str,
+    benchmark: str,
+    seed: int,
+    sets: Sequence[tuple[str, str, Any]],
+    protocol: str,
+    *,
+    preset: str | None = None,
+    method_values: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """A run's resolved, validated configuration; ``preset`` None: the method's default preset."""
     config = resolve_config(
         method=method,
         benchmark=benchmark,
-        preset=None,
+        preset=preset,
         run={"seed": seed},
         train={},
-        method_values={},
+        method_values=dict(method_values or {}),
         sets=list(sets),
         protocol_name=protocol,
     )
@@ -320,6 +364,114 @@ def plan_sensitivity(
         section, name = key.split(".", 1)
         base_values[key] = base.get(section, {}).get(name)
     return runs, base_values, preset
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """One row of ``experiment table``: a method, or a variant of one (an entry of a preset).
+
+    Attributes:
+        name: the entry's name (``derpp``, ``xder-rpc``): its run directories' prefix.
+        method: the registered method it runs.
+        preset: the preset its runs name (``paper:xder-rpc`` for a variant); None: the method's
+            default preset (tuned, else paper, where it has an entry, else none).
+        buffered: whether the method keeps a buffer (else it trains once for every buffer size).
+        published: its published cell; None where nothing is published.
+    """
+
+    name: str
+    method: str
+    preset: str | None
+    buffered: bool
+    published: PublishedResult | None = None
+
+    def run_name(self, buffer_size: int, seed: int) -> str:
+        """``<entry>-m<buffer>-s<seed>``; ``<entry>-s<seed>`` for a method without a buffer."""
+        return f"{self.name}-m{buffer_size}-s{seed}" if self.buffered else f"{self.name}-s{seed}"
+
+
+def _variant_preset(benchmark: str, buffer_size: int, entry: str, method: str, protocol: str) -> str:
+    """``NAME:ENTRY`` of the first preset (tuned, then paper) holding the variant ``entry``."""
+    for name in DEFAULT_ORDER:
+        if name not in list_presets():
+            continue
+        try:
+            preset_entry(name, benchmark, buffer_size, entry, method=method, protocol=protocol)
+        except UsageError:
+            continue
+        return f"{name}:{entry}"
+    on = benchmark if protocol == PAPER_PROTOCOL else f"{benchmark} (protocol {protocol})"
+    raise UsageError(
+        f"no preset holds the variant {entry!r} for {on} at buffer {buffer_size}: leave it out of --methods"
+    )
+
+
+def table_entries(
+    benchmark: str,
+    buffer_size: int,
+    protocol: str = PAPER_PROTOCOL,
+    methods: Sequence[str] | None = None,
+) -> list[TableEntry]:
+    """The rows ``experiment table`` trains, in the paper's order: every entry of the benchmark's
+    published table at ``buffer_size`` (:func:`xder_cli.published.published_table`), or, for a
+    benchmark with no published results, every method of the X-DER paper's Table 1; only those
+    named in ``methods`` when given.
+
+    Raises:
+        UsageError: an unknown benchmark, a buffer size below 1 or with no published table, a name
+            in ``methods`` that the table lacks.
+    """
+    if benchmark not in list_benchmarks():
+        raise UsageError(f"unknown benchmark {benchmark!r}: choose one of {', '.join(list_benchmarks())}")
+    if buffer_size < 1:
+        raise UsageError(f"--buffer-size must be >= 1, got {buffer_size}")
+    published = published_table(benchmark, buffer_size)
+    if published:
+        candidates = [(p.entry, p.method, p) for p in published]
+        what = f"the published table of {benchmark} at buffer {buffer_size}"
+    else:
+        candidates = [(m, m, None) for m in xder_table_methods()]
+        what = f"{benchmark} has no published table, and the X-DER paper's Table 1 trained in its place"
+    names = [name for name, _, _ in candidates]
+    for name in methods or ():
+        if name not in names:
+            raise UsageError(f"--methods: {what} has no {name!r}; its rows are {', '.join(names)}")
+    entries = []
+    for name, method, cell in candidates:
+        if methods is not None and name not in methods:
+            continue
+        fields = {f.name for f in dataclasses.fields(method_config_class(method))}
+        preset = None if name == method else _variant_preset(benchmark, buffer_size, name, method, protocol)
+        entries.append(TableEntry(name, method, preset, "buffer_size" in fields, cell))
+    return entries
+
+
+def plan_table(
+    benchmark: str,
+    buffer_size: int,
+    entries: Sequence[TableEntry],
+    seeds: Sequence[int],
+    sets: Sequence[tuple[str, str, Any]],
+    protocol: str = PAPER_PROTOCOL,
+) -> list[ExperimentRun]:
+    """Every (entry, seed) of a table, configured and validated: the entry's preset, the buffer
+    size for methods that keep a buffer, then ``sets``."""
+    runs = []
+    for entry in entries:
+        values = {"buffer_size": buffer_size} if entry.buffered else {}
+        for seed in seeds:
+            config = _config(
+                entry.method, benchmark, seed, sets, protocol, preset=entry.preset, method_values=values
+            )
+            runs.append(
+                ExperimentRun(
+                    entry.run_name(buffer_size, seed),
+                    seed,
+                    config,
+                    {"entry": entry.name, "method": entry.method},
+                )
+            )
+    return runs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -693,6 +845,199 @@ def sensitivity_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines + _not_finished(summary["runs"])) + "\n"
 
 
+TABLE_MODES = ("judged", "orientation", "ours only")
+TWO_SE_RULE = (
+    "> 2 SE: whether |Δ| exceeds two standard errors of the difference, SE = σ·√(1/n + 1/n_p), with σ "
+    "the published std where the paper gives one, else our sample std; n our seeds; n_p the paper's "
+    "run count where it states one, else the published value counts as exact (1/n_p left out); "
+    "- where undefined (one seed of ours and no published std)"
+)
+TABLE_CSV_COLUMNS = (
+    "entry",
+    "method",
+    "row",
+    "preset",
+    "buffer_size",
+    "n",
+    "seeds",
+    *(
+        f"{metric}_{part}"
+        for metric in ("faa", "ff")
+        for part in (
+            "mean",
+            "std",
+            "published",
+            "published_std",
+            "difference",
+            "standard_error",
+            "sigma_from",
+            "exceeds_two_se",
+        )
+    ),
+    "published_seeds",
+    "source",
+    "mode",
+)
+"""The header of ``table.csv``: one line per entry (empty cells where a value is undefined)."""
+
+
+def _metric_cell(
+    values: Sequence[float], published: PublishedResult | None, metric: str, judged: bool
+) -> dict:
+    """Ours over seeds for one metric; the published value where there is one; the difference
+    and the 2-SE judgement (:func:`xder_eval.compare_to_published`) when ``judged``."""
+    mean, std = _mean_std(values)
+    cell: dict[str, Any] = {"mean": mean, "std": std, "n": len(values), "values": list(values)}
+    cell |= dict.fromkeys(
+        ("published", "published_std", "difference", "standard_error", "sigma_from", "exceeds_two_se")
+    )
+    value = None if published is None else getattr(published, metric)
+    if value is None:
+        return cell
+    cell |= {"published": value, "published_std": getattr(published, f"{metric}_std")}
+    if judged:
+        c = compare_to_published(
+            values, value, published_std=cell["published_std"], published_seeds=published.seeds
+        )
+        cell |= {
+            "difference": c.difference,
+            "standard_error": c.standard_error,
+            "sigma_from": c.sigma_from,
+            "exceeds_two_se": c.exceeds_two_se,
+        }
+    return cell
+
+
+def summarize_table(
+    runs: Sequence[ExperimentRun],
+    outcomes: dict[str, dict[str, Any]],
+    root: Path,
+    common: dict[str, Any],
+    *,
+    entries: Sequence[TableEntry],
+    buffer_size: int,
+) -> dict[str, Any]:
+    """experiment.json of ``table``: per entry our FAA and FF (mean, std over the finished seeds),
+    the published values, the differences and their 2-SE judgement, and every run.
+
+    ``mode``: ``judged`` (paper protocol, published values), ``orientation`` (another protocol:
+    published values shown, nothing judged) or ``ours only`` (nothing published).
+    """
+    records = _run_records(runs, outcomes, root, _faa_metrics)
+    published = [e.published for e in entries if e.published is not None]
+    if not published:
+        mode = "ours only"
+    else:
+        mode = "judged" if common["protocol"] == PAPER_PROTOCOL else "orientation"
+    presets = {run.tags["entry"]: run.config["run"]["preset"] for run in runs}
+    rows = []
+    for entry in entries:
+        chosen = [r for r in records if r["entry"] == entry.name]
+        done = [r for r in chosen if r["status"] == "finished"]
+        row: dict[str, Any] = {
+            "entry": entry.name,
+            "method": entry.method,
+            "row": entry.published.row if entry.published else entry.name,
+            "preset": presets.get(entry.name),
+            "buffered": entry.buffered,
+            "seeds_finished": len(done),
+            "seeds": len(chosen),
+            "published_seeds": entry.published.seeds if entry.published else None,
+            "source": entry.published.source if entry.published else None,
+        }
+        for metric in ("faa", "ff"):
+            values = [float(r[metric]) for r in done if r[metric] is not None]
+            row[metric] = _metric_cell(values, entry.published, metric, judged=mode == "judged")
+        rows.append(row)
+    return {
+        **common,
+        "buffer_size": buffer_size,
+        "mode": mode,
+        "sources": list(dict.fromkeys(p.source for p in published)),
+        "metric": "FAA and FF (%, Class-IL, test); published: the paper protocol's",
+        "rule": TWO_SE_RULE if mode == "judged" else None,
+        "rows": rows,
+        "runs": records,
+    }
+
+
+def _flag(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "no")
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.2f}"
+
+
+def table_markdown(summary: dict[str, Any]) -> str:
+    """``table.md``: one row per entry; which columns depends on the summary's ``mode``."""
+    mode, benchmark, protocol = summary["mode"], summary["benchmark"], summary["protocol"]
+    on = benchmark if protocol == PAPER_PROTOCOL else f"{benchmark}, protocol {protocol} (a quick table)"
+    seeds = ", ".join(map(str, summary["seeds"]))
+    lines = [
+        f"# Table: {on}, buffer {summary['buffer_size']}",
+        "",
+        "Ours: final average accuracy FAA and final forgetting FF (Class-IL, test split, %), mean ± sample "
+        f"std over the finished seeds of {seeds} (n); each method with its preset (the preset column).",
+    ]
+    sources = "; ".join(summary["sources"])
+    if mode == "ours only":
+        lines.append(
+            f"No published results for {benchmark}: ours alone, for the methods of the X-DER paper's Table 1."
+        )
+        header = ["method", "preset", "FAA", "FF", "n"]
+    elif mode == "orientation":
+        lines.append(
+            f"Published: {sources}, on the paper protocol: shown for orientation only, since protocol "
+            f"{protocol} differs from the paper's; no difference is judged."
+        )
+        header = ["method", "preset", "FAA", "FAA published", "FF", "FF published", "n"]
+    else:
+        lines.append(f"Published: {sources}. Δ = ours − published; {TWO_SE_RULE}.")
+        header = ["method", "preset", "FAA", "FAA published", "Δ FAA", "> 2 SE"]
+        header += ["FF", "FF published", "Δ FF", "> 2 SE", "n"]
+    lines += ["", "| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
+    for row in summary["rows"]:
+        cells = [row["entry"], row["preset"] or "-"]
+        for metric in ("faa", "ff"):
+            c = row[metric]
+            cells.append(_fmt_stat(c["mean"], c["std"]))
+            if mode != "ours only":
+                cells.append(_fmt_stat(c["published"], c["published_std"]))
+            if mode == "judged":
+                cells += [_signed(c["difference"]), _flag(c["exceeds_two_se"])]
+        cells.append(f"{row['seeds_finished']}/{row['seeds']}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines + _not_finished(summary["runs"])) + "\n"
+
+
+def _csv_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def table_csv(summary: dict[str, Any]) -> str:
+    """``table.csv`` under :data:`TABLE_CSV_COLUMNS`: numbers to 4 decimals, ``yes``/``no`` for
+    the 2-SE judgement, empty where undefined."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(TABLE_CSV_COLUMNS)
+    parts = ("mean", "std", "published", "published_std", "difference", "standard_error")
+    parts += ("sigma_from", "exceeds_two_se")
+    for row in summary["rows"]:
+        line = [row["entry"], row["method"], row["row"], row["preset"], summary["buffer_size"]]
+        line += [row["seeds_finished"], ";".join(map(str, summary["seeds"]))]
+        line += [row[metric][part] for metric in ("faa", "ff") for part in parts]
+        line += [row["published_seeds"], row["source"], summary["mode"]]
+        writer.writerow([_csv_value(v) for v in line])
+    return out.getvalue()
+
+
 # ---------------------------------------------------------------------------------------------
 # Plots (matplotlib's object API: no pyplot, no global backend state)
 
@@ -815,6 +1160,66 @@ def plot_sensitivity(summary: dict[str, Any], path: Path) -> None:
     fig.savefig(path)
 
 
+def plot_table(summary: dict[str, Any], path: Path) -> None:
+    """Ours against published, one point per entry: our mean ± std over seeds (vertical bars)
+    against the published value (± its std where given), the diagonal where they agree; one panel
+    per metric that has published values. With nothing published: our FAA per entry as bars."""
+    rows = summary["rows"]
+    where = f"{summary['benchmark']} m{summary['buffer_size']}"
+    if summary["mode"] == "ours only":
+        fig = _figure(max(5.0, 1.0 + 0.6 * len(rows)), 4)
+        ax = fig.add_subplot()
+        ax.bar(
+            range(len(rows)),
+            [_nan(r["faa"]["mean"]) for r in rows],
+            yerr=[_nan(r["faa"]["std"]) for r in rows],
+            capsize=3,
+        )
+        ax.set_xticks(range(len(rows)), [r["entry"] for r in rows], rotation=45, ha="right")
+        ax.set_ylabel("FAA (%)")
+        ax.set_ylim(0, 100)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_title(f"{where}: ours (no published results)", fontsize="medium")
+        fig.savefig(path)
+        return
+    metrics = [m for m in ("faa", "ff") if any(r[m]["published"] is not None for r in rows)]
+    fig = _figure(5.0 * len(metrics), 5.0)
+    for i, metric in enumerate(metrics):
+        ax = fig.add_subplot(1, len(metrics), i + 1)
+        for index, r in enumerate(rows):  # one colour per entry, the same in both panels
+            c = r[metric]
+            if c["published"] is None:
+                continue
+            ax.errorbar(
+                c["published"],
+                _nan(c["mean"]),
+                yerr=_nan(c["std"]),
+                xerr=_nan(c["published_std"]),
+                marker="o",
+                capsize=3,
+                linestyle="none",
+                color=f"C{index % 10}",
+            )
+            ax.annotate(
+                r["entry"],
+                (c["published"], _nan(c["mean"])),
+                fontsize="x-small",
+                xytext=(4, 4),
+                textcoords="offset points",
+            )
+        ax.plot([0, 100], [0, 100], color="0.6", linestyle="--", linewidth=1)
+        ax.set_xlim(0, 100)
+        ax.set_ylim(0, 100)
+        ax.set_xlabel(f"{metric.upper()} published (%)")
+        ax.set_ylabel(f"{metric.upper()} ours (%)")
+        ax.grid(alpha=0.3)
+    title = f"{where}: ours against published"
+    if summary["mode"] == "orientation":
+        title += f" (protocol {summary['protocol']}: for orientation only)"
+    fig.suptitle(title, fontsize="medium")
+    fig.savefig(path)
+
+
 # ---------------------------------------------------------------------------------------------
 # The command
 
@@ -822,9 +1227,11 @@ def plot_sensitivity(summary: dict[str, Any], path: Path) -> None:
 def _flag_checks(args: Any) -> None:
     specific = {"--pairs": ("flatness", args.pairs), "--methods": ("class-order", args.methods)}
     specific |= {"--method": ("sensitivity", args.method), "--param": ("sensitivity", args.param)}
+    specific |= {"--buffer-size": ("table", args.buffer_size)}
     for flag, (owner, value) in specific.items():
-        if value is not None and args.name != owner:
-            raise UsageError(f"{flag} is an option of experiment {owner}, not of {args.name}")
+        owners = ("class-order", "table") if flag == "--methods" else (owner,)
+        if value is not None and args.name not in owners:
+            raise UsageError(f"{flag} is an option of experiment {' and '.join(owners)}, not of {args.name}")
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise UsageError(f"--max-concurrent must be >= 1, got {args.max_concurrent}")
     if args.gpus_per_run < 0:
@@ -840,6 +1247,8 @@ class _Protocol:
     markdown: Callable[[dict[str, Any]], str]
     plot: Callable[[dict[str, Any], Path], None]
     describe: Callable[[dict[str, Any] | None], str]  # a finished run's results.json -> its figures
+    markdown_file: str = EXPERIMENT_MD
+    extra_files: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = ()  # (name, summary -> text)
 
 
 def _flatness_protocol(
@@ -937,10 +1346,50 @@ def _sensitivity_protocol(
     )
 
 
+def _table_protocol(
+    args: Any, seeds: tuple[int, ...], sets: list[tuple[str, str, Any]], common: dict[str, Any]
+) -> _Protocol:
+    if args.buffer_size is None:
+        raise UsageError("experiment table needs --buffer-size M, the buffer size of the published table")
+    _check_owned(sets, _OWNED_BY_ALL | {"method.buffer_size": "the experiment sets it: use --buffer-size"})
+    methods = _names(args.methods, "--methods") if args.methods is not None else None
+    entries = table_entries(args.benchmark, args.buffer_size, args.protocol, methods)
+    if not any(e.published for e in entries):
+        print(
+            f"note: no published results for {args.benchmark}: training the X-DER paper's Table 1 methods "
+            f"({', '.join(e.name for e in entries)}) and tabulating ours alone",
+            flush=True,
+        )
+    elif args.protocol != PAPER_PROTOCOL:
+        print(
+            f"note: protocol {args.protocol} is not the paper's: a quick table, the published values shown "
+            "for orientation only (no difference judged)",
+            flush=True,
+        )
+    runs = plan_table(args.benchmark, args.buffer_size, entries, seeds, sets, args.protocol)
+
+    def describe(results: dict[str, Any] | None) -> str:
+        m = _faa_metrics(results)
+        return f"FAA {_fmt(m['faa'])}, FF {_fmt(m['ff'])}"
+
+    return _Protocol(
+        runs,
+        lambda outcomes, root: summarize_table(
+            runs, outcomes, root, common, entries=entries, buffer_size=args.buffer_size
+        ),
+        table_markdown,
+        plot_table,
+        describe,
+        markdown_file=TABLE_MD,
+        extra_files=((TABLE_CSV, table_csv),),
+    )
+
+
 _PROTOCOLS = {
     "flatness": _flatness_protocol,
     "class-order": _class_order_protocol,
     "sensitivity": _sensitivity_protocol,
+    "table": _table_protocol,
 }
 
 
@@ -969,15 +1418,18 @@ def command_experiment(args: Any) -> int:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UsageError(f"cannot create the output folder {out}: {error.strerror}") from error
-    files = [EXPERIMENT_JSON, EXPERIMENT_MD, PLOT[args.name]]
+    texts = ((protocol.markdown_file, protocol.markdown), *protocol.extra_files)
+    files = [EXPERIMENT_JSON, *(name for name, _ in texts), PLOT[args.name]]
 
     def write(outcomes: dict[str, dict[str, Any]]) -> dict[str, Any]:
         summary = protocol.summarize(outcomes, root) | {"files": files}
         rundir.write_json(out / EXPERIMENT_JSON, summary)
-        rundir.atomic_write_bytes(out / EXPERIMENT_MD, protocol.markdown(summary).encode())
+        for name, render in texts:
+            rundir.atomic_write_bytes(out / name, render(summary).encode())
         return summary
 
-    print(f"experiment {args.name} on {args.benchmark} -> {out}", flush=True)
+    where = f" at buffer {args.buffer_size}" if args.name == "table" else ""
+    print(f"experiment {args.name} on {args.benchmark}{where} -> {out}", flush=True)
     outcomes = execute(
         protocol.runs,
         root,

@@ -200,7 +200,8 @@ def _add_experiment_parser(commands: argparse._SubParsersAction) -> None:
 
     experiment = commands.add_parser(
         "experiment",
-        help="the paper's experiments as protocols: flatness, class-order, sensitivity",
+        help="the paper's experiments as protocols: flatness, class-order, sensitivity; table: a published "
+        "table reproduced and set beside its numbers",
         description="Run one of the X-DER paper's experiments as ordinary run directories under OUT/runs/ "
         "and tabulate them: OUT receives experiment.json (every number, per run and aggregated), "
         "experiment.md (the table, also printed) and a PNG plot. flatness (Sec. 6.2): for each pair of "
@@ -208,10 +209,17 @@ def _add_experiment_parser(commands: argparse._SubParsersAction) -> None:
         "regime), lfr and llr; the final accuracy on the pair's first task and its forgetting. class-order "
         "(App. A): each method in natural and reversed class order; FAA and FF. sensitivity (App. "
         '"Sensitivity analysis"): each --param value varied alone around the run\'s resolved values, test '
-        "FAA against the value, on Ray like a sweep. flatness and class-order train in this process one run "
-        "after the other unless --max-concurrent or --address sends them to Ray. Rerunning skips finished "
-        "runs and resumes interrupted ones; a run another process is training is reported as running "
-        "elsewhere and left to it.",
+        "FAA against the value, on Ray like a sweep. table (--buffer-size M): every row of the published "
+        "table of the benchmark at buffer M (the X-DER paper's Table 1; the DER paper's Table 2 on "
+        "seq-cifar10), each with its preset, over the seeds; OUT receives table.md and table.csv (per "
+        "method: our FAA and FF, the published value, the difference, whether it exceeds two standard "
+        "errors) and table.png (ours against published). Another --protocol (laptop on seq-cifar10) gives a "
+        "quick table, "
+        "the published values for orientation only; a benchmark with nothing published (seq-digits) trains "
+        "the X-DER paper's Table 1 methods and tabulates ours alone. flatness, class-order and table train "
+        "in this process one run after the other unless --max-concurrent or --address sends them to Ray. "
+        "Rerunning skips finished runs and resumes interrupted ones; a run another process is training is "
+        "reported as running elsewhere and left to it.",
     )
     experiment.add_argument("name", choices=EXPERIMENTS, metavar="NAME", help=", ".join(EXPERIMENTS))
     experiment.add_argument(
@@ -234,7 +242,16 @@ def _add_experiment_parser(commands: argparse._SubParsersAction) -> None:
         "--pairs", metavar="K,K", help="flatness: pairs (k, k+1) to run, by k (default: all T-1)"
     )
     experiment.add_argument(
-        "--methods", metavar="A,B", help=f"class-order: methods ({','.join(DEFAULT_METHODS)})"
+        "--methods",
+        metavar="A,B",
+        help=f"class-order: methods ({','.join(DEFAULT_METHODS)}); table: some of the table's rows, by "
+        "method or variant entry, e.g. er,derpp,xder-rpc (default: every row)",
+    )
+    experiment.add_argument(
+        "--buffer-size",
+        type=int,
+        metavar="M",
+        help="table (required): the buffer size of the published table, e.g. 200, 500 or 5120 on seq-cifar10",
     )
     experiment.add_argument(
         "--method", metavar="NAME", help=f"sensitivity: the method ({DEFAULT_SENSITIVITY_METHOD})"

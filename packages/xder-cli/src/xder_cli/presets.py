@@ -27,6 +27,9 @@ An entry is named after its method unless ``method`` says otherwise; ``--preset 
 such an entry. ``none`` is built in: the benchmark's protocol plus the method's own defaults. The
 default preset of a run is the first of :data:`DEFAULT_ORDER` with an entry for its benchmark,
 protocol, buffer size and method, else ``none``.
+
+``published.toml`` in the same folder is not a preset: it holds the papers' published results,
+keyed the same way (:mod:`xder_cli.published`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from xder_cli.errors import UsageError
 __all__ = [
     "DEFAULT_ORDER",
     "PAPER_PROTOCOL",
+    "PUBLISHED",
     "PresetEntry",
     "default_preset",
     "list_presets",
@@ -118,15 +122,19 @@ def split_preset(text: str) -> tuple[str, str | None]:
     return name, entry or None
 
 
+PUBLISHED = "published"
+"""``presets/published.toml`` holds published results, not a preset (:mod:`xder_cli.published`)."""
+
+
 def list_presets() -> list[str]:
-    """``none`` and every preset file shipped with xder-cli."""
+    """``none`` and every preset file shipped with xder-cli (``published.toml`` is no preset)."""
     folder = resources.files("xder_cli") / "presets"
     names = (
         [p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml")]
         if folder.is_dir()
         else []
     )
-    return ["none", *sorted(names)]
+    return ["none", *sorted(n for n in names if n != PUBLISHED)]
 
 
 @functools.cache

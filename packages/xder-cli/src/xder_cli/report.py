@@ -2,7 +2,9 @@
 
 Reading is here; grouping, statistics, tables and plots are :mod:`xder_eval.report`. A run that
 cannot be used (no results.json, unreadable files, ``complete: false``) is listed, never fatal;
-only a path that does not exist, or a folder holding no run directory, is a usage error.
+only a path that does not exist, or a folder holding no run directory, is a usage error. The
+published results shipped beside the presets (:mod:`xder_cli.published`) are passed in, so each
+group of runs on a paper protocol that matches a published entry shows its published FAA (FF).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from xder_cli import rundir
 from xder_cli.errors import UsageError
+from xder_cli.published import published_results
 from xder_eval import (
     RunRecord,
     build_report,
@@ -106,11 +109,12 @@ def command_report(args: Any) -> int:
     ``args``: ``run_dirs`` (paths), ``out`` (folder, created if needed), ``task_il`` (bool).
     Writes ``table.md``, ``table.csv``, ``report.json``, ``curves_<benchmark>_m<buffer>.png``
     per column and ``matrix_<benchmark>_m<buffer>_<method>.png`` per group (the method's row
-    name when it has several rows; buffer 0 for buffer-less methods), then prints the table.
+    name when it has several rows; buffer 0 for buffer-less methods), then prints the table. A
+    group matching a published entry shows the published value beside its own (Class-IL).
     """
     records = [read_run(path) for path in find_run_dirs(list(args.run_dirs))]
     task_il = bool(args.task_il)
-    report = build_report(records)
+    report = build_report(records, published_results())
 
     out = Path(args.out)
     try:

@@ -29,6 +29,7 @@ from xder_eval.metrics import (
 from xder_eval.multilabel import multilabel_f1, secondary_target_f1
 from xder_eval.plots import plot_accuracy_curves, plot_accuracy_matrix, plot_reliability_diagram
 from xder_eval.pointing import PointingResult, pointing_accuracy
+from xder_eval.published import Comparison, PublishedResult, compare_to_published, preset_entry_name
 from xder_eval.report import (
     GroupKey,
     GroupSummary,
@@ -56,9 +57,11 @@ __all__ = [
     "DEFAULT_SHOTS",
     "AccuracyMatrix",
     "BufferTraining",
+    "Comparison",
     "GroupKey",
     "GroupSummary",
     "PointingResult",
+    "PublishedResult",
     "ReliabilityBins",
     "Report",
     "ReportColumn",
@@ -71,6 +74,7 @@ __all__ = [
     "backward_transfer",
     "build_report",
     "class_mean_logits",
+    "compare_to_published",
     "curve_auc",
     "expected_calibration_error",
     "fewshot_curve",
@@ -90,6 +94,7 @@ __all__ = [
     "plot_report_curves",
     "plot_report_matrix",
     "pointing_accuracy",
+    "preset_entry_name",
     "reliability_bins",
     "report_csv",
     "report_dict",

@@ -24,6 +24,11 @@ sections of ``config.toml`` and the ``results.json`` object); this module reads 
    benchmark, as in the paper's Table 1; a benchmark holding only such runs gets one column.
    Each group's seeds are compared with the union of seeds run on its benchmark (complete or
    not): the seeds it lacks are listed as a problem, as is a seed that was run twice.
+4. **Published values** (optional, :class:`xder_eval.PublishedResult`, passed in by the caller):
+   a group that matches a published cell (same benchmark, buffer size, and method or preset
+   variant: :meth:`PublishedResult.matches`) shows the published FAA (FF) beside its own in the
+   Class-IL table, the CSV and the JSON. A run on another protocol than ``paper`` matches none:
+   its benchmark is ``"<benchmark> (<protocol>)"``.
 
 Statistics are the mean and the sample standard deviation (``ddof=1``) over a group's seeds;
 with one seed there is no standard deviation. Accuracies are in percent, as in ``results.json``.
@@ -41,7 +46,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +54,7 @@ import numpy as np
 
 from xder_eval.metrics import average_accuracy_curve, final_average_accuracy, final_forgetting
 from xder_eval.plots import _figure, plot_accuracy_matrix
+from xder_eval.published import PublishedResult
 
 __all__ = [
     "CSV_COLUMNS",
@@ -126,8 +132,15 @@ CSV_COLUMNS = (
     "task_il_ff_mean",
     "task_il_ff_std",
     "runs",
+    "published_faa",
+    "published_faa_std",
+    "published_ff",
+    "published_ff_std",
+    "published_seeds",
+    "published_source",
 )
-"""The header of :func:`report_csv`: one line per group, Class-IL and Task-IL side by side."""
+"""The header of :func:`report_csv`: one line per group, Class-IL and Task-IL side by side, then
+the published (Class-IL) values of the group's cell where it matches one (else empty)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,12 +280,18 @@ class ReportRow:
 
 @dataclass(frozen=True)
 class Report:
-    """Groups, the table's rows and columns, and the problems, in display order."""
+    """Groups, the table's rows and columns, and the problems, in display order; ``published``
+    maps each group that matches a published cell to it."""
 
     groups: tuple[GroupSummary, ...]
     rows: tuple[ReportRow, ...]
     columns: tuple[ReportColumn, ...]
     problems: tuple[RunProblem, ...]
+    published: Mapping[GroupKey, PublishedResult] = field(default_factory=dict)
+
+    def published_for(self, group: GroupSummary) -> PublishedResult | None:
+        """The published cell ``group`` matches, or None."""
+        return self.published.get(group.key)
 
     def cell(self, row: ReportRow, column: ReportColumn) -> GroupSummary | None:
         """The group shown at (row, column): its own buffer size, or a buffer-less group of the
@@ -574,8 +593,9 @@ def _method_rank(method: str) -> tuple[int, str]:
     return (_METHOD_ORDER.index(method) if method in _METHOD_ORDER else len(_METHOD_ORDER), method)
 
 
-def build_report(records: Iterable[RunRecord]) -> Report:
-    """Group ``records``, summarize every group, lay out the table and list the problems.
+def build_report(records: Iterable[RunRecord], published: Iterable[PublishedResult] = ()) -> Report:
+    """Group ``records``, summarize every group, lay out the table and list the problems; match
+    each group with the ``published`` cell it belongs to, if any.
 
     Never raises on a bad run: it becomes a :class:`RunProblem`.
     """
@@ -649,11 +669,19 @@ def build_report(records: Iterable[RunRecord]) -> Report:
     buffered = {(g.key.benchmark, g.key.buffer_size) for g in summaries if g.key.buffer_size > 0}
     benchmarks = {g.key.benchmark for g in summaries}
     columns = sorted(buffered | {(b, 0) for b in benchmarks if not any(c[0] == b for c in buffered)})
+    cells = list(published)
+    matched = {}
+    for group in summaries:
+        k = group.key
+        match = next((p for p in cells if p.matches(k.benchmark, k.buffer_size, k.method, k.preset)), None)
+        if match is not None:
+            matched[k] = match
     return Report(
         groups=tuple(summaries),
         rows=rows,
         columns=tuple(ReportColumn(b, m) for b, m in columns),
         problems=tuple(problems + group_problems),
+        published=matched,
     )
 
 
@@ -684,11 +712,26 @@ def _mean_std(stat: SeedStats) -> str:
     return _number(stat.mean) if stat.std is None else f"{stat.mean:.2f} ± {stat.std:.2f}"
 
 
-def _cell(group: GroupSummary | None, task_il: bool) -> str:
+def _cell(report: Report, group: GroupSummary | None, task_il: bool) -> str:
     if group is None:
         return ""
     mode = group.setting(task_il)
-    return f"{_mean_std(mode.faa)} ({_mean_std(mode.ff)}) n={group.n}"
+    text = f"{_mean_std(mode.faa)} ({_mean_std(mode.ff)}) n={group.n}"
+    published = None if task_il else report.published_for(group)  # published figures are Class-IL
+    if published is not None:
+        text += f"; published {_published_stat(published.faa, published.faa_std)} "
+        text += f"({_published_stat(published.ff, published.ff_std)})"
+    return text
+
+
+def _published_stat(value: float | None, std: float | None) -> str:
+    if value is None:
+        return "-"
+    return _number(value) if std is None else f"{value:.2f} ± {std:.2f}"
+
+
+def _published_sources(report: Report) -> list[str]:
+    return list(dict.fromkeys(p.source for p in report.published.values() if p.source))
 
 
 def _md_escape(text: str) -> str:
@@ -699,8 +742,9 @@ def report_markdown(report: Report, *, task_il: bool = False) -> str:
     """The table as Markdown: a caption line, then one row per method (variant) with columns
     ``method``, ``preset``, ``settings`` (only when a row has distinguishing settings) and one
     column per (benchmark, buffer); a cell reads ``FAA ± std (FF ± std) n=<seeds>`` (2 decimals,
-    ``± std`` omitted with one seed, ``-`` for a missing value, empty where no group), and a list
-    of the problems when there are any."""
+    ``± std`` omitted with one seed, ``-`` for a missing value, empty where no group), followed in
+    the Class-IL table by ``; published FAA (FF)`` where the group matches a published cell (the
+    sources listed under the table), and a list of the problems when there are any."""
     setting = "Task-IL" if task_il else "Class-IL"
     lines = [
         f"{setting} final average accuracy FAA (final forgetting FF), %: "
@@ -721,8 +765,11 @@ def report_markdown(report: Report, *, task_il: bool = False) -> str:
         lines.append("|" + "|".join(["---"] * (2 + with_settings) + [":-:"] * len(report.columns)) + "|")
         for row in report.rows:
             cells = [row.method, row.preset, *([row.settings] if with_settings else [])]
-            cells += [_cell(report.cell(row, column), task_il) for column in report.columns]
+            cells += [_cell(report, report.cell(row, column), task_il) for column in report.columns]
             lines.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
+    sources = [] if task_il else _published_sources(report)
+    if sources:
+        lines += ["", "Published (the paper protocol, Class-IL): " + "; ".join(sources) + "."]
     if report.problems:
         lines += ["", "Missing or incomplete:", ""]
         lines += [f"- {problem.message}" for problem in report.problems]
@@ -756,9 +803,18 @@ def report_csv(report: Report) -> str:
                 *(_csv_number(v) for v in (c.faa.mean, c.faa.std, c.ff.mean, c.ff.std)),
                 *(_csv_number(v) for v in (t.faa.mean, t.faa.std, t.ff.mean, t.ff.std)),
                 ";".join(group.paths),
+                *_csv_published(report.published_for(group)),
             ]
         )
     return out.getvalue()
+
+
+def _csv_published(published: PublishedResult | None) -> list[str]:
+    if published is None:
+        return [""] * 6
+    numbers = (published.faa, published.faa_std, published.ff, published.ff_std)
+    seeds = "" if published.seeds is None else str(published.seeds)
+    return [*(_csv_number(v) for v in numbers), seeds, published.source]
 
 
 def report_problems(report: Report) -> list[str]:
@@ -784,10 +840,26 @@ def _mode_dict(mode: SettingSummary) -> dict[str, Any]:
     }
 
 
+def _published_dict(published: PublishedResult | None) -> dict[str, Any] | None:
+    if published is None:
+        return None
+    return {
+        "entry": published.entry,
+        "row": published.row,
+        "faa": published.faa,
+        "faa_std": published.faa_std,
+        "ff": published.ff,
+        "ff_std": published.ff_std,
+        "seeds": published.seeds,
+        "source": published.source,
+    }
+
+
 def report_dict(report: Report, *, task_il: bool = False) -> dict[str, Any]:
     """Everything in the report as strict-JSON-ready data (NaN -> None): the table layout, each
-    group's statistics (both settings, per-seed values, curves, mean matrices) and the problems.
-    ``setting`` records which of Class-IL/Task-IL the table shows."""
+    group's statistics (both settings, per-seed values, curves, mean matrices), its published
+    (Class-IL) cell where it matches one (else None), and the problems. ``setting`` records which
+    of Class-IL/Task-IL the table shows."""
     return {
         "setting": "task-il" if task_il else "class-il",
         "columns": [{"benchmark": c.benchmark, "buffer_size": c.buffer_size} for c in report.columns],
@@ -809,6 +881,7 @@ def report_dict(report: Report, *, task_il: bool = False) -> dict[str, Any]:
                 "runs": list(g.paths),
                 "class_il": _mode_dict(g.class_il),
                 "task_il": _mode_dict(g.task_il),
+                "published": _published_dict(report.published_for(g)),
             }
             for g in report.groups
         ],

@@ -1,0 +1,170 @@
+"""Published results shipped as data: ``presets/published.toml``, beside the presets.
+
+The file holds the X-DER paper's Table 1 (every row and column, JT and FT included) and the DER
+paper's Table 2 on Seq-CIFAR-10 (Class-IL FAA); its header comment gives the layout::
+
+    [sources.x-der]
+    paper = "X-DER paper (Boschini et al., ...)"
+    table = "Table 1"                       # seeds = N where the paper states its run count
+
+    [seq-cifar100]
+    source = "x-der"
+    sgd = { row = "FT (lower bound)", faa = 9.43, ff = 89.82 }         # no buffer: every column
+
+    [seq-cifar100.m500]
+    xder-rpc = { row = "X-DER w/ RPC future heads", method = "xder", faa = 48.53, ff = 26.94 }
+
+Each entry becomes an :class:`xder_eval.PublishedResult`. ``xder-run experiment table`` trains
+a benchmark's table at one buffer size and sets it beside these; ``xder-run report`` shows the
+published value beside each group of runs that matches an entry.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from importlib import resources
+from typing import Any
+
+from xder_cli.errors import UsageError
+from xder_eval import PublishedResult
+
+__all__ = [
+    "PUBLISHED_FILE",
+    "XDER_TABLE",
+    "published_benchmarks",
+    "published_buffer_sizes",
+    "published_results",
+    "published_table",
+    "xder_table_methods",
+]
+
+PUBLISHED_FILE = "published.toml"
+XDER_TABLE = "x-der"
+"""The source of the X-DER paper's Table 1: its methods make the table of a benchmark that has no
+published results (:func:`xder_table_methods`)."""
+
+_SOURCE_KEYS = {"paper", "table", "seeds"}
+_ENTRY_KEYS = {"row", "method", "faa", "ff", "faa_std", "ff_std", "seeds", "source"}
+
+
+def _number(value: Any, where: str, *, optional: bool = True) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{PUBLISHED_FILE}: {where} must be a number, got {value!r}")
+    return float(value)
+
+
+def _seeds(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{PUBLISHED_FILE}: {where}.seeds must be a positive integer, got {value!r}")
+    return value
+
+
+def _parse(data: dict[str, Any]) -> tuple[dict[str, tuple[str, int | None]], tuple[PublishedResult, ...]]:
+    """The sources (name -> (text, seeds)) and every entry, in file order; raises ValueError on a
+    malformed file (shipped data: a bug, caught by the tests)."""
+    sources: dict[str, tuple[str, int | None]] = {}
+    for name, raw in data.get("sources", {}).items():
+        unknown = set(raw) - _SOURCE_KEYS
+        if unknown or not {"paper", "table"} <= set(raw):
+            raise ValueError(f"{PUBLISHED_FILE}: sources.{name} needs paper and table (and at most seeds)")
+        sources[name] = (f"{raw['paper']}, {raw['table']}", _seeds(raw.get("seeds"), f"sources.{name}"))
+
+    results: list[PublishedResult] = []
+
+    def entry(benchmark: str, buffer_size: int | None, name: str, raw: Any, default_source: str) -> None:
+        where = f"{benchmark}" + (f".m{buffer_size}" if buffer_size is not None else "") + f".{name}"
+        if not isinstance(raw, dict) or set(raw) - _ENTRY_KEYS or "faa" not in raw:
+            keys = ", ".join(sorted(_ENTRY_KEYS))
+            raise ValueError(f"{PUBLISHED_FILE}: {where} must be a table with faa and keys among {keys}")
+        source = raw.get("source", default_source)
+        if source not in sources:
+            raise ValueError(f"{PUBLISHED_FILE}: {where} names no known source ({source!r})")
+        text, seeds = sources[source]
+        results.append(
+            PublishedResult(
+                benchmark=benchmark,
+                buffer_size=buffer_size,
+                entry=name,
+                method=str(raw.get("method", name)),
+                faa=float(_number(raw["faa"], f"{where}.faa", optional=False)),  # type: ignore[arg-type]
+                ff=_number(raw.get("ff"), f"{where}.ff"),
+                faa_std=_number(raw.get("faa_std"), f"{where}.faa_std"),
+                ff_std=_number(raw.get("ff_std"), f"{where}.ff_std"),
+                seeds=_seeds(raw.get("seeds"), where) or seeds,
+                source=text,
+                row=str(raw.get("row", name)),
+            )
+        )
+
+    for benchmark, table in data.items():
+        if benchmark == "sources":
+            continue
+        source = table.get("source")
+        if not isinstance(source, str):
+            raise ValueError(f"{PUBLISHED_FILE}: [{benchmark}] needs a source")
+        for key, raw in table.items():
+            if key == "source":
+                continue
+            if key.startswith("m") and key[1:].isdigit():
+                for name, values in raw.items():
+                    entry(benchmark, int(key[1:]), name, values, source)
+            else:
+                entry(benchmark, None, key, raw, source)
+    return sources, tuple(results)
+
+
+@functools.cache
+def _load() -> tuple[dict[str, tuple[str, int | None]], tuple[PublishedResult, ...]]:
+    return _parse(tomllib.loads((resources.files("xder_cli") / "presets" / PUBLISHED_FILE).read_text()))
+
+
+def published_results() -> tuple[PublishedResult, ...]:
+    """Every published entry, in the file's order (per benchmark: the buffer-less rows, then
+    each buffer size's rows, in the papers' row order)."""
+    return _load()[1]
+
+
+def published_benchmarks() -> list[str]:
+    """The benchmarks that have published results."""
+    return list(dict.fromkeys(p.benchmark for p in published_results()))
+
+
+def published_buffer_sizes(benchmark: str) -> list[int]:
+    """The buffer sizes at which ``benchmark`` has a published table (ascending)."""
+    return sorted({p.buffer_size for p in published_results() if p.benchmark == benchmark} - {None})
+
+
+def published_table(benchmark: str, buffer_size: int) -> list[PublishedResult]:
+    """The rows of ``benchmark``'s published table at ``buffer_size``: the buffer-less entries and
+    those of that buffer size, in the paper's row order; ``[]`` for a benchmark with no published
+    results at all.
+
+    Raises:
+        UsageError: the benchmark has published tables, but none at ``buffer_size``.
+    """
+    if benchmark not in published_benchmarks():
+        return []
+    sizes = published_buffer_sizes(benchmark)
+    if buffer_size not in sizes:
+        raise UsageError(
+            f"{benchmark} has no published table at buffer size {buffer_size}: the published ones are at "
+            f"{', '.join(map(str, sizes))}; pick one with --buffer-size"
+        )
+    rows = published_results()
+    return [p for p in rows if p.benchmark == benchmark and p.buffer_size in (None, buffer_size)]
+
+
+def xder_table_methods() -> tuple[str, ...]:
+    """The methods of the X-DER paper's Table 1 rows, in its order, each once (its X-DER variants
+    are entries of ``xder``): the table trained on a benchmark without published results."""
+    from xder_methods import list_methods
+
+    text = _load()[0][XDER_TABLE][0]
+    registered = set(list_methods())
+    methods = [p.method for p in published_results() if p.source == text and p.method in registered]
+    return tuple(dict.fromkeys(methods))

@@ -1,0 +1,151 @@
+"""The published results shipped beside the presets: every entry names a registered method and an
+existing preset entry, the X-DER paper's Table 1 is there whole, the DER paper's Seq-CIFAR-10
+figures are the issue's, and the lookups the table experiment makes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from xder_cli.errors import UsageError
+from xder_cli.experiment import table_entries
+from xder_cli.presets import default_preset, list_presets, preset_entries, preset_entry
+from xder_cli.published import (
+    published_benchmarks,
+    published_buffer_sizes,
+    published_results,
+    published_table,
+    xder_table_methods,
+)
+from xder_methods import list_methods, method_config_class
+
+XDER_SOURCE = (
+    "X-DER paper (Boschini et al., Class-Incremental Continual Learning into the eXtended DER-verse, "
+    "TPAMI 2022), Table 1"
+)
+XDER_COLUMNS = [("seq-cifar100", 500), ("seq-cifar100", 2000), ("seq-miniimg", 2000)]
+XDER_COLUMNS += [("seq-miniimg", 5000), ("seq-ntu60", 500)]
+
+
+def _keeps_a_buffer(method: str) -> bool:
+    return "buffer_size" in {f.name for f in dataclasses.fields(method_config_class(method))}
+
+
+@pytest.mark.parametrize(
+    "cell", published_results(), ids=lambda p: f"{p.benchmark}:{p.buffer_size}:{p.entry}"
+)
+def test_every_entry_names_a_registered_method_and_an_existing_preset_entry(cell) -> None:
+    assert cell.method in list_methods()
+    assert _keeps_a_buffer(cell.method) is (cell.buffer_size is not None)
+    if cell.method == "joint":
+        # JT: neither paper lists hyperparameters for it (no preset entry), so it runs on the
+        # benchmark's protocol and the method's defaults: the built-in preset none.
+        for preset in ("paper", "tuned"):
+            assert not [
+                e for e in preset_entries(preset) if e.benchmark == cell.benchmark and e.method == "joint"
+            ]
+        assert default_preset(cell.benchmark, "joint", None) == "none"
+        return
+    entry = preset_entry("paper", cell.benchmark, cell.buffer_size, cell.entry, method=cell.method)
+    assert (entry.name, entry.method) == (cell.entry, cell.method)
+    if cell.entry == cell.method:  # a method's own entry is also its default preset
+        assert default_preset(cell.benchmark, cell.method, cell.buffer_size) == "paper"
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "buffer_size"),
+    [(b, m) for b in published_benchmarks() for m in published_buffer_sizes(b)],
+)
+def test_the_table_experiment_resolves_every_published_table(benchmark: str, buffer_size: int) -> None:
+    entries = table_entries(benchmark, buffer_size)
+    assert [e.name for e in entries] == [p.entry for p in published_table(benchmark, buffer_size)]
+    for e in entries:
+        assert e.published is not None
+        assert e.preset == (None if e.name == e.method else f"paper:{e.name}")
+        assert e.buffered is (e.published.buffer_size is not None)
+
+
+def test_the_x_der_table_is_there_whole() -> None:
+    cells = {(p.benchmark, p.buffer_size, p.entry): p for p in published_results() if p.source == XDER_SOURCE}
+    assert len(cells) == 3 * 3 + 14 * 5  # JT, FT, LwF.MC per benchmark; 14 rows in 5 columns
+    for benchmark, buffer_size in XDER_COLUMNS:
+        rows = {entry for (b, m, entry) in cells if (b, m) == (benchmark, buffer_size)}
+        paper = {
+            e.name
+            for e in preset_entries("paper")
+            if (e.benchmark, e.buffer_size) == (benchmark, buffer_size)
+        }
+        assert rows == paper, (benchmark, buffer_size)  # the preset holds every buffered row's values
+    for benchmark in ("seq-cifar100", "seq-miniimg", "seq-ntu60"):
+        assert {entry for (b, m, entry) in cells if b == benchmark and m is None} == {
+            "joint",
+            "sgd",
+            "lwf_mc",
+        }
+    # Cells read off the paper's Table 1 by hand.
+    assert (cells["seq-cifar100", 500, "xder"].faa, cells["seq-cifar100", 500, "xder"].ff) == (49.93, 19.90)
+    assert (cells["seq-miniimg", 5000, "xder-rpc"].faa, cells["seq-miniimg", 5000, "xder-rpc"].ff) == (
+        29.91,
+        28.29,
+    )
+    assert cells["seq-miniimg", 5000, "xder-rpc"].row == "X-DER w/ RPC future heads"
+    assert cells["seq-miniimg", 5000, "xder-rpc"].method == "xder"
+    assert (cells["seq-ntu60", 500, "lucir"].faa, cells["seq-ntu60", 500, "lucir"].ff) == (58.06, 32.58)
+    assert (cells["seq-ntu60", None, "sgd"].faa, cells["seq-ntu60", None, "sgd"].ff) == (15.74, 92.85)
+    assert (cells["seq-miniimg", None, "joint"].faa, cells["seq-miniimg", None, "joint"].ff) == (53.55, None)
+    assert cells["seq-cifar100", 2000, "gdumb"].ff is None  # the paper's "-"
+    assert cells["seq-cifar100", 2000, "xder-no-memory-update"].ff == 9.24
+    # The paper gives no standard deviation and does not say how many runs it averages.
+    assert all(p.faa_std is None and p.ff_std is None and p.seeds is None for p in cells.values())
+
+
+def test_the_der_paper_seq_cifar10_figures_are_the_issues() -> None:
+    der = {(p.buffer_size, p.entry): p for p in published_results() if p.benchmark == "seq-cifar10"}
+    assert {key: p.faa for key, p in der.items()} == {
+        (None, "joint"): 92.20,
+        (None, "sgd"): 19.62,
+        (200, "er"): 44.79,
+        (200, "der"): 61.93,
+        (200, "derpp"): 64.88,
+        (200, "icarl"): 49.02,
+        (500, "er"): 57.74,
+        (500, "der"): 70.51,
+        (500, "derpp"): 72.70,
+        (500, "icarl"): 47.55,
+        (5120, "er"): 82.47,
+        (5120, "der"): 83.81,
+        (5120, "derpp"): 85.24,
+    }
+    assert all(p.ff is None and p.faa_std is None and p.seeds is None for p in der.values())
+    assert {p.source for p in der.values()} == {
+        "DER paper (Buzzega et al., Dark Experience for General Continual Learning: a Strong, Simple "
+        "Baseline, NeurIPS 2020), Table 2, Seq-CIFAR-10 Class-IL"
+    }
+
+
+def test_lookups() -> None:
+    assert published_benchmarks() == ["seq-cifar100", "seq-miniimg", "seq-ntu60", "seq-cifar10"]
+    assert published_buffer_sizes("seq-cifar10") == [200, 500, 5120]
+    assert [p.entry for p in published_table("seq-cifar10", 5120)] == ["joint", "sgd", "er", "der", "derpp"]
+    assert published_table("seq-digits", 200) == []
+    with pytest.raises(
+        UsageError, match="no published table at buffer size 300: the published ones are at 200"
+    ):
+        published_table("seq-cifar10", 300)
+    assert xder_table_methods() == (
+        "joint",
+        "sgd",
+        "lwf_mc",
+        "er",
+        "gdumb",
+        "er_ace",
+        "rpc",
+        "bic",
+        "icarl",
+        "lucir",
+        "der",
+        "derpp",
+        "xder",
+    )
+    assert "published" not in list_presets()  # published.toml sits beside the presets, not among them
