@@ -1215,7 +1215,7 @@ def plot_table(summary: dict[str, Any], path: Path) -> None:
         ax.grid(alpha=0.3)
     title = f"{where}: ours against published"
     if summary["mode"] == "orientation":
-        title += f" (protocol {summary['protocol']}: for orientation only)"
+        title += f"\n(protocol {summary['protocol']}: published values for orientation only)"
     fig.suptitle(title, fontsize="medium")
     fig.savefig(path)
 
