@@ -500,7 +500,7 @@ def test_table_on_another_protocol_is_for_orientation_only(tmp_path: Path, capsy
     assert table.startswith("# Table: seq-cifar10, protocol laptop (a quick table), buffer 200\n")
     assert "shown for orientation only" in table
     assert "| method | preset | FAA | FAA published | FF | FF published | n |" in table
-    assert "| er | none | 40.00 | 44.79 | 30.00 | - | 1/1 |" in table
+    assert "| er | tuned | 40.00 | 44.79 | 30.00 | - | 1/1 |" in table  # the laptop entry of tuned.toml
     assert "Δ" not in table
     assert {r["mode"] for r in csv.DictReader(io.StringIO((out / "table.csv").read_text()))} == {
         "orientation"

@@ -197,7 +197,7 @@ def test_the_published_value_stands_beside_matching_groups(tmp_path: Path, capsy
     assert "| derpp | paper |  | 32.00 ± 1.41 (51.00 ± 1.41) n=2; published 38.25 (50.54) |" in table
     assert "| xder | paper:xder-rpc |  | 49.00 (20.00) n=1; published 48.53 (26.94) |" in table
     assert "| sgd | paper |  | 10.00 (90.00) n=1; published 9.43 (89.82) |" in table
-    assert "| derpp | none | 50.00 (50.00) n=1 |  |" in table  # seq-cifar10 (laptop) m200
+    assert "| derpp | tuned | 50.00 (50.00) n=1 |  |" in table  # seq-cifar10 (laptop) m200
     assert "Published (the paper protocol, Class-IL): X-DER paper (Boschini et al." in table
     groups = {
         (g["benchmark"], g["method"]): g for g in json.loads((out / "report.json").read_text())["groups"]
