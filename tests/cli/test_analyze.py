@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,18 +21,69 @@ TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
 FAST = ["--buffer-epochs", "2", "--max-items", "40"]
 
 
-@pytest.fixture(scope="module")
-def derpp_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("runs")
+def _train(out: Path, *extra: str) -> Path:
     assert (
-        main(["train", "--method", "derpp", "--out", str(out), *TINY, "--set", "train.record_every=2"]) == 0
+        main(["train", "--method", "derpp", "--out", str(out), *TINY, "--set", "run.threads=1", *extra]) == 0
     )
     (run,) = [p for p in out.iterdir() if p.is_dir()]
     return run
 
 
+@pytest.fixture(scope="module")
+def derpp_run(tmp_path_factory) -> Path:
+    return _train(tmp_path_factory.mktemp("runs"), "--record-analyses", "--set", "train.record_every=2")
+
+
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory) -> Path:
+    """The same run trained as by default: no training analyses recorded."""
+    return _train(tmp_path_factory.mktemp("plain"), "--set", "train.record_every=2")
+
+
+def _events(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+
+
+def test_a_default_run_records_no_training_analyses(plain_run: Path) -> None:
+    events = _events(plain_run)
+    analysis = [e for e in events if e["event"] == "analysis"]
+    assert [sorted(e) for e in analysis] == [["event", "peak_memory_mb", "task"]] * 5
+    assert all(e["grad_norms"] == {} for e in events if e["event"] == "epoch")
+    assert tomllib.loads((plain_run / "config.toml").read_text())["run"]["record_analyses"] is False
+
+
+def test_recording_the_analyses_changes_no_result(derpp_run: Path, plain_run: Path) -> None:
+    recorded, plain = (json.loads((r / "results.json").read_text()) for r in (derpp_run, plain_run))
+    for key in ("accuracy_matrix", "task_il_accuracy_matrix", "faa", "ff"):
+        assert recorded[key] == plain[key], key
+    assert recorded["environment"]["threads"] == plain["environment"]["threads"] == [1]
+    with_norms = [e for e in _events(derpp_run) if e["event"] == "epoch"]
+    assert all(e["grad_norms"] for e in with_norms)  # the probes ran, and moved nothing
+
+
+def test_analyze_of_a_run_without_records_names_the_setting(plain_run: Path, capsys) -> None:
+    for only in ("future_fewshot_auc", "grad_norms,ece"):
+        assert main(["analyze", str(plain_run), "--only", only]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"xder-run analyze: error: {plain_run} was trained without recording what ")
+        assert line.endswith("train it with --record-analyses (run.record_analyses = true)")
+        assert not (plain_run / "analysis").exists()
+    # Asked for everything, it gives what it can and says, for each of the two, what is missing.
+    assert main(["analyze", str(plain_run), "--only", "ece,head_bias,resources", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["analyze", str(plain_run), *FAST]) == 0
+    out = capsys.readouterr().out
+    hint = (
+        "skipped (not recorded while training: train it with --record-analyses (run.record_analyses = true))"
+    )
+    assert f"grad_norms: {hint}" in out
+    assert f"future_fewshot_auc: {hint}" in out
+    assert "resources: " in out
+    assert "peak memory" in out.split("resources: ")[1].splitlines()[0]
+
+
 def test_training_records_what_analyze_needs(derpp_run: Path) -> None:
-    events = [json.loads(line) for line in (derpp_run / "events.jsonl").read_text().splitlines()]
+    events = _events(derpp_run)
     analysis = [e for e in events if e["event"] == "analysis"]
     assert [e["task"] for e in analysis] == [0, 1, 2, 3, 4]
     assert [sorted(e["fewshot"]["auc"]) for e in analysis[:2]] == [["1", "2", "3", "4"], ["2", "3", "4"]]

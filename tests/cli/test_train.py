@@ -167,7 +167,7 @@ def fill_the_disk_at(monkeypatch, name: str, occurrence: int) -> dict[str, bytes
     [
         ("checkpoint.pt", 3, "checkpoint.pt"),  # task 1's epoch
         ("results.json", 2, "results.json"),  # task 1's end
-        ("events.jsonl", 6, "events.jsonl"),  # task 1's epoch (1: the truncation at the start)
+        ("events.jsonl", 7, "events.jsonl"),  # task 1's epoch (1: the truncation, 3: the threads)
         ("accuracy.png", 1, "plots/accuracy.png"),  # the run's end: results.json is not yet complete
     ],
 )

@@ -2,10 +2,13 @@
 
 Two kinds of analysis:
 
-* recorded while training (every run, cheaply): gradient norms of stream vs replay data at
-  sampled steps (``train.record_every``), Class-IL mistakes by head after every task, and, at
-  every task end, the few-shot transfer of the future heads, the mean stored logits per class and
-  the peak memory (:func:`task_end_analysis`, written to ``events.jsonl``);
+* recorded while training: by every run, the Class-IL mistakes by head after every task and the
+  peak memory; by a run trained with ``run.record_analyses`` (``xder-run train
+  --record-analyses``) also the gradient norms of stream vs replay data at sampled steps
+  (``train.record_every``) and, at every task end, the few-shot transfer of the future heads and
+  the mean stored logits per class (:func:`task_end_analysis`, written to ``events.jsonl``).
+  Those cost a few percent of a run, so they are off by default: :data:`RECORDED` names the
+  analyses that need them;
 * computed from the final checkpoint: calibration, secondary information, flatness, Fisher trace,
   buffer informativeness, Grad-CAM pointing (where the benchmark has masks) and secondary targets
   (where COCO-stitched data are prepared).
@@ -29,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from xder_cli import rundir
+from xder_cli.cpushare import ThreadPolicy
 from xder_cli.errors import UsageError
 from xder_data import Benchmark, load_benchmark
 from xder_eval import (
@@ -70,6 +74,9 @@ ANALYSES = (
     "pointing",
     "secondary_targets",
 )
+RECORDED = ("grad_norms", "future_fewshot_auc")
+"""Analyses that read what only a run trained with ``run.record_analyses`` records."""
+RECORD_HINT = "train it with --record-analyses (run.record_analyses = true)"
 FLATNESS_SIGMAS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1)
 FEWSHOT_POOL = max(DEFAULT_SHOTS)  # training examples kept per class for the shots
 
@@ -111,18 +118,25 @@ def _fewshot_pool(labels: Tensor, start: int, end: int, per_class: int, seed: in
     return torch.from_numpy(np.sort(np.concatenate(rows))).to(labels.device)
 
 
-def task_end_analysis(loop: Loop) -> dict[str, Any]:
+def task_end_analysis(loop: Loop, *, full: bool = True) -> dict[str, Any]:
     """What a run records after each task for later analysis (``events.jsonl`` ``analysis``).
 
-    * ``fewshot``: for every unseen task u > t, the 1-NN accuracy (%) on u's test set of the
-      features given by u's own (future) head, fitted on 1..50 training examples per class
-      (X-DER Sec. 6.3, Fig. "fewshot"), its AUC, and their mean ``auc_mean`` (AUC_t);
-    * ``buffer_class_logits``: mean stored logit vector per class (Fig. "derpplogits");
-    * ``peak_memory_mb``: peak memory since the previous record.
+    * ``peak_memory_mb``: peak memory since the previous record (always: it costs nothing);
+    * with ``full`` (``run.record_analyses``):
+
+      * ``fewshot``: for every unseen task u > t, the 1-NN accuracy (%) on u's test set of the
+        features given by u's own (future) head, fitted on 1..50 training examples per class
+        (X-DER Sec. 6.3, Fig. "fewshot"), its AUC, and their mean ``auc_mean`` (AUC_t);
+      * ``buffer_class_logits``: mean stored logit vector per class (Fig. "derpplogits");
+      * ``seconds``: what recording them took.
     """
     method, stream = loop.method, loop.stream
     t = loop.task - 1  # the task just finished
     record: dict[str, Any] = {"event": "analysis", "task": t}
+    if not full:
+        record["peak_memory_mb"] = _peak_memory_mb(next(method.parameters()).device)
+        return record
+    started = time.perf_counter()
     was_training = method.training
     method.train(False)
     if t < loop.n_tasks - 1:
@@ -154,6 +168,7 @@ def task_end_analysis(loop: Loop) -> dict[str, Any]:
         )
     record["peak_memory_mb"] = _peak_memory_mb(next(method.parameters()).device)
     method.train(was_training)
+    record["seconds"] = time.perf_counter() - started
     return record
 
 
@@ -654,12 +669,37 @@ def command_analyze(args: Any) -> int:
             raise UsageError(f"unknown analysis {unknown[0]!r}: choose from {', '.join(ANALYSES)}")
     run_dir = rundir.check_run_dir(Path(args.run_dir), flag=None)
     # A writer of the run directory: one at a time, never beside a training run (rundir.lock_run_dir).
-    with rundir.lock_run_dir(run_dir, then=f"run xder-run analyze {run_dir} again"):
+    with (
+        rundir.lock_run_dir(run_dir, then=f"run xder-run analyze {run_dir} again"),
+        ThreadPolicy(),  # some analyses train networks: a fair share of the cores, as a run takes
+    ):
         _analyze(run_dir, names, args)
     return 0
 
 
+def has_training_records(run_dir: Path) -> bool:
+    """Whether ``run_dir`` was trained recording the analyses of :data:`RECORDED`: its config says
+    so, or its events hold them (runs made before recording became optional always did)."""
+    try:
+        if rundir.read_config(run_dir / rundir.CONFIG).get("run", {}).get("record_analyses"):
+            return True
+        lines = (run_dir / rundir.EVENTS).read_text().splitlines()
+    except (OSError, UsageError):
+        return False
+    for line in lines:
+        event = json.loads(line) if line.strip() else {}
+        if event.get("grad_norms") or "fewshot" in event or "buffer_class_logits" in event:
+            return True
+    return False
+
+
 def _analyze(run_dir: Path, names: list[str], args: Any) -> None:
+    unrecorded = [] if has_training_records(run_dir) else [n for n in names if n in RECORDED]
+    if unrecorded and args.only:
+        raise UsageError(
+            f"{run_dir} was trained without recording what {', '.join(unrecorded)} "
+            f"{'reads' if len(unrecorded) == 1 else 'read'}: {RECORD_HINT}"
+        )
     run = load_trained_run(run_dir, device=args.device, data_root=args.data_root)
     out = run.run_dir / "analysis"
     out.mkdir(exist_ok=True)
@@ -674,6 +714,8 @@ def _analyze(run_dir: Path, names: list[str], args: Any) -> None:
     for name in names:
         started = time.perf_counter()
         try:
+            if name in unrecorded:
+                raise _Skip(f"not recorded while training: {RECORD_HINT}")
             value = RUNNERS[name](run, out, args)
         except _Skip as skip:
             report["skipped"][name] = str(skip)

@@ -66,6 +66,17 @@ class RunSettings:
         loggers: experiment trackers the run also logs to (``tensorboard``, ``wandb``), under
             the run directory; ``events.jsonl`` stays the record. They observe the run and do
             not configure it: reports and experiments never compare them.
+        threads: CPU threads of the run's kernels. 0 (default): a fair share of this machine's
+            cores among the training runs on it (all of them alone, ``cores // n`` beside n-1
+            others, followed as runs start and end: :mod:`xder_cli.cpushare`), unless
+            ``OMP_NUM_THREADS`` fixes it. A count fixes it. CPU results depend on the count
+            (``results.json`` ``environment.threads`` lists those used): fix it for numbers that
+            repeat whatever else the machine runs. Not compared by reports and experiments.
+        record_analyses: also record, while training, what ``xder-run analyze``'s
+            ``grad_norms`` and ``future_fewshot_auc`` read: stream and buffer gradient norms every
+            ``train.record_every`` steps, and after every task the few-shot curves of the future
+            heads and the buffer's mean logits per class. Off by default: they cost a few percent
+            of a run (README, "Performance") and change none of its results.
     """
 
     method: str
@@ -79,12 +90,16 @@ class RunSettings:
     validation: float = 0.0
     data_device: Literal["auto", "device", "host"] = "auto"
     loggers: list[Literal["tensorboard", "wandb"]] = dataclasses.field(default_factory=list)
+    threads: int = 0
+    record_analyses: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.validation < 1.0:
             raise UsageError(f"run.validation must be in [0, 1), got {self.validation}")
         if len(set(self.loggers)) != len(self.loggers):
             raise UsageError(f"run.loggers names a logger twice: {self.loggers}")
+        if self.threads < 0:
+            raise UsageError(f"run.threads must be >= 0 (0: a fair share of the cores), got {self.threads}")
 
 
 def parse_assignment(text: str) -> tuple[str, str, Any]:

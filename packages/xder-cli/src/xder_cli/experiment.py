@@ -478,11 +478,17 @@ def plan_table(
 # Running
 
 
+OBSERVING_KEYS = frozenset({"run.loggers", "run.threads", "run.record_analyses"})
+"""Settings that observe a run (trackers, recorded analyses) or place it (threads) without changing
+what it trains: an earlier invocation's run may differ in them."""
+
+
 def _normalised(config: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """A configuration as its config.toml reads back (no None values, lists for tuples), less what
-    observes the run rather than configures it (``run.loggers``) and empty sections."""
+    observes the run or places it rather than configures it (:data:`OBSERVING_KEYS`) and empty
+    sections."""
     body = {
-        s: {k: v for k, v in values.items() if v is not None and (s, k) != ("run", "loggers")}
+        s: {k: v for k, v in values.items() if v is not None and f"{s}.{k}" not in OBSERVING_KEYS}
         for s, values in config.items()
     }
     return json.loads(json.dumps({s: values for s, values in body.items() if values}))

@@ -104,7 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
             "after each task. The run directory OUT/<date>-<method>-<benchmark>-m<buffer>-s<seed>/ "
             "receives config.toml, events.jsonl, results.json, checkpoint.pt and plots/; one process at a "
             "time writes it (RUN_DIR/.lock). "
-            "Settings layer as: method defaults < benchmark protocol < preset < flags < --set."
+            "Settings layer as: method defaults < benchmark protocol < preset < flags < --set. "
+            "On a CPU the run takes a fair share of the cores among the xder-run trainings of the "
+            "machine (all of them alone), followed as others start and end; --set run.threads=N or "
+            "OMP_NUM_THREADS fixes the count."
         ),
     )
     train.add_argument(
@@ -168,6 +171,14 @@ def build_parser() -> argparse.ArgumentParser:
         "for this benchmark, protocol, buffer size and method, else none)",
     )
     _add_logger_argument(train, "the run")
+    train.add_argument(
+        "--record-analyses",
+        action="store_const",
+        const=True,
+        help="also record what xder-run analyze's grad_norms and future_fewshot_auc read (gradient norms, "
+        "few-shot curves of the future heads, buffer logits per task): a few percent of the run's time; "
+        "results unchanged (run.record_analyses)",
+    )
     train.add_argument(
         "--resume",
         metavar="RUN_DIR",
@@ -353,6 +364,17 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--compile", action="store_true", help="nn.Module.compile the backbone")
     bench.add_argument("--no-epoch", dest="epoch", action="store_false", help="skip the synthetic epoch")
     bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    bench.add_argument(
+        "--concurrent",
+        metavar="N,N",
+        help="instead: the fair-share benchmark. Each method's timed steps run in one xder-run process "
+        "alone, then in N processes at once (each taking its threads as a training run does); reports "
+        "the ratio of N at once to N x alone (target <= 1.25), e.g. --concurrent 2 or 2,4",
+    )
+    bench.add_argument(
+        "--rounds", type=int, default=3, metavar="R", help="--concurrent: rounds, medians taken (3)"
+    )
+    bench.add_argument("--start-after", help=argparse.SUPPRESS)  # a --concurrent child's start signal
     _add_plugin_argument(bench)
     bench.set_defaults(handler="bench")
 
@@ -393,14 +415,17 @@ def _add_report_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _add_analyze_parser(commands: argparse._SubParsersAction) -> None:
-    from xder_cli.analyze import ANALYSES
+    from xder_cli.analyze import ANALYSES, RECORDED
 
     analyze = commands.add_parser(
         "analyze",
         help="the paper's analyses of a trained run, into RUN_DIR/analysis/",
         description="Analyses of a trained run (X-DER paper Sec. 6): "
         + ", ".join(ANALYSES)
-        + ". Those that do not apply (no super-classes, no masks, no buffer...) are skipped with the reason. "
+        + ". Those that do not apply (no super-classes, no masks, no buffer...) are skipped with the reason; "
+        + " and ".join(RECORDED)
+        + " need a run trained with --record-analyses (asked for with --only on a run without, they are "
+        "an error). "
         "Results: RUN_DIR/analysis/analysis.json and PNG plots. Refused while another process writes "
         "RUN_DIR (a training run).",
     )

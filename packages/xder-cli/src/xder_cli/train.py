@@ -21,6 +21,7 @@ from tqdm import tqdm
 from xder_cli import rundir
 from xder_cli.analyze import task_end_analysis
 from xder_cli.config import SECTIONS, RunSettings, benchmark_settings, validate_section
+from xder_cli.cpushare import ThreadPolicy
 from xder_cli.data import progress_bar
 from xder_cli.errors import UsageError
 from xder_cli.presets import default_preset, preset_values
@@ -317,12 +318,16 @@ class RunRecorder(Callback):
         device: torch.device,
         events: rundir.EventLog,
         elapsed_before: float,
+        threads: ThreadPolicy | None = None,
+        threads_before: list[int] | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.plan = plan
         self.device = device
         self.events = events
         self.elapsed_before = elapsed_before
+        self.threads = threads
+        self.threads_before = list(threads_before or [])
         self.started = time.perf_counter()
         self.results: dict[str, Any] = {}
 
@@ -336,9 +341,21 @@ class RunRecorder(Callback):
         with self._writing(self.events.path):
             self.events.append(event)
 
+    def threads_used(self) -> list[int]:
+        """Every CPU thread count the run trained with, before a resume and since."""
+        used = list(self.threads_before)
+        for count in self.threads.used if self.threads is not None else []:
+            if count not in used:
+                used.append(count)
+        return used
+
     def checkpoint(self, loop: Loop) -> None:
         state = loop.snapshot()
-        state["run"] = {"events": self.events.count, "elapsed_s": self.elapsed()}
+        state["run"] = {
+            "events": self.events.count,
+            "elapsed_s": self.elapsed(),
+            "threads": self.threads_used(),
+        }
         path = self.run_dir / rundir.CHECKPOINT
         with self._writing(path):
             rundir.save_checkpoint(path, state)
@@ -356,6 +373,7 @@ class RunRecorder(Callback):
             "wall_time_s": self.elapsed(),
             "environment": {
                 "device": str(self.device),
+                "threads": self.threads_used(),
                 "torch": torch.__version__,
                 "python": platform.python_version(),
             },
@@ -383,7 +401,7 @@ class RunRecorder(Callback):
         self.checkpoint(loop)
 
     def on_task_end(self, loop: Loop, record: TaskRecord) -> None:
-        self.log(task_end_analysis(loop))
+        self.log(task_end_analysis(loop, full=self.plan.settings.record_analyses))
         self.log({"event": "task", **dataclasses.asdict(record)})
         self.write_results(loop, complete=False)
         self.checkpoint(loop)
@@ -419,6 +437,33 @@ class RunRecorder(Callback):
             )
         self.log({"event": "end", "wall_time_s": self.elapsed()})
         self.write_results(loop, complete=True)
+
+
+class ThreadShare(Callback):
+    """Keeps a fair-share run's CPU thread count current (:class:`ThreadPolicy`), between steps,
+    and logs each change to ``events.jsonl`` (``{"event": "threads", ...}``)."""
+
+    def __init__(self, policy: ThreadPolicy, log: Callable[[dict[str, Any]], None]) -> None:
+        self.policy = policy
+        self.log = log
+
+    def on_fit_start(self, loop: Loop) -> None:
+        self.log(
+            {
+                "event": "threads",
+                "task": loop.task,
+                "epoch": loop.epoch,
+                "threads": torch.get_num_threads(),
+                "auto": self.policy.auto,
+            }
+        )
+
+    def on_step(self, loop: Loop) -> None:
+        changed = self.policy.poll()
+        if changed is not None:
+            self.log(
+                {"event": "threads", "task": loop.task, "epoch": loop.epoch, "threads": changed, "auto": True}
+            )
 
 
 class Progress(Callback):
@@ -497,7 +542,22 @@ def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[
     events = rundir.EventLog(run_dir / rundir.EVENTS)
     with rundir.write_errors(events.path, then=_resume_hint(run_dir)):
         events.truncate(int(state["run"]["events"]) if state is not None else 0)
-    recorder = RunRecorder(run_dir, plan, device, events, elapsed)
+    with ThreadPolicy(settings.threads) as threads:
+        before = [] if state is None else list(state.get("run", {}).get("threads", []))
+        recorder = RunRecorder(run_dir, plan, device, events, elapsed, threads, before)
+        return _record_run(plan, run_dir, device, state, recorder, ThreadShare(threads, recorder.log))
+
+
+def _record_run(
+    plan: RunPlan,
+    run_dir: Path,
+    device: torch.device,
+    state: dict[str, Any] | None,
+    recorder: RunRecorder,
+    share: ThreadShare,
+) -> dict[str, Any]:
+    settings = plan.settings
+    checkpoint = run_dir / rundir.CHECKPOINT
     trackers = start_loggers(
         settings.loggers,
         run_dir,
@@ -512,7 +572,7 @@ def run_training(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[
     try:
         # The recorder checkpoints first (and writes the results the trackers read at the end);
         # the trackers log an epoch or task right after its checkpoint, before anything else.
-        _train(plan, device, state, [recorder, *trackers, Progress()])
+        _train(plan, device, state, [recorder, *trackers, Progress(), share])
         failed = False
     except NonFiniteLossError as error:
         if checkpoint.exists():
@@ -571,7 +631,11 @@ def _train(
         config=plan.method_config,
         generator=generator,
     )
-    fit(method, bench, plan.schedule, generator=generator, callbacks=callbacks, resume=state)
+    # The gradient-norm probes are analyses too: only when the run records them.
+    schedule = (
+        plan.schedule if settings.record_analyses else dataclasses.replace(plan.schedule, record_every=0)
+    )
+    fit(method, bench, schedule, generator=generator, callbacks=callbacks, resume=state)
 
 
 def print_summary(results: dict[str, Any], run_dir: Path) -> None:
@@ -626,6 +690,7 @@ def command_train(args: Any) -> int:
             "data_root": args.data_root,
             "validation": args.validation,
             "loggers": args.logger,
+            "record_analyses": args.record_analyses,
         }.items()
         if value is not None
     }
@@ -694,6 +759,7 @@ def _train_flags(args: Any) -> dict[str, Any]:
         "--device": args.device,
         "--validation": args.validation,
         "--logger": args.logger,
+        "--record-analyses": args.record_analyses,
         "--preset": args.preset,
         "--set": args.set or None,
         "--out": args.out_given,

@@ -90,11 +90,15 @@ RUN_IDENTITY_KEYS = frozenset(
         "run.protocol",
         "run.preset",
         "run.loggers",
+        "run.threads",
+        "run.record_analyses",
         "method.buffer_size",
     }
 )
 """Flattened ``config.toml`` keys never used to tell configurations apart (``run.loggers`` names
-the experiment trackers a run logged to: it observes the run, it does not configure it)."""
+the experiment trackers a run logged to, ``run.record_analyses`` what it recorded for later
+analyses: they observe the run, they do not configure it; ``run.threads`` is where it ran, like
+``run.device``)."""
 
 # Rows follow the paper's Table 1 (bounds, regularisation, replay, DER family); other methods
 # come after, alphabetically.
