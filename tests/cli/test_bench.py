@@ -9,6 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from xder_cli.bench import run_bench
+from xder_cli.bench_share import share_ratio
+from xder_cli.cpushare import machine_cores
 from xder_cli.main import main
 
 
@@ -35,7 +37,7 @@ def _args(**overrides) -> SimpleNamespace:
 
 def test_bench_reports_every_figure() -> None:
     payload = run_bench(_args())
-    assert set(payload) == {"device", "torch", "settings", "methods", "ratios"}
+    assert set(payload) == {"device", "threads", "torch", "settings", "methods", "ratios"}
     rows = {r["method"]: r for r in payload["methods"]}
     assert set(rows) == {"er", "derpp", "xder"}
     b = 8
@@ -93,4 +95,44 @@ def test_bench_mistakes_exit_2(argv, message, capsys) -> None:
     err = capsys.readouterr().err
     assert code == 2
     assert message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("group", "processes", "alone", "ratio"),
+    [(2.0, 2, 1.0, 1.0), (1.5, 2, 1.0, 0.75), (5.0, 2, 1.0, 2.5), (10.0, 4, 2.0, 1.25)],
+)
+def test_share_ratio(group: float, processes: int, alone: float, ratio: float) -> None:
+    assert share_ratio(group, processes, alone) == pytest.approx(ratio)
+
+
+def test_concurrent_bench_runs_processes_together(tmp_path: Path, capsys) -> None:
+    target = tmp_path / "share.json"
+    argv = ["bench", "--benchmark", "seq-digits", "--width", "4", "--batch-size", "8", "--buffer-size", "40"]
+    argv += ["--steps", "2", "--warmup", "1", "--device", "cpu", "--methods", "er", "--concurrent", "2"]
+    assert main([*argv, "--rounds", "1", "--json", str(target)]) == 0
+    out = capsys.readouterr().out
+    assert "ratio = N at once / (N x alone), target <= 1.25" in out
+    payload = json.loads(target.read_text())
+    (row,) = payload["groups"]
+    assert (row["method"], row["processes"]) == ("er", 2)
+    (alone,) = row["rounds"]["1"]
+    (together,) = row["rounds"]["2"]
+    assert len(alone["seconds"]) == 1
+    assert len(together["seconds"]) == 2
+    assert row["alone_seconds"] == alone["seconds"][0]
+    assert row["group_seconds"] == max(together["seconds"])
+    # Alone, a process takes every core; of two at once, the later to join sees the other and
+    # takes half of them.
+    cores = machine_cores()
+    assert alone["threads"] == [[cores]]
+    assert any(max(1, cores // 2) in used for used in together["threads"])
+
+
+@pytest.mark.parametrize("groups", ["1", "x", "2,0", ""])
+def test_concurrent_bench_mistakes_exit_2(groups: str, capsys) -> None:
+    code = main(["bench", "--benchmark", "seq-digits", "--device", "cpu", "--concurrent", groups])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--concurrent takes process counts of at least 2" in err
     assert len(err.strip().splitlines()) == 1

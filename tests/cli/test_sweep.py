@@ -26,6 +26,7 @@ from xder_cli.sweep import (
     select,
     spec_from_preset,
     train_trial,
+    trial_cpus,
 )
 
 GRID = """\
@@ -107,6 +108,12 @@ def test_grid_on_ray_selects_on_validation_and_resumes(tmp_path: Path, monkeypat
         results = json.loads((out / "trials" / trial.name / "results.json").read_text())
         assert results["complete"] is True
         assert results["seed"] == trial.seed
+        # Two trials at once on Ray: each ran on its fair share of the cores, fixed for its life
+        # (the interrupted one began in this process, alone, before Ray resumed it).
+        threads = results["environment"]["threads"]
+        share = max(1, (os.cpu_count() or 1) // 2)
+        assert threads[-1:] == [share]
+        assert trial is trials[0] or threads == [share]
     assert all(t["status"] == "finished" for t in summary["trials"])
     # The interrupted trial continued from its checkpoint; the others started once.
     kinds = [e["event"] for e in _events(interrupted)]
@@ -134,6 +141,14 @@ def test_grid_on_ray_selects_on_validation_and_resumes(tmp_path: Path, monkeypat
     assert all(t.get("skipped") for t in again["trials"])
     assert again["best"] == summary["best"]
     assert {t.name: (out / "trials" / t.name / "events.jsonl").read_bytes() for t in trials} == before
+
+
+@pytest.mark.parametrize(
+    ("nodes", "max_concurrent", "cpus"),
+    [([2], 1, 2), ([2], 2, 1), ([2], 3, 1), ([16], 4, 4), ([16, 8], 2, 4), ([16], None, 1), ([], 2, 1)],
+)
+def test_trial_cpus_are_the_fair_share_of_the_smallest_node(nodes, max_concurrent, cpus) -> None:
+    assert trial_cpus(nodes, max_concurrent) == cpus
 
 
 def test_a_failing_trial_is_recorded_not_raised(tmp_path: Path) -> None:

@@ -11,10 +11,16 @@ like the benchmark (its buffer full), then:
   images (the step's arithmetic in one batch), timed in the same rounds;
 * ``host_syncs_per_step`` and ``ops_per_step``: dispatched ATen ops of one step, and those that
   make the host wait (:class:`xder_methods.OpCounter`; exact on any hardware);
+* ``timed_seconds``: the wall time of all the timed rounds (every method's steps and floors);
 * ``epoch_seconds``: one synthetic epoch of task T end to end (batch gathering from device-resident
   data, augmentation, steps), and ``projected_protocol_seconds``: that epoch time times the
   benchmark's epochs and tasks (the step time of task T taken for every task; evaluation and
   end-of-task work left out).
+
+The process takes its CPU threads as a training run does (:mod:`xder_cli.cpushare`: all cores
+alone, a fair share beside other runs, or a fixed ``OMP_NUM_THREADS``); ``threads`` lists the
+counts it used. ``--concurrent N,...`` measures several such processes at once instead
+(:mod:`xder_cli.bench_share`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from typing import Any
 
 import torch
 
+from xder_cli.bench_share import print_share, run_share_bench, wait_for_start
+from xder_cli.cpushare import ThreadPolicy
 from xder_cli.errors import UsageError
 from xder_data import (
     DEFAULT_PROTOCOL,
@@ -209,18 +217,43 @@ def run_bench(args: Any) -> dict[str, Any]:
     names = [n.strip() for n in args.methods.split(",") if n.strip()]
     for name in names:
         method_config_class(name)  # UnknownMethodError names the choices
-    subjects = [_subject(name, args, device, defaults) for name in names]
-    steps = {s.name: [] for s in subjects}
-    floors = {s.name: [] for s in subjects}
-    for round_ in range(args.warmup + args.steps):  # interleaved: drift hits every method alike
-        for subject in subjects:
-            for fn, store in ((subject.step, steps), (subject.floor, floors)):
-                _sync(device)
-                started = time.perf_counter()
-                fn()
-                _sync(device)
-                if round_ >= args.warmup:
-                    store[subject.name].append(time.perf_counter() - started)
+    with ThreadPolicy() as threads:
+        subjects = [_subject(name, args, device, defaults) for name in names]
+        steps: dict[str, list[float]] = {s.name: [] for s in subjects}
+        floors: dict[str, list[float]] = {s.name: [] for s in subjects}
+        timed_from = 0.0
+        for round_ in range(args.warmup + args.steps):  # interleaved: drift hits every method alike
+            if round_ == args.warmup:
+                if getattr(args, "start_after", None):  # a --concurrent child: start with the others
+                    wait_for_start(Path(args.start_after))
+                timed_from = time.perf_counter()
+            for subject in subjects:
+                for fn, store in ((subject.step, steps), (subject.floor, floors)):
+                    threads.poll()
+                    _sync(device)
+                    started = time.perf_counter()
+                    fn()
+                    _sync(device)
+                    if round_ >= args.warmup:
+                        store[subject.name].append(time.perf_counter() - started)
+        timed_seconds = time.perf_counter() - timed_from
+        return _payload(
+            args, subjects, steps, floors, timed_seconds, threads.used, device, defaults, protocol
+        )
+
+
+def _payload(
+    args: Any,
+    subjects: list[_Subject],
+    steps: dict[str, list[float]],
+    floors: dict[str, list[float]],
+    timed_seconds: float,
+    threads: list[int],
+    device: torch.device,
+    defaults: BenchmarkDefaults,
+    protocol: str,
+) -> dict[str, Any]:
+    _, _, n_tasks, _ = BENCH_SHAPES[args.benchmark]
     rows = []
     for subject in subjects:
         _sync(device)
@@ -239,6 +272,7 @@ def run_bench(args: Any) -> dict[str, Any]:
             "host_syncs_per_step": subject.syncs,
             "host_sync_ops": subject.sync_names,
             "ops_per_step": subject.ops,
+            "timed_seconds": timed_seconds,
             "epoch_steps": n_steps,
             "epoch_seconds": epoch_seconds,
             "projected_protocol_seconds": None
@@ -256,7 +290,8 @@ def run_bench(args: Any) -> dict[str, Any]:
     return {
         "device": torch.cuda.get_device_name(device)
         if device.type == "cuda"
-        else f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)",
+        else f"cpu ({platform.processor() or platform.machine()}, {'/'.join(map(str, threads))} threads)",
+        "threads": threads,
         "torch": torch.__version__,
         "settings": {
             "benchmark": args.benchmark,
@@ -278,8 +313,32 @@ def run_bench(args: Any) -> dict[str, Any]:
     }
 
 
+def _groups(text: str) -> list[int]:
+    try:
+        groups = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        groups = []
+    if not groups or min(groups) < 2:
+        raise UsageError(f"--concurrent takes process counts of at least 2, e.g. 2 or 2,4; got {text!r}")
+    return groups
+
+
 def command_bench(args: Any) -> int:
     """Entry point of ``xder-run bench``."""
+    if getattr(args, "concurrent", None) is not None:
+        groups = _groups(args.concurrent)
+        if args.rounds < 1:
+            raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
+        for name in (n.strip() for n in args.methods.split(",") if n.strip()):
+            method_config_class(name)  # UnknownMethodError names the choices
+        payload = run_share_bench(args, groups)
+        print_share(payload)
+        if args.json:
+            from xder_cli.rundir import write_json
+
+            write_json(Path(args.json), payload)
+            print(f"written: {args.json}")
+        return 0
     payload = run_bench(args)
     print(f"device: {payload['device']}, torch {payload['torch']}, {json.dumps(payload['settings'])}")
     header = ("method", "s/step", "images", "floor s", "x floor", "syncs", "ops", "epoch s", "protocol")

@@ -75,6 +75,7 @@ __all__ = [
     "spec_from_preset",
     "split_finished",
     "train_trial",
+    "trial_cpus",
     "trial_finished",
     "trial_outcome",
 ]
@@ -446,7 +447,7 @@ def run_sweep(
     max_concurrent: int | None = None,
     address: str | None = None,
     gpus_per_trial: float = 0.0,
-    cpus_per_trial: float = 1.0,
+    cpus_per_trial: float | None = None,
 ) -> dict[str, Any]:
     """Run every unfinished trial on Ray and write ``sweep.json`` and ``sweep.md`` into ``out``
     (after each finished trial, so a killed sweep leaves a current summary).
@@ -455,7 +456,8 @@ def run_sweep(
         max_concurrent: trials in flight at once (None: as many as Ray schedules).
         address: a running Ray cluster (``ray://host:10001`` or ``host:6379``); None starts a local
             instance for the sweep. On a cluster, ``out`` must be on a filesystem every node sees.
-        gpus_per_trial, cpus_per_trial: the resources Ray reserves for each trial.
+        gpus_per_trial, cpus_per_trial: the resources Ray reserves for each trial
+            (:func:`run_on_ray`; None: the fair share of ``max_concurrent``).
     """
     trials = plan_trials(spec)
     trial_root = out / TRIALS
@@ -539,6 +541,24 @@ def progress_recorder(
     return record
 
 
+def trial_cpus(node_cpus: Sequence[float], max_concurrent: int | None) -> int:
+    """CPUs (and so threads) for each trial: the fair share ``cores // max_concurrent`` of the
+    smallest node, at least 1; 1 when ``max_concurrent`` is None (a trial per core).
+
+    >>> [trial_cpus([2], k) for k in (1, 2, 3)], trial_cpus([16, 8], 2), trial_cpus([16], None)
+    ([2, 1, 1], 4, 1)
+    """
+    if not max_concurrent or not node_cpus:
+        return 1
+    return max(1, int(min(node_cpus)) // max_concurrent)
+
+
+def _node_cpus(ray: Any) -> list[float]:
+    return [
+        n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU")
+    ]
+
+
 def run_on_ray(
     jobs: Sequence[tuple[str, Path, dict[str, dict[str, Any]]]],
     on_done: Callable[[str, dict[str, Any]], None],
@@ -546,7 +566,7 @@ def run_on_ray(
     max_concurrent: int | None = None,
     address: str | None = None,
     gpus_per_trial: float = 0.0,
-    cpus_per_trial: float = 1.0,
+    cpus_per_trial: float | None = None,
 ) -> None:
     """Train each ``(name, run_dir, config)`` with :func:`train_trial` as a Ray task, at most
     ``max_concurrent`` at once (None: as many as Ray schedules); ``on_done(name, outcome)`` runs
@@ -557,7 +577,11 @@ def run_on_ray(
         address: a running Ray cluster (``ray://host:10001`` or ``host:6379``); None starts a local
             instance for these jobs (and stops it after). On a cluster, every ``run_dir`` must be on
             a filesystem every node sees.
-        gpus_per_trial, cpus_per_trial: the resources Ray reserves for each trial.
+        gpus_per_trial, cpus_per_trial: the resources Ray reserves for each trial. Ray runs a
+            trial's kernels on as many threads as it reserves CPUs for it (``OMP_NUM_THREADS``),
+            so its thread count is fixed and its figures repeat. None: with ``max_concurrent``
+            K, a fair share of the cores, ``cores // K`` (cores of the smallest node); without
+            it, one CPU per trial, so that as many trials run as there are cores.
     """
     if not jobs:
         return
@@ -577,6 +601,8 @@ def run_on_ray(
             runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}},
         )
     try:
+        if cpus_per_trial is None:
+            cpus_per_trial = trial_cpus(_node_cpus(ray), max_concurrent)
         remote = ray.remote(num_cpus=cpus_per_trial, num_gpus=gpus_per_trial, max_retries=0)(train_trial)
         plugins = loaded_plugins()
         limit = max_concurrent or len(jobs)

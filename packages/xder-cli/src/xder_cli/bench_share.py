@@ -1,0 +1,170 @@
+"""``xder-run bench --concurrent N,...``: do runs side by side share the machine fairly?
+
+PERFORMANCE.md's terms, at the level of processes: for each method, the same fixed work (the
+timed training steps of ``xder-run bench``, warm-up excluded) is run by one process alone, then by
+N processes at once, each a separate ``xder-run bench`` with the user's default settings (so it
+takes its threads as a training run does: :mod:`xder_cli.cpushare`). Processes wait for each other
+after their warm-up and start their timed steps together. Rounds interleave methods and group
+sizes, so that drift on the machine hits all of them alike.
+
+Figures, per method and group size N (medians over rounds):
+
+* ``alone_seconds``: the work's wall time in a process alone;
+* ``group_seconds``: the slowest of the N processes' wall times for the same work;
+* ``fair_share_ratio`` = ``group_seconds / (N x alone_seconds)``: 1 is a fair share of the machine
+  (N runs at once take as long as one after the other), below 1 running them at once gains, above
+  1 they slow each other down more than sharing explains. The target is <= 1.25.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from xder_cli.errors import UsageError
+
+__all__ = ["run_share_bench", "share_ratio", "wait_for_start"]
+
+FAIR_SHARE_TARGET = 1.25
+_CHILD = "from xder_cli.main import main; raise SystemExit(main())"
+
+
+def share_ratio(group_seconds: float, processes: int, alone_seconds: float) -> float:
+    """``group_seconds / (processes x alone_seconds)``: the time N runs at once take against the
+    time they would take one after the other.
+
+    >>> share_ratio(2.0, 2, 1.0), share_ratio(1.5, 2, 1.0), share_ratio(5.0, 2, 1.0)
+    (1.0, 0.75, 2.5)
+    """
+    return group_seconds / (processes * alone_seconds)
+
+
+def wait_for_start(folder: Path, timeout: float = 600.0) -> None:
+    """In a benchmark child: say it is ready (a file in ``folder``), then wait for ``go``."""
+    (folder / f"ready-{os.getpid()}").touch()
+    deadline = time.monotonic() + timeout
+    while not (folder / "go").exists():
+        if time.monotonic() > deadline:
+            raise UsageError(f"bench: the other processes never became ready ({folder})")
+        time.sleep(0.005)
+
+
+def _child_args(args: Any, method: str, json_path: Path, start: Path) -> list[str]:
+    argv = ["bench", "--methods", method, "--benchmark", args.benchmark, "--backbone", args.backbone]
+    argv += ["--task", str(args.task), "--device", args.device, "--steps", str(args.steps)]
+    argv += ["--warmup", str(args.warmup), "--precision", args.precision, "--no-epoch"]
+    argv += ["--json", str(json_path), "--start-after", str(start)]
+    for flag, value in (
+        ("--protocol", args.protocol),
+        ("--width", args.width),
+        ("--batch-size", args.batch_size),
+        ("--buffer-size", args.buffer_size),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    argv += ["--channels-last"] if args.channels_last else []
+    argv += ["--compile"] if args.compile else []
+    for plugin in getattr(args, "plugin", None) or []:
+        argv += ["--plugin", plugin]
+    return argv
+
+
+def _run_group(args: Any, method: str, processes: int, scratch: Path) -> list[dict[str, Any]]:
+    """``processes`` children at once; returns each one's JSON payload."""
+    folder = Path(tempfile.mkdtemp(prefix=f"{method}-{processes}-", dir=scratch))
+    outputs = [folder / f"child-{i}.json" for i in range(processes)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CHILD, *_child_args(args, method, out, folder)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for out in outputs
+    ]
+    try:
+        deadline = time.monotonic() + 600
+        while len(list(folder.glob("ready-*"))) < processes:
+            failed = [c for c in children if c.poll() not in (None, 0)]
+            if failed:
+                raise UsageError(f"bench: a process for {method} failed: {_last_line(failed[0])}")
+            if time.monotonic() > deadline:
+                raise UsageError(f"bench: the processes for {method} did not get ready in 600 s")
+            time.sleep(0.01)
+        (folder / "go").touch()
+        for child in children:
+            child.wait()
+        failed = [c for c in children if c.returncode != 0]
+        if failed:
+            raise UsageError(f"bench: a process for {method} failed: {_last_line(failed[0])}")
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    return [json.loads(out.read_text()) for out in outputs]
+
+
+def _last_line(child: subprocess.Popen) -> str:
+    assert child.stderr is not None
+    lines = child.stderr.read().strip().splitlines()
+    return lines[-1] if lines else f"exit status {child.returncode}"
+
+
+def run_share_bench(args: Any, groups: list[int]) -> dict[str, Any]:
+    """The fair-share benchmark (module docstring); returns the JSON payload."""
+    names = [n.strip() for n in args.methods.split(",") if n.strip()]
+    sizes = sorted({1, *groups})
+    samples: dict[str, dict[int, list[dict[str, Any]]]] = {m: {n: [] for n in sizes} for m in names}
+    with tempfile.TemporaryDirectory(prefix="xder-bench-share-") as scratch:
+        for _ in range(args.rounds):
+            for method in names:
+                for size in sizes:
+                    payloads = _run_group(args, method, size, Path(scratch))
+                    samples[method][size].append(
+                        {
+                            "seconds": [p["methods"][0]["timed_seconds"] for p in payloads],
+                            "threads": [p["threads"] for p in payloads],
+                        }
+                    )
+    rows = []
+    for method in names:
+        alone = statistics.median(max(s["seconds"]) for s in samples[method][1])
+        for size in sizes:
+            if size == 1:
+                continue
+            group = statistics.median(max(s["seconds"]) for s in samples[method][size])
+            rows.append(
+                {
+                    "method": method,
+                    "processes": size,
+                    "alone_seconds": alone,
+                    "group_seconds": group,
+                    "fair_share_ratio": share_ratio(group, size, alone),
+                    "alone_threads": samples[method][1][0]["threads"],
+                    "group_threads": samples[method][size][0]["threads"],
+                    "rounds": {str(n): samples[method][n] for n in (1, size)},
+                }
+            )
+    return {"target": FAIR_SHARE_TARGET, "steps": args.steps, "rounds": args.rounds, "groups": rows}
+
+
+def print_share(payload: dict[str, Any]) -> None:
+    print(
+        f"fair share ({payload['steps']} steps per process, median of {payload['rounds']} rounds; "
+        f"ratio = N at once / (N x alone), target <= {payload['target']}):"
+    )
+    print(f"{'method':8} {'N':>3} {'alone s':>9} {'N at once s':>12} {'ratio':>7}  threads alone / at once")
+    for row in payload["groups"]:
+        print(
+            f"{row['method']:8} {row['processes']:3d} {row['alone_seconds']:9.2f} "
+            f"{row['group_seconds']:12.2f} {row['fair_share_ratio']:7.2f}  "
+            f"{row['alone_threads']} / {row['group_threads']}"
+        )
