@@ -220,7 +220,6 @@ def test_validation_split_is_evaluated_too(tmp_path: Path) -> None:
         (["--set", "method.buffer_size=-5"], "buffer size must be >= 0"),
         (["--class-order", "1,1,2"], "not a permutation"),
         (["--class-order", "upside-down"], "natural, reversed, random"),
-        (["--device", "cuda:7"], "cuda"),
         (["--device", "tpu"], "device"),
         (["--preset", "fancy"], "unknown preset 'fancy'"),
         (["--epochs", "many"], "invalid int value"),
@@ -234,6 +233,28 @@ def test_user_mistakes_exit_2_with_one_line(argv, message, tmp_path: Path, capsy
     assert message in err
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("gpus", "device", "message"),
+    [
+        (0, "cuda", "run.device 'cuda': no CUDA device is available here; use --device cpu"),
+        (0, "cuda:0", "run.device 'cuda:0': no CUDA device is available here; use --device cpu"),
+        (2, "cuda:7", "run.device 'cuda:7': only 2 CUDA device(s)"),
+        (2, "cuda:2", "run.device 'cuda:2': only 2 CUDA device(s)"),
+    ],
+)
+def test_a_cuda_device_that_is_not_there_exits_2(
+    gpus: int, device: str, message: str, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Whatever this machine has: torch is told it has ``gpus`` CUDA devices."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    code = main(["train", "--out", str(tmp_path), "--device", device])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == f"xder-run train: error: {message}\n"
+    assert list(tmp_path.iterdir()) == []  # refused before a run folder was made
 
 
 @pytest.mark.parametrize("argv_maker", ["missing", "not_a_run", "with_flags"])

@@ -239,6 +239,28 @@ def test_a_new_image_or_another_image_size_makes_the_cache_stale(tmp_path: Path)
     assert bench.input_shape == (3, 4, 4)
 
 
+def test_a_deleted_or_renamed_image_makes_the_cache_stale(tmp_path: Path) -> None:
+    images = write_tree(tmp_path, {"train": 2, "test": 1})
+    calls, progress = counting()
+    load_benchmark("folder", tmp_path, progress=progress)
+    images["train/dog/1"].unlink()
+    bench = load_benchmark("folder", tmp_path, progress=progress)
+    assert calls == [18, 17]
+    assert bench.train_y.bincount().tolist() == [2, 1, 2, 2, 2, 2]
+    # Moved to another class (same bytes, same mtime): the image now counts as a cat.
+    moved = tmp_path / "train" / "cat" / "moved.png"
+    images["train/eel/0"].rename(moved)
+    bench = load_benchmark("folder", tmp_path, progress=progress)
+    assert calls == [18, 17, 17]
+    assert bench.train_y.bincount().tolist() == [3, 1, 1, 2, 2, 2]
+    eel = 2
+    assert any(torch.equal(x, as_chw(pixels(1000 * eel))) for x in bench.train_x[bench.train_y == 0])
+    # Renamed in place (same class, same bytes): the listing changed, so it is decoded again.
+    moved.rename(moved.with_name("renamed.png"))
+    load_benchmark("folder", tmp_path, progress=progress)
+    assert calls == [18, 17, 17, 17]
+
+
 def test_a_corrupt_cache_is_decoded_again(tmp_path: Path) -> None:
     write_tree(tmp_path, {"train": 2, "test": 1})
     calls, progress = counting()
