@@ -125,33 +125,50 @@ def test_shrink_keeps_the_earliest_items_of_each_class(stream, transforms, tiny_
         assert torch.equal(after.examples[after.labels == c], first_five[c])
 
 
+@pytest.mark.parametrize(
+    ("bias", "expected"),
+    [
+        # Past logits 5 > gamma x ground truth 1: scaled by 0.5 x 1 / 5, their maximum exactly 0.5.
+        ([5.0, 4.0, 1.0, 1.0, 0.0, 0.0], [0.5, 0.4, 1.0, 1.0, 0.0, 0.0]),
+        # Past logits 0.4 <= 0.5: kept as the network gave them.
+        ([0.4, 0.2, 1.0, 1.0, 0.0, 0.0], [0.4, 0.2, 1.0, 1.0, 0.0, 0.0]),
+    ],
+)
 def test_new_items_are_unaugmented_and_their_past_heads_rescaled(
-    stream, transforms, tiny_net, setting_of
+    bias, expected, stream, transforms, tiny_net, setting_of
 ) -> None:
     method = make_xder(stream, transforms, tiny_net, setting_of, gamma=0.5)
     method.end_task(0, task_data(stream, 0))
     method.begin_task(1)
+    with torch.no_grad():  # every item's logits are the planted bias: ground truth 1 > 0
+        method.net.classifier.weight.zero_()
+        method.net.classifier.bias.copy_(torch.tensor(bias))
     method.end_task(1, task_data(stream, 1))
     items = method.buffer.all()
     new = items.labels >= 2
+    assert int(new.sum()) == 10
     data = task_data(stream, 1)
     for x in items.examples[new]:
         assert any(torch.equal(x, row) for row in data.x_raw)  # stored as in the data, unaugmented
     assert (items.task_labels[new] == 1).all()
-    gt = items.logits[new].gather(1, items.labels[new][:, None])[:, 0]
-    past_max = items.logits[new, :2].max(dim=1).values
-    assert (past_max[gt > 0] <= 0.5 * gt[gt > 0] + 1e-6).all()
+    torch.testing.assert_close(items.logits[new], torch.tensor([expected] * 10))
 
 
 def _key(x: torch.Tensor, y: torch.Tensor) -> tuple[int, ...]:
     return (*x.flatten().tolist(), int(y))
 
 
-def _train_two_tasks(method: XDER, stream, transforms) -> dict[tuple[int, ...], torch.Tensor]:
-    """Fill the buffer at the end of task 0, train 5 steps of task 1, end task 1. Returns the
-    stored logits after task 0, keyed by item."""
+def _train_two_tasks(
+    method: XDER, stream, transforms, ground_truth: float | None = None
+) -> dict[tuple[int, ...], torch.Tensor]:
+    """Fill the buffer at the end of task 0 (its stored ground-truth logits set to
+    ``ground_truth`` if given), train 5 steps of task 1, end task 1. Returns the stored logits
+    after task 0, keyed by item."""
     optimizer = torch.optim.SGD(method.net.parameters(), lr=0.1)
     method.end_task(0, task_data(stream, 0))
+    if ground_truth is not None:
+        rows = torch.arange(len(method.buffer))
+        method.buffer.logits[rows, method.buffer.labels[rows]] = ground_truth
     before = method.buffer.all()
     stored = {
         _key(x, y): z.clone() for x, y, z in zip(before.examples, before.labels, before.logits, strict=True)
@@ -170,16 +187,19 @@ def test_future_past_logits_change_and_stay_below_gamma_times_ground_truth(
     stream, transforms, tiny_net, setting_of
 ) -> None:
     method = make_xder(stream, transforms, tiny_net, setting_of, gamma=0.85)
-    stored = _train_two_tasks(method, stream, transforms)
+    # A small ground truth (0.05), so that implanting must attenuate most present/future heads.
+    stored = _train_two_tasks(method, stream, transforms, ground_truth=0.05)
     items = method.buffer.all()
     old = items.labels < 2
+    assert int(old.sum()) == 10
+    attenuated = 0
     for x, y, z in zip(items.examples[old], items.labels[old], items.logits[old], strict=True):
         before = stored[_key(x, y)]
-        g = float(before[y])
-        assert g == float(z[y])  # the ground-truth logit is kept
-        if g > 0:
-            assert not torch.allclose(z[2:], before[2:])  # present and future heads implanted
-            assert float(z[2:].max()) <= 0.85 * g + 1e-6
+        assert float(before[y]) == float(z[y]) == pytest.approx(0.05)  # the ground truth is kept
+        assert not torch.allclose(z[2:], before[2:])  # present and future heads implanted
+        assert float(z[2:].max()) <= 0.85 * 0.05 + 1e-6
+        attenuated += float(z[2:].max()) == pytest.approx(0.85 * 0.05)
+    assert attenuated >= 5  # the bound was reached, not only respected
     assert (items.task_labels[old] == 1).all()  # updated during task 1
 
 
@@ -364,3 +384,48 @@ def test_one_step_has_no_host_synchronisation(task, stream, transforms, tiny_net
         method.observe(step_batch).loss.backward()
     assert counter.host_syncs == 0, counter.syncs
     assert counter.total > 50
+
+
+# -------------------------------------------------------------------------------- resume
+
+
+def _seeded_xder(stream, transforms, tiny_net, setting_of, seed: int, **config) -> XDER:
+    torch.manual_seed(seed)
+    base = {"buffer_size": 20, "minibatch_size": 4, "simclr_batch_size": 4}
+    return create_method(
+        "xder",
+        net=tiny_net(sum(stream.classes_per_task), batchnorm=True),
+        setting=setting_of(stream),
+        transforms=transforms,
+        config=XDERConfig(**(base | config)),
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
+@pytest.mark.parametrize("variant", [{}, {"preallocated_heads": 1, "constraint_form": "paper"}])
+def test_resume_mid_task_after_buffer_updates_equals_uninterrupted(
+    variant, stream, transforms, tiny_net, setting_of, snapshot_after
+) -> None:
+    schedule = TrainingSchedule(epochs=3, batch_size=6, lr=0.05, momentum=0.9)
+    method = _seeded_xder(stream, transforms, tiny_net, setting_of, 0, **variant)
+    full = fit(method, stream, schedule, generator=method.generator)
+    final = {k: v.clone() for k, v in method.state_dict().items() if isinstance(v, torch.Tensor)}
+
+    method = _seeded_xder(stream, transforms, tiny_net, setting_of, 0, **variant)
+    # Stopped after the 5th epoch: task 1's second epoch, after the buffer was filled at the end
+    # of task 0 and rewritten by task 1's online updates.
+    snapshot = snapshot_after(method, stream, schedule, method.generator, 5)
+    assert snapshot["position"] == {"task": 1, "epoch": 2}
+    state = snapshot["method"]
+    assert int(state["buffer._extra_state"]["size"]) == 20
+    assert (state["buffer.task_labels"] == 1).any()  # implanted during task 1
+    assert state["visits"].sum() > 0  # the visit counters of the task so far
+
+    torch.manual_seed(123)  # the resumed process starts from other weights and RNG states
+    method = _seeded_xder(stream, transforms, tiny_net, setting_of, 99, **variant)
+    resumed = fit(method, stream, schedule, generator=method.generator, resume=snapshot)
+    assert resumed.class_il == full.class_il
+    assert resumed.task_il == full.task_il
+    after = method.state_dict()
+    for key, value in final.items():  # buffer (examples, logits, task labels), visits, network
+        assert torch.equal(after[key], value), key
