@@ -88,10 +88,39 @@ def test_prepare_miniimagenet_from_pickles(tmp_path: Path, capsys) -> None:
     assert (info["n_tasks"], info["train_size"], info["input_shape"]) == (20, 100, [3, 84, 84])
 
 
+def _image_folders(root: Path, splits: dict[str, int], classes: list[str], size: int) -> None:
+    """``root/<split>/<class>/<class><index>.png``: ``splits[split]`` random images a class."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, count in splits.items():
+        for cls in classes:
+            (root / split / cls).mkdir(parents=True)
+            for i in range(count):
+                pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(root / split / cls / f"{cls}{i:08d}.png")
+
+
+def test_prepare_cifar100_checks_the_real_counts(tmp_path: Path, capsys) -> None:
+    from xder_data import cifar100_superclasses
+
+    fine = sorted(name for members in cifar100_superclasses().values() for name in members)
+    _image_folders(tmp_path / "copy", {"train": 1, "test": 1}, fine, 32)
+    root = tmp_path / "data"
+    argv = ["data", "prepare", "cifar100", "--source", str(tmp_path / "copy"), "--data-root", str(root)]
+    assert main(argv) == 2  # the command always asks for CIFAR-100's 500 / 100 images a class
+    err = capsys.readouterr().err
+    assert "test/apple/ holds 1 images, expected 100 per class" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not root.exists()
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["info", "seq-cifar100", "--data-root", "{tmp}"], "run `xder-run data download cifar100"),
+        (["prepare", "cifar100", "--source", "{tmp}"], "holds no train/<class>/ images"),
+        (["prepare", "cifar100", "--source", "{tmp}/absent.tar.gz"], "no such folder or archive"),
         (["info", "seq-ntu60", "--data-root", "{tmp}"], "xder-run data prepare ntu60"),
         (["info", "seq-miniimg", "--data-root", "{tmp}"], "MINIIMG"),
         (["info", "seq-nothing"], "unknown benchmark 'seq-nothing'"),

@@ -25,6 +25,7 @@ from xder_data import (
     list_protocols,
     load_benchmark,
     prepare_cifar10,
+    prepare_cifar100,
     prepare_coco_stitch,
     prepare_cub200,
     prepare_ntu60,
@@ -34,6 +35,7 @@ __all__ = ["PREPARE_KINDS", "benchmark_info", "command_data", "progress_bar"]
 
 PREPARE_KINDS = (
     "cifar10",
+    "cifar100",
     "ntu60",
     "ntu60-stgcn",
     "ntu60-efficientgcn",
@@ -190,10 +192,11 @@ def _prepare(args: Any, root: Path) -> int:
     if source is None:
         flag = "--raw" if kind == "ntu60" else "--source"
         raise UsageError(f"data prepare {kind} needs {flag} DIR (the folder holding the files to convert)")
-    if kind == "cifar10":
-        done = prepare_cifar10(source, root, progress=progress_bar("images"))
+    if kind in ("cifar10", "cifar100"):
+        prepare_cifar = prepare_cifar10 if kind == "cifar10" else prepare_cifar100
+        done = prepare_cifar(source, root, progress=progress_bar("images"))
         converted = f" ({done.converted} converted to RGB)" if done.converted else ""
-        print(f"cifar10: {done.n_train} train / {done.n_test} test images{converted} -> {done.folder}")
+        print(f"{kind}: {done.n_train} train / {done.n_test} test images{converted} -> {done.folder}")
         return 0
     if kind == "ntu60":
         report = prepare_ntu60(

@@ -494,7 +494,10 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
         help="convert a dataset from its distributed format into the layout its benchmark reads",
         description="cifar10: an image-folder copy of CIFAR-10 (--source: a folder or tar archive holding "
         "train/<class>/* and test/<class>/*, 32x32 images) -> DATA_ROOT/cifar-10-batches-py/ in the official "
-        "format; ntu60: raw .skeleton files (--raw) -> DATA_ROOT/ntu60/xsub.h5; ntu60-stgcn, "
+        "format; cifar100: the same for CIFAR-100 (train/<fine class>/*, 500 a class, and "
+        "test/<fine class>/*, 100 a class, the 100 fine class names of the official meta file; the "
+        "super-classes from the standard table) -> DATA_ROOT/cifar-100-python/ in the official format; "
+        "ntu60: raw .skeleton files (--raw) -> DATA_ROOT/ntu60/xsub.h5; ntu60-stgcn, "
         "ntu60-efficientgcn: those projects' preprocessed .npy + .pkl (--source) -> the same file; "
         "miniimagenet: the CSV + images or mini-imagenet-cache-*.pkl distribution (--source) -> "
         "DATA_ROOT/MINIIMG/*.npy with a seeded per-class train/test split; cub200: decode "
@@ -505,7 +508,9 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
     prepare.add_argument("kind", choices=PREPARE_KINDS, metavar="KIND", help=", ".join(PREPARE_KINDS))
     prepare.add_argument("--raw", metavar="DIR", help="ntu60: the folder of raw .skeleton files")
     prepare.add_argument(
-        "--source", metavar="DIR", help="the folder (cifar10: or archive) holding the files to convert"
+        "--source",
+        metavar="DIR",
+        help="the folder (cifar10, cifar100: or tar archive) holding the files to convert",
     )
     prepare.add_argument("--data-root", default="data", metavar="DIR", help="where to write (data)")
     prepare.add_argument("--frames", type=int, default=80, metavar="T", help="ntu60*: frames per sample (80)")

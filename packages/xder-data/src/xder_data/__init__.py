@@ -39,8 +39,11 @@ from xder_data.cifar10 import (  # registers seq-cifar10
     verify_cifar10,
 )
 from xder_data.cifar100 import (  # registers seq-cifar100
+    CIFAR100Import,
     cifar100_coarse_names,
+    cifar100_superclasses,
     download_cifar100,
+    prepare_cifar100,
     upsample_images,
     verify_cifar100,
 )
@@ -89,6 +92,7 @@ __all__ = [
     "BenchmarkFormatError",
     "BenchmarkOptionError",
     "CIFAR10Import",
+    "CIFAR100Import",
     "COCOStitchReport",
     "CUB200Annotations",
     "CUB200PrepareReport",
@@ -116,6 +120,7 @@ __all__ = [
     "benchmark_options",
     "channel_stats",
     "cifar100_coarse_names",
+    "cifar100_superclasses",
     "decode_mask",
     "download_cifar10",
     "download_cifar100",
@@ -129,6 +134,7 @@ __all__ = [
     "load_benchmark",
     "paste_instance",
     "prepare_cifar10",
+    "prepare_cifar100",
     "prepare_coco_stitch",
     "prepare_cub200",
     "prepare_ntu60",
