@@ -115,6 +115,33 @@ def test_prepare_cifar100_checks_the_real_counts(tmp_path: Path, capsys) -> None
     assert not root.exists()
 
 
+def test_prepare_miniimagenet_from_image_folders(tmp_path: Path, capsys) -> None:
+    import tarfile
+
+    wnids = [f"n{index:08d}" for index in range(100)]
+    _image_folders(tmp_path / "copy", {"train": 2, "val": 1}, wnids, 84)
+    archive = tmp_path / "miniimagenet.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "copy", arcname="miniimagenet")
+    for source, given in (
+        (archive, []),
+        (tmp_path / "copy", []),
+        (tmp_path / "copy", ["--format", "folders"]),
+    ):
+        root = tmp_path / f"data{len(given)}{source.suffix}"
+        argv = ["data", "prepare", "miniimagenet", "--source", str(source), "--data-root", str(root)]
+        assert main([*argv, *given]) == 0  # detected: a tar archive, or train/ and val/ subfolders
+        assert "miniimagenet (folders): 100 classes, 200 train / 100 test images" in capsys.readouterr().out
+        assert main(["data", "info", "seq-miniimg", "--data-root", str(root), "--json"]) == 0
+        info = json.loads(capsys.readouterr().out)
+        assert (info["n_tasks"], info["train_size"], info["test_size"]) == (20, 200, 100)
+    argv = ["data", "prepare", "miniimagenet", "--source", str(archive), "--test-per-class", "1"]
+    assert main([*argv, "--data-root", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err
+    assert "--test-per-class re-splits the csv and pickle distributions" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

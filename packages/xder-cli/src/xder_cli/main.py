@@ -500,7 +500,10 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
         "ntu60: raw .skeleton files (--raw) -> DATA_ROOT/ntu60/xsub.h5; ntu60-stgcn, "
         "ntu60-efficientgcn: those projects' preprocessed .npy + .pkl (--source) -> the same file; "
         "miniimagenet: the CSV + images or mini-imagenet-cache-*.pkl distribution (--source) -> "
-        "DATA_ROOT/MINIIMG/*.npy with a seeded per-class train/test split; cub200: decode "
+        "DATA_ROOT/MINIIMG/*.npy with a seeded per-class train/test split, or image folders already "
+        "split (--format folders: a folder or tar archive holding train/<wnid>/* and val/<wnid>/*, "
+        "84x84; val/ is the test set, the split is kept); the format is detected (a tar archive, or "
+        "train/ and val/ subfolders: folders); cub200: decode "
         "DATA_ROOT/CUB_200_2011 (+ segmentations/) once into the cache DATA_ROOT/cub200/cub200.h5; "
         "coco-stitch: COCO 2017 objects (--source: annotations/, train2017/, val2017/) pasted on "
         "CIFAR-100 images of DATA_ROOT (the secondary-targets set, DATA_ROOT/coco_stitch/).",
@@ -510,7 +513,8 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
     prepare.add_argument(
         "--source",
         metavar="DIR",
-        help="the folder (cifar10, cifar100: or tar archive) holding the files to convert",
+        help="the folder (cifar10, cifar100, miniimagenet folders: or tar archive) holding the files "
+        "to convert",
     )
     prepare.add_argument("--data-root", default="data", metavar="DIR", help="where to write (data)")
     prepare.add_argument("--frames", type=int, default=80, metavar="T", help="ntu60*: frames per sample (80)")
@@ -518,11 +522,18 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
         "--missing", metavar="FILE", help="ntu60*: the official NTU_RGBD_samples_with_missing_skeletons.txt"
     )
     prepare.add_argument(
-        "--format", choices=("csv", "pickle"), help="miniimagenet: the source's format (detected)"
+        "--format",
+        choices=("csv", "pickle", "folders"),
+        help="miniimagenet: the source's format (detected)",
     )
-    prepare.add_argument("--test-per-class", type=int, default=100, metavar="N", help="miniimagenet: (100)")
     prepare.add_argument(
-        "--seed", type=int, default=0, metavar="N", help="miniimagenet, coco-stitch: seed (0)"
+        "--test-per-class",
+        type=int,
+        metavar="N",
+        help="miniimagenet csv, pickle: test images drawn per class (100)",
+    )
+    prepare.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="miniimagenet csv, pickle; coco-stitch: seed (0)"
     )
     _add_plugin_argument(prepare)
 

@@ -74,6 +74,7 @@ from xder_data.folder import FolderListing, folder_cache_path, read_folder_listi
 from xder_data.miniimagenet import (  # registers seq-miniimg
     MiniImageNetImport,
     import_miniimagenet_csv,
+    import_miniimagenet_folders,
     import_miniimagenet_pickle,
 )
 from xder_data.ntu60 import (  # registers seq-ntu60
@@ -126,6 +127,7 @@ __all__ = [
     "download_cifar100",
     "folder_cache_path",
     "import_miniimagenet_csv",
+    "import_miniimagenet_folders",
     "import_miniimagenet_pickle",
     "import_ntu60_efficientgcn",
     "import_ntu60_stgcn",
