@@ -88,10 +88,66 @@ def test_prepare_miniimagenet_from_pickles(tmp_path: Path, capsys) -> None:
     assert (info["n_tasks"], info["train_size"], info["input_shape"]) == (20, 100, [3, 84, 84])
 
 
+def _image_folders(root: Path, splits: dict[str, int], classes: list[str], size: int) -> None:
+    """``root/<split>/<class>/<class><index>.png``: ``splits[split]`` random images a class."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, count in splits.items():
+        for cls in classes:
+            (root / split / cls).mkdir(parents=True)
+            for i in range(count):
+                pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(root / split / cls / f"{cls}{i:08d}.png")
+
+
+def test_prepare_cifar100_checks_the_real_counts(tmp_path: Path, capsys) -> None:
+    from xder_data import cifar100_superclasses
+
+    fine = sorted(name for members in cifar100_superclasses().values() for name in members)
+    _image_folders(tmp_path / "copy", {"train": 1, "test": 1}, fine, 32)
+    root = tmp_path / "data"
+    argv = ["data", "prepare", "cifar100", "--source", str(tmp_path / "copy"), "--data-root", str(root)]
+    assert main(argv) == 2  # the command always asks for CIFAR-100's 500 / 100 images a class
+    err = capsys.readouterr().err
+    assert "test/apple/ holds 1 images, expected 100 per class" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not root.exists()
+
+
+def test_prepare_miniimagenet_from_image_folders(tmp_path: Path, capsys) -> None:
+    import tarfile
+
+    wnids = [f"n{index:08d}" for index in range(100)]
+    _image_folders(tmp_path / "copy", {"train": 2, "val": 1}, wnids, 84)
+    archive = tmp_path / "miniimagenet.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "copy", arcname="miniimagenet")
+    for source, given in (
+        (archive, []),
+        (tmp_path / "copy", []),
+        (tmp_path / "copy", ["--format", "folders"]),
+    ):
+        root = tmp_path / f"data{len(given)}{source.suffix}"
+        argv = ["data", "prepare", "miniimagenet", "--source", str(source), "--data-root", str(root)]
+        assert main([*argv, *given]) == 0  # detected: a tar archive, or train/ and val/ subfolders
+        assert "miniimagenet (folders): 100 classes, 200 train / 100 test images" in capsys.readouterr().out
+        assert main(["data", "info", "seq-miniimg", "--data-root", str(root), "--json"]) == 0
+        info = json.loads(capsys.readouterr().out)
+        assert (info["n_tasks"], info["train_size"], info["test_size"]) == (20, 200, 100)
+    argv = ["data", "prepare", "miniimagenet", "--source", str(archive), "--test-per-class", "1"]
+    assert main([*argv, "--data-root", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err
+    assert "--test-per-class re-splits the csv and pickle distributions" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["info", "seq-cifar100", "--data-root", "{tmp}"], "run `xder-run data download cifar100"),
+        (["prepare", "cifar100", "--source", "{tmp}"], "holds no train/<class>/ images"),
+        (["prepare", "cifar100", "--source", "{tmp}/absent.tar.gz"], "no such folder or archive"),
         (["info", "seq-ntu60", "--data-root", "{tmp}"], "xder-run data prepare ntu60"),
         (["info", "seq-miniimg", "--data-root", "{tmp}"], "MINIIMG"),
         (["info", "seq-nothing"], "unknown benchmark 'seq-nothing'"),

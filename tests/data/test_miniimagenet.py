@@ -1,15 +1,19 @@
-"""seq-miniimg: the reader of the authors' npy layout, its checks, and the two importers.
+"""seq-miniimg: the reader of the authors' npy layout, its checks, and the three importers.
 
 Fixtures follow DATA-FORMATS.md 1.2 and 7: ``MINIIMG/{train,test}_{x,y}.npy`` (uint8 (n, 84, 84, 3)
 and int64 labels, all 100 classes); for the importers, the Ravi & Larochelle tree (``images/*.jpg``
-of mixed sizes and modes with ``train.csv``/``val.csv``/``test.csv``) and the
-``mini-imagenet-cache-*.pkl`` dicts (bytes keys), with 2-3 images a class.
+of mixed sizes and modes with ``train.csv``/``val.csv``/``test.csv``), the
+``mini-imagenet-cache-*.pkl`` dicts (bytes keys), with 2-3 images a class, and image folders
+already split, ``train/<wnid>/<wnid><index>.jpg`` (2 a class) + ``val/<wnid>/...`` (1 a class),
+84x84 JPEGs, as a folder and as a ``.tar.gz``.
 """
 
 from __future__ import annotations
 
+import io
 import pickle
 import shutil
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,7 @@ from xder_data import (
     StrongAugment,
     benchmark_defaults,
     import_miniimagenet_csv,
+    import_miniimagenet_folders,
     import_miniimagenet_pickle,
     load_benchmark,
     resolve_class_order,
@@ -372,7 +377,7 @@ def test_csv_unreadable_image_leaves_nothing_behind(csv_tree, tmp_path: Path, co
     with pytest.raises(BenchmarkFormatError) as exc:
         import_miniimagenet_csv(source, tmp_path / "root", test_per_class=1)
     assert _one_line(exc).startswith(f"{path}: unreadable image")
-    assert list((tmp_path / "root" / "MINIIMG").iterdir()) == []  # no partial arrays
+    assert list((tmp_path / "root").iterdir()) == []  # no partial arrays, no staging folder
 
 
 @pytest.mark.parametrize(
@@ -523,3 +528,163 @@ def test_pickle_truncated_or_missing(cache, tmp_path: Path) -> None:
     (source / "mini-imagenet-cache-test.pkl").unlink()
     with pytest.raises(DataNotFoundError, match=r"mini-imagenet-cache-test\.pkl: missing"):
         import_miniimagenet_pickle(source, tmp_path / "root", test_per_class=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Importer from image folders already split: train/<wnid>/*.jpg + val/<wnid>/*.jpg (folder or tar)
+
+FOLDER_COUNTS = {"train": 2, "val": 1}
+
+
+def folder_files(seed: int = 0) -> dict[str, bytes]:
+    """``{split/wnid/<wnid><index>.jpg: JPEG bytes}`` for the 100 classes: indices 0..1 in
+    ``train/``, 2 in ``val/`` (as the real copy puts a class's lowest indices in train); every
+    image of the fifth class is greyscale."""
+    rng = np.random.default_rng(seed)
+    files = {}
+    index = {wnid: 0 for wnid in WNIDS}
+    for split, count in FOLDER_COUNTS.items():
+        for wnid in SHUFFLED:  # written in no sorted order
+            for _ in range(count):
+                image = Image.fromarray(rng.integers(0, 256, (84, 84, 3), dtype=np.uint8))
+                if wnid == WNIDS[4]:
+                    image = image.convert("L")
+                buffer = io.BytesIO()
+                image.save(buffer, format="JPEG", quality=90)
+                files[f"{split}/{wnid}/{wnid}{index[wnid]:08d}.jpg"] = buffer.getvalue()
+                index[wnid] += 1
+    return files
+
+
+def write_folders(source: Path, files: dict[str, bytes]) -> Path:
+    """Write ``files`` as a folder, or as a ``.tar.gz`` when ``source`` ends so."""
+    if source.name.endswith(".tar.gz"):
+        source.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(source, "w:gz") as tar:
+            for relative, data in files.items():
+                info = tarfile.TarInfo(relative)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return source
+    for relative, data in files.items():
+        (source / relative).parent.mkdir(parents=True, exist_ok=True)
+        (source / relative).write_bytes(data)
+    return source
+
+
+def _rgb(data: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+@pytest.fixture(scope="module")
+def folder_copy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
+    files = folder_files()
+    return write_folders(tmp_path_factory.mktemp("folders") / "copy", files), files
+
+
+@pytest.mark.parametrize("container", ["folder", "tar"])
+def test_folders_import_keeps_the_split_as_given(tmp_path: Path, container: str) -> None:
+    files = folder_files()
+    source = write_folders(tmp_path / ("copy.tar.gz" if container == "tar" else "copy"), files)
+    report = import_miniimagenet_folders(source, tmp_path / "root")
+    folder = tmp_path / "root" / "MINIIMG"
+    assert (report.folder, report.wnids, report.n_train, report.n_test) == (folder, tuple(WNIDS), 200, 100)
+    assert (report.resized, report.converted) == (0, 3)  # the greyscale class: 2 train + 1 val
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*FILES, "wnids.txt"])
+    assert [p.name for p in (tmp_path / "root").iterdir()] == ["MINIIMG"]  # no staging folder left
+    assert (folder / "wnids.txt").read_text().split() == WNIDS
+    for split, source_split in (("train", "train"), ("test", "val")):
+        x, y = np.load(folder / f"{split}_x.npy"), np.load(folder / f"{split}_y.npy")
+        count = FOLDER_COUNTS[source_split]
+        # Label = position of the wnid in sorted order; class by class, files in name order.
+        assert (x.dtype, x.shape, y.dtype) == (np.uint8, (100 * count, 84, 84, 3), np.int64)
+        assert y.tolist() == np.repeat(np.arange(100), count).tolist()
+        names = sorted(name for name in files if name.startswith(f"{source_split}/"))
+        names.sort(key=lambda name: WNIDS.index(name.split("/")[1]))
+        expected = np.stack([_rgb(files[name]) for name in names])
+        assert np.array_equal(x, expected)
+    bench = load_benchmark("seq-miniimg", tmp_path / "root")
+    assert (bench.n_tasks, bench.class_names) == (20, tuple(WNIDS))
+    assert torch.bincount(bench.train_y).tolist() == [2] * 100
+    assert torch.bincount(bench.test_y).tolist() == [1] * 100
+
+
+def _break_folders(source: Path, change: str) -> None:
+    first = source / "train" / WNIDS[0]
+    if change == "big image":
+        Image.fromarray(np.zeros((84, 100, 3), np.uint8)).save(
+            first / f"{WNIDS[0]}00000001.jpg", format="JPEG"
+        )
+    elif change == "truncated":
+        path = source / "val" / WNIDS[7] / f"{WNIDS[7]}00000002.jpg"
+        path.write_bytes(path.read_bytes()[:200])
+    elif change == "not an image":
+        (source / "val" / WNIDS[99] / f"{WNIDS[99]}00000002.jpg").write_bytes(b"<html>not found</html>")
+    elif change == "train only":
+        shutil.rmtree(source / "val" / WNIDS[3])
+    elif change == "val only":
+        shutil.rmtree(source / "train" / WNIDS[3])
+    elif change == "uneven":
+        shutil.copy(first / f"{WNIDS[0]}00000000.jpg", first / f"{WNIDS[0]}00000009.jpg")
+    elif change == "no val":
+        shutil.rmtree(source / "val")
+    elif change == "99 classes":
+        shutil.rmtree(source / "train" / WNIDS[3])
+        shutil.rmtree(source / "val" / WNIDS[3])
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (
+            "big image",
+            f"train/{WNIDS[0]}/{WNIDS[0]}00000001.jpg is 100x84, but miniImageNet images are 84x84",
+        ),
+        ("truncated", f"val/{WNIDS[7]}/{WNIDS[7]}00000002.jpg is not an image Pillow can read"),
+        ("not an image", f"val/{WNIDS[99]}/{WNIDS[99]}00000002.jpg is not an image Pillow can read"),
+        ("train only", rf"no images in val/{WNIDS[3]}/ \(every class needs images in train/ and val/\)"),
+        ("val only", rf"unexpected val/{WNIDS[3]}/ \(every class needs images in train/ and val/\)"),
+        ("uneven", f"train/{WNIDS[0]}/ holds 3 images, expected 2 per class"),
+        ("no val", "holds no val/<class>/ images"),
+        ("99 classes", "train/ and val/ name 99 classes, expected the 100 of miniImageNet"),
+    ],
+)
+def test_folders_errors_are_one_line_and_leave_nothing(
+    folder_copy, tmp_path: Path, change: str, match: str
+) -> None:
+    source = tmp_path / "copy"
+    shutil.copytree(folder_copy[0], source)
+    _break_folders(source, change)
+    root = tmp_path / "root"
+    with pytest.raises(BenchmarkFormatError, match=match) as exc:
+        import_miniimagenet_folders(source, root)
+    assert _one_line(exc).startswith(f"{source}: ")
+    assert not root.exists() or list(root.iterdir()) == []  # no partial arrays, no staging folder
+
+
+def test_folders_error_in_an_archive_leaves_the_earlier_import(folder_copy, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    import_miniimagenet_folders(folder_copy[0], root)
+    folder = root / "MINIIMG"
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.iterdir()}
+    files = folder_files(seed=1)
+    files[f"val/{WNIDS[50]}/{WNIDS[50]}00000002.jpg"] = files[f"val/{WNIDS[50]}/{WNIDS[50]}00000002.jpg"][
+        :300
+    ]
+    archive = write_folders(tmp_path / "bad.tar.gz", files)
+    with pytest.raises(BenchmarkFormatError, match="is not an image Pillow can read") as exc:
+        import_miniimagenet_folders(archive, root)
+    assert _one_line(exc).startswith(f"{archive}: ")
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.iterdir()} == before
+    assert [p.name for p in root.iterdir()] == ["MINIIMG"]
+
+
+def test_folders_source_missing_or_not_an_archive(tmp_path: Path) -> None:
+    with pytest.raises(DataNotFoundError, match="no such folder or archive") as exc:
+        import_miniimagenet_folders(tmp_path / "absent.tar.gz", tmp_path / "root")
+    _one_line(exc)
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"\x1f\x8bnot gzip at all")
+    with pytest.raises(BenchmarkFormatError, match="neither a folder nor a readable tar archive") as exc:
+        import_miniimagenet_folders(junk, tmp_path / "root")
+    _one_line(exc)

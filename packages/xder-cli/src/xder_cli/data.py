@@ -19,12 +19,14 @@ from xder_data import (
     download_cifar10,
     download_cifar100,
     import_miniimagenet_csv,
+    import_miniimagenet_folders,
     import_miniimagenet_pickle,
     import_ntu60_efficientgcn,
     import_ntu60_stgcn,
     list_protocols,
     load_benchmark,
     prepare_cifar10,
+    prepare_cifar100,
     prepare_coco_stitch,
     prepare_cub200,
     prepare_ntu60,
@@ -34,6 +36,7 @@ __all__ = ["PREPARE_KINDS", "benchmark_info", "command_data", "progress_bar"]
 
 PREPARE_KINDS = (
     "cifar10",
+    "cifar100",
     "ntu60",
     "ntu60-stgcn",
     "ntu60-efficientgcn",
@@ -190,10 +193,11 @@ def _prepare(args: Any, root: Path) -> int:
     if source is None:
         flag = "--raw" if kind == "ntu60" else "--source"
         raise UsageError(f"data prepare {kind} needs {flag} DIR (the folder holding the files to convert)")
-    if kind == "cifar10":
-        done = prepare_cifar10(source, root, progress=progress_bar("images"))
+    if kind in ("cifar10", "cifar100"):
+        prepare_cifar = prepare_cifar10 if kind == "cifar10" else prepare_cifar100
+        done = prepare_cifar(source, root, progress=progress_bar("images"))
         converted = f" ({done.converted} converted to RGB)" if done.converted else ""
-        print(f"cifar10: {done.n_train} train / {done.n_test} test images{converted} -> {done.folder}")
+        print(f"{kind}: {done.n_train} train / {done.n_test} test images{converted} -> {done.folder}")
         return 0
     if kind == "ntu60":
         report = prepare_ntu60(
@@ -218,13 +222,24 @@ def _prepare(args: Any, root: Path) -> int:
         return 0
     elif kind == "miniimagenet":
         form = args.format or _detect_miniimagenet(Path(source))
-        importer = import_miniimagenet_csv if form == "csv" else import_miniimagenet_pickle
-        done = importer(
-            source, root, test_per_class=args.test_per_class, seed=args.seed, progress=progress_bar("classes")
-        )
+        if form == "folders":
+            if args.test_per_class is not None:
+                raise UsageError(
+                    "--test-per-class re-splits the csv and pickle distributions; the folders layout "
+                    "keeps its own split (train/ -> train, val/ -> test): leave it out"
+                )
+            done = import_miniimagenet_folders(source, root, progress=progress_bar("classes"))
+        else:
+            importer = import_miniimagenet_csv if form == "csv" else import_miniimagenet_pickle
+            test_per_class = 100 if args.test_per_class is None else args.test_per_class
+            done = importer(
+                source, root, test_per_class=test_per_class, seed=args.seed, progress=progress_bar("classes")
+            )
+        notes = [f"{done.resized} resized to 84x84"] if done.resized else []
+        notes += [f"{done.converted} converted to RGB"] if done.converted else []
         print(
             f"miniimagenet ({form}): {done.n_classes} classes, {done.n_train} train / {done.n_test} test "
-            f"images -> {done.folder}" + (f" ({done.resized} resized to 84x84)" if done.resized else "")
+            f"images -> {done.folder}" + (f" ({', '.join(notes)})" if notes else "")
         )
         return 0
     else:  # argparse restricts the choices
@@ -242,11 +257,18 @@ def _prepare(args: Any, root: Path) -> int:
 
 
 def _detect_miniimagenet(source: Path) -> str:
+    """``csv`` (train.csv), ``pickle`` (mini-imagenet-cache-*.pkl) or ``folders`` (train/ and val/
+    subfolders, or a file: only the image folders come as a tar archive)."""
+    if source.is_file():
+        return "folders"
     if (source / "train.csv").is_file():
         return "csv"
     if any(source.glob("mini-imagenet-cache-*.pkl")):
         return "pickle"
+    if (source / "train").is_dir() and (source / "val").is_dir():
+        return "folders"
     raise UsageError(
-        f"{source} holds neither train.csv (+ images/) nor mini-imagenet-cache-*.pkl: "
-        "point --source at one of the two miniImageNet distributions, or pass --format"
+        f"{source} holds neither train.csv (+ images/), mini-imagenet-cache-*.pkl nor train/ and val/ "
+        "image folders: point --source at one of the miniImageNet distributions (or a tar archive of "
+        "the image folders), or pass --format"
     )

@@ -494,10 +494,16 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
         help="convert a dataset from its distributed format into the layout its benchmark reads",
         description="cifar10: an image-folder copy of CIFAR-10 (--source: a folder or tar archive holding "
         "train/<class>/* and test/<class>/*, 32x32 images) -> DATA_ROOT/cifar-10-batches-py/ in the official "
-        "format; ntu60: raw .skeleton files (--raw) -> DATA_ROOT/ntu60/xsub.h5; ntu60-stgcn, "
+        "format; cifar100: the same for CIFAR-100 (train/<fine class>/*, 500 a class, and "
+        "test/<fine class>/*, 100 a class, the 100 fine class names of the official meta file; the "
+        "super-classes from the standard table) -> DATA_ROOT/cifar-100-python/ in the official format; "
+        "ntu60: raw .skeleton files (--raw) -> DATA_ROOT/ntu60/xsub.h5; ntu60-stgcn, "
         "ntu60-efficientgcn: those projects' preprocessed .npy + .pkl (--source) -> the same file; "
         "miniimagenet: the CSV + images or mini-imagenet-cache-*.pkl distribution (--source) -> "
-        "DATA_ROOT/MINIIMG/*.npy with a seeded per-class train/test split; cub200: decode "
+        "DATA_ROOT/MINIIMG/*.npy with a seeded per-class train/test split, or image folders already "
+        "split (--format folders: a folder or tar archive holding train/<wnid>/* and val/<wnid>/*, "
+        "84x84; val/ is the test set, the split is kept); the format is detected (a tar archive, or "
+        "train/ and val/ subfolders: folders); cub200: decode "
         "DATA_ROOT/CUB_200_2011 (+ segmentations/) once into the cache DATA_ROOT/cub200/cub200.h5; "
         "coco-stitch: COCO 2017 objects (--source: annotations/, train2017/, val2017/) pasted on "
         "CIFAR-100 images of DATA_ROOT (the secondary-targets set, DATA_ROOT/coco_stitch/).",
@@ -505,7 +511,10 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
     prepare.add_argument("kind", choices=PREPARE_KINDS, metavar="KIND", help=", ".join(PREPARE_KINDS))
     prepare.add_argument("--raw", metavar="DIR", help="ntu60: the folder of raw .skeleton files")
     prepare.add_argument(
-        "--source", metavar="DIR", help="the folder (cifar10: or archive) holding the files to convert"
+        "--source",
+        metavar="DIR",
+        help="the folder (cifar10, cifar100, miniimagenet folders: or tar archive) holding the files "
+        "to convert",
     )
     prepare.add_argument("--data-root", default="data", metavar="DIR", help="where to write (data)")
     prepare.add_argument("--frames", type=int, default=80, metavar="T", help="ntu60*: frames per sample (80)")
@@ -513,11 +522,18 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
         "--missing", metavar="FILE", help="ntu60*: the official NTU_RGBD_samples_with_missing_skeletons.txt"
     )
     prepare.add_argument(
-        "--format", choices=("csv", "pickle"), help="miniimagenet: the source's format (detected)"
+        "--format",
+        choices=("csv", "pickle", "folders"),
+        help="miniimagenet: the source's format (detected)",
     )
-    prepare.add_argument("--test-per-class", type=int, default=100, metavar="N", help="miniimagenet: (100)")
     prepare.add_argument(
-        "--seed", type=int, default=0, metavar="N", help="miniimagenet, coco-stitch: seed (0)"
+        "--test-per-class",
+        type=int,
+        metavar="N",
+        help="miniimagenet csv, pickle: test images drawn per class (100)",
+    )
+    prepare.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="miniimagenet csv, pickle; coco-stitch: seed (0)"
     )
     _add_plugin_argument(prepare)
 

@@ -39,8 +39,11 @@ from xder_data.cifar10 import (  # registers seq-cifar10
     verify_cifar10,
 )
 from xder_data.cifar100 import (  # registers seq-cifar100
+    CIFAR100Import,
     cifar100_coarse_names,
+    cifar100_superclasses,
     download_cifar100,
+    prepare_cifar100,
     upsample_images,
     verify_cifar100,
 )
@@ -71,6 +74,7 @@ from xder_data.folder import FolderListing, folder_cache_path, read_folder_listi
 from xder_data.miniimagenet import (  # registers seq-miniimg
     MiniImageNetImport,
     import_miniimagenet_csv,
+    import_miniimagenet_folders,
     import_miniimagenet_pickle,
 )
 from xder_data.ntu60 import (  # registers seq-ntu60
@@ -89,6 +93,7 @@ __all__ = [
     "BenchmarkFormatError",
     "BenchmarkOptionError",
     "CIFAR10Import",
+    "CIFAR100Import",
     "COCOStitchReport",
     "CUB200Annotations",
     "CUB200PrepareReport",
@@ -116,11 +121,13 @@ __all__ = [
     "benchmark_options",
     "channel_stats",
     "cifar100_coarse_names",
+    "cifar100_superclasses",
     "decode_mask",
     "download_cifar10",
     "download_cifar100",
     "folder_cache_path",
     "import_miniimagenet_csv",
+    "import_miniimagenet_folders",
     "import_miniimagenet_pickle",
     "import_ntu60_efficientgcn",
     "import_ntu60_stgcn",
@@ -129,6 +136,7 @@ __all__ = [
     "load_benchmark",
     "paste_instance",
     "prepare_cifar10",
+    "prepare_cifar100",
     "prepare_coco_stitch",
     "prepare_cub200",
     "prepare_ntu60",

@@ -1,25 +1,32 @@
-"""Reading the pickled "python version" files of CIFAR-10 and CIFAR-100 (DATA-FORMATS.md 1.1).
+"""Reading and writing the pickled "python version" files of CIFAR-10 and CIFAR-100 (DATA-FORMATS.md 1.1).
 
 Both distributions are pickled dicts written by Python 2: ``data`` uint8 (N, 3072) with the R, G and B
 planes of a 32x32 image per row, labels as lists of int, names as lists of str. The files are read
 with ``encoding='latin1'`` (as torchvision does) and their keys are normalised, so files written by
 Python 2 and fixtures written by Python 3 with ``bytes`` or ``str`` keys all load. Every problem is a
 one-line :class:`BenchmarkFormatError` or :class:`DataNotFoundError` that names the file and the fix.
+
+The importers from image-folder copies (``prepare_cifar10``, ``prepare_cifar100``) share
+:func:`decode_copy` (every image decoded, each split shuffled with a fixed seed) and
+:func:`write_pickle`, which writes as Python 2 did, so that the files load like the official ones.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
-from collections.abc import Mapping
+import struct
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from xder_data._image_copy import Entry, ImageCopy
 from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
 
-__all__ = ["CifarFiles"]
+__all__ = ["CifarFiles", "CifarImport", "Split", "decode_copy", "split_dict", "write_pickle"]
 
 ROW_SIZE = 3 * 32 * 32
 
@@ -157,3 +164,98 @@ class CifarFiles:
         if not all(isinstance(name, str) for name in names):
             raise self.bad(path, f"{key!r} must hold strings")
         return names
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing, for the importers from image-folder copies
+
+
+@dataclass(frozen=True)
+class CifarImport:
+    """What an importer from an image-folder copy wrote: the folder and the images per split."""
+
+    folder: Path
+    n_train: int
+    n_test: int
+    converted: int
+    """Images that were not RGB (e.g. greyscale) and were converted to RGB."""
+
+
+Split = tuple[np.ndarray, np.ndarray, list[str]]
+"""``(images (N, 3, 32, 32) uint8, labels (N,) int64, names)`` of one split, in file order."""
+
+
+def decode_copy(
+    copy: ImageCopy,
+    source: Path,
+    entries: Sequence[Entry],
+    classes: Sequence[str],
+    progress: Callable[[Iterable[Any]], Iterable[Any]],
+    seed: int = 0,
+) -> tuple[dict[str, Split], int]:
+    """Decode every image of a checked copy and shuffle each split.
+
+    Images are decoded in (split, label, file name) order (label = position of the class folder
+    in ``classes``), then each split's rows are permuted by one ``numpy.random.default_rng(seed)``
+    (the train split first), as the official files hold the images in a shuffled order. A split's
+    names are ``<class>/<file>``.
+
+    Returns:
+        ``({split: (images, labels, names)}, how many images were converted to RGB)``.
+    """
+    label_of = {name: i for i, name in enumerate(classes)}
+    ordered = sorted(entries, key=lambda e: (e[0], label_of[e[1]], e[2]))
+    images = np.empty((len(ordered), 3, copy.size, copy.size), dtype=np.uint8)
+    converted = 0
+    for i, (split, cls, name, read) in enumerate(progress(ordered)):
+        pixels, was_converted = copy.decode(source, f"{split}/{cls}/{name}", read)
+        images[i] = pixels.transpose(2, 0, 1)
+        converted += was_converted
+    rng = np.random.default_rng(seed)
+    splits = {}
+    for split in copy.splits:
+        rows = np.array([i for i, e in enumerate(ordered) if e[0] == split])
+        rows = rows[rng.permutation(len(rows))]
+        labels = np.array([label_of[ordered[r][1]] for r in rows], dtype=np.int64)
+        names = [f"{ordered[r][1]}/{ordered[r][2]}" for r in rows]
+        splits[split] = (images[rows], labels, names)
+    return splits, converted
+
+
+def split_dict(
+    images: np.ndarray, names: Sequence[str], batch_label: str, labels: Mapping[str, np.ndarray]
+) -> dict[bytes, Any]:
+    """A ``train``/``test``/``data_batch_N`` dict as the official files hold it: ``batch_label``, the
+    label lists ``labels`` (e.g. ``{"labels": ...}`` or fine and coarse), ``data`` (N, 3072) uint8 in
+    R, G, B plane order and ``filenames``; keys and strings as ``bytes`` (Python 2's ``str``)."""
+    return {
+        b"batch_label": batch_label.encode(),
+        **{key.encode(): [int(y) for y in values] for key, values in labels.items()},
+        b"data": np.ascontiguousarray(images.reshape(len(images), -1)),
+        b"filenames": [name.encode() for name in names],
+    }
+
+
+class _Python2Pickler(pickle._Pickler):
+    """Writes ``bytes`` as Python 2 ``str`` (SHORT_BINSTRING/BINSTRING), as the official files were
+    written: they load with ``str`` keys under ``encoding='latin1'`` (torchvision) and with
+    ``bytes`` keys under ``encoding='bytes'``."""
+
+    dispatch: ClassVar[dict[type, Any]] = dict(pickle._Pickler.dispatch)
+
+    def _save_python2_str(self, obj: bytes) -> None:
+        if len(obj) < 256:
+            self.write(pickle.SHORT_BINSTRING + bytes([len(obj)]) + obj)
+        else:
+            self.write(pickle.BINSTRING + struct.pack("<i", len(obj)) + obj)
+        self.memoize(obj)
+
+    dispatch[bytes] = _save_python2_str
+
+
+def write_pickle(path: Path, obj: dict[bytes, Any]) -> None:
+    """Pickle ``obj`` (protocol 2, ``bytes`` as Python 2 ``str``) to ``path`` and fsync it."""
+    with path.open("wb") as handle:
+        _Python2Pickler(handle, protocol=2).dump(obj)
+        handle.flush()
+        os.fsync(handle.fileno())

@@ -32,27 +32,18 @@ the files :func:`prepare_cifar10` writes).
 from __future__ import annotations
 
 import dataclasses
-import io
-import os
-import pickle
-import shutil
-import struct
-import tarfile
-import tempfile
-import zlib
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from xder_data._archive import download_folder, md5_file
-from xder_data._cifar_format import CifarFiles
+from xder_data._cifar_format import CifarFiles, CifarImport, Split, decode_copy, split_dict, write_pickle
+from xder_data._image_copy import ImageCopy, staged_folder
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
-from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
 
 __all__ = [
     "CIFAR10_ARCHIVE",
@@ -250,151 +241,48 @@ def download_cifar10(
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
 """Wraps the iterable a converter walks through (e.g. ``tqdm``); the identity by default."""
 
-_SPLITS = ("train", "test")
 _SHUFFLE_SEED = 0
+
+COPY = ImageCopy(
+    dataset="CIFAR-10",
+    splits=("train", "test"),
+    size=_SIZE,
+    layout="an image-folder copy of CIFAR-10: train/<class>/* and test/<class>/* with the class folders "
+    + ", ".join(CIFAR10_CLASSES),
+)
 
 
 def _no_progress(items: Iterable[Any]) -> Iterable[Any]:
     return items
 
 
-@dataclass(frozen=True)
-class CIFAR10Import:
-    """What :func:`prepare_cifar10` wrote: the folder and the images per split."""
-
-    folder: Path
-    n_train: int
-    n_test: int
-    converted: int
-    """Images that were not RGB (e.g. greyscale) and were converted to RGB."""
+class CIFAR10Import(CifarImport):
+    """What :func:`prepare_cifar10` wrote: the folder, the images per split and how many were
+    converted to RGB."""
 
 
-class _Python2Pickler(pickle._Pickler):
-    """Writes ``bytes`` as Python 2 ``str`` (SHORT_BINSTRING/BINSTRING), as the official files were
-    written: they load with ``str`` keys under ``encoding='latin1'`` (torchvision) and with
-    ``bytes`` keys under ``encoding='bytes'``."""
-
-    dispatch: ClassVar[dict[type, Any]] = dict(pickle._Pickler.dispatch)
-
-    def _save_python2_str(self, obj: bytes) -> None:
-        if len(obj) < 256:
-            self.write(pickle.SHORT_BINSTRING + bytes([len(obj)]) + obj)
-        else:
-            self.write(pickle.BINSTRING + struct.pack("<i", len(obj)) + obj)
-        self.memoize(obj)
-
-    dispatch[bytes] = _save_python2_str
-
-
-def _write_pickle(path: Path, obj: dict[bytes, Any]) -> None:
-    with path.open("wb") as handle:
-        _Python2Pickler(handle, protocol=2).dump(obj)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-_Entry = tuple[str, str, str, Callable[[], bytes]]
-"""``(split, class folder, file name, read)`` of one image of the source."""
-
-
-def _bad_source(source: Path, problem: str) -> BenchmarkFormatError:
-    return BenchmarkFormatError(
-        f"{source}: {problem}; expected an image-folder copy of CIFAR-10: train/<class>/* and "
-        f"test/<class>/* with the class folders {', '.join(CIFAR10_CLASSES)}"
-    )
-
-
-def _split_parts(relative: PurePosixPath) -> tuple[str, str, str] | None:
-    """``(split, class, file)`` of a path ``[prefix/]split/class/file``, else None."""
-    parts = relative.parts
-    if len(parts) >= 3 and parts[-3] in _SPLITS and not any(p.startswith(".") for p in parts):
-        return parts[-3], parts[-2], parts[-1]
-    return None
-
-
-def _folder_entries(source: Path) -> Iterator[_Entry]:
-    for path in sorted(source.rglob("*")):
-        found = _split_parts(PurePosixPath(path.relative_to(source).as_posix()))
-        if found is not None and path.is_file():
-            yield (*found, path.read_bytes)
-
-
-def _archive_entries(tar: tarfile.TarFile) -> Iterator[_Entry]:
-    """The images of a tar archive, read in the archive's order (a compressed archive is read
-    once, front to back)."""
-    for member in tar:
-        found = _split_parts(PurePosixPath(member.name))
-        if found is not None and member.isfile():
-            handle = tar.extractfile(member)
-            assert handle is not None  # a regular file always has a payload
-            payload = handle.read()
-            yield (*found, lambda payload=payload: payload)
-
-
-def _check_classes(source: Path, entries: list[_Entry]) -> None:
-    for split in _SPLITS:
-        found = {cls for s, cls, _, _ in entries if s == split}
-        if not found:
-            raise _bad_source(source, f"holds no {split}/<class>/ images")
-        unexpected = sorted(found - set(CIFAR10_CLASSES))
-        missing = [c for c in CIFAR10_CLASSES if c not in found]
-        if unexpected or missing:
-            what = [f"unexpected {split}/{unexpected[0]}/"] if unexpected else []
-            what += [f"no images in {split}/{missing[0]}/"] if missing else []
-            raise _bad_source(source, " and ".join(what))
-
-
-def _decode(source: Path, where: str, read: Callable[[], bytes]) -> tuple[np.ndarray, bool]:
-    """One image as (3, 32, 32) uint8 RGB, and whether it had to be converted to RGB."""
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(read())) as image:
-            size, mode = image.size, image.mode
-            rgb = image.convert("RGB")
-    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as exc:
-        raise _bad_source(source, f"{where} is not an image Pillow can read ({one_line(exc)})") from exc
-    if size != (_SIZE, _SIZE):
-        raise _bad_source(
-            source, f"{where} is {size[0]}x{size[1]}, but CIFAR-10 images are 32x32: resize the copy first"
-        )
-    return np.asarray(rgb, dtype=np.uint8).transpose(2, 0, 1), mode != "RGB"
-
-
-def _batch(images: np.ndarray, labels: np.ndarray, names: list[str], label: str) -> dict[bytes, Any]:
-    return {
-        b"batch_label": label.encode(),
-        b"labels": [int(y) for y in labels],
-        b"data": np.ascontiguousarray(images.reshape(len(images), -1)),
-        b"filenames": [name.encode() for name in names],
-    }
-
-
-def _write_folder(root: Path, splits: dict[str, tuple[np.ndarray, np.ndarray, list[str]]]) -> Path:
-    """Write the seven files into a staging folder inside ``root``, then move them into
-    ``<root>/cifar-10-batches-py/`` (each file replaced in one rename)."""
-    staging = Path(tempfile.mkdtemp(prefix=f".{CIFAR10_FOLDER}-", dir=root))
-    try:
+def _write_folder(root: Path, splits: dict[str, Split]) -> Path:
+    """Write the seven files through a staging folder inside ``root`` into
+    ``<root>/cifar-10-batches-py/`` (:func:`~xder_data._image_copy.staged_folder`)."""
+    with staged_folder(root, CIFAR10_FOLDER, tuple(CIFAR10_MD5)) as staging:
         images, labels, names = splits["train"]
         chunks = np.array_split(np.arange(len(labels)), len(_TRAIN_BATCHES))
         for i, (name, rows) in enumerate(zip(_TRAIN_BATCHES, chunks, strict=True), 1):
-            batch = _batch(images[rows], labels[rows], [names[r] for r in rows], f"training batch {i} of 5")
-            _write_pickle(staging / name, batch)
+            batch = split_dict(
+                images[rows], [names[r] for r in rows], f"training batch {i} of 5", {"labels": labels[rows]}
+            )
+            write_pickle(staging / name, batch)
         images, labels, names = splits["test"]
-        _write_pickle(staging / "test_batch", _batch(images, labels, names, "testing batch 1 of 1"))
+        write_pickle(
+            staging / "test_batch", split_dict(images, names, "testing batch 1 of 1", {"labels": labels})
+        )
         meta = {
             b"num_cases_per_batch": len(chunks[0]),
             b"label_names": [name.encode() for name in CIFAR10_CLASSES],
             b"num_vis": 3 * _SIZE * _SIZE,
         }
-        _write_pickle(staging / "batches.meta", meta)
-        target = root / CIFAR10_FOLDER
-        target.mkdir(exist_ok=True)
-        for name in CIFAR10_MD5:
-            os.replace(staging / name, target / name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+        write_pickle(staging / "batches.meta", meta)
+    return root / CIFAR10_FOLDER
 
 
 def prepare_cifar10(
@@ -412,8 +300,9 @@ def prepare_cifar10(
     ``test_batch`` (also shuffled) and ``batches.meta``, pickled as Python 2 wrote them (``bytes``
     keys under ``encoding='bytes'``), ``data`` uint8 (N, 3072) in R, G, B plane order,
     ``filenames`` the source's ``<class>/<file>``. Everything is decoded and checked first and
-    written into a staging folder inside ``root``; only then are the files moved into place, one
-    rename each, so a failure leaves any earlier copy untouched.
+    written into a staging folder inside ``root``; only then are the files moved into place (the
+    staging folder renamed when there is no earlier copy, else one rename a file), so a failure
+    leaves any earlier copy untouched and nothing half-written.
 
     Args:
         source: the folder or archive.
@@ -426,35 +315,8 @@ def prepare_cifar10(
             CIFAR-10's, a class without images, an unreadable image, or an image not 32x32.
     """
     source, root = Path(source), Path(root)
-    if not source.exists():
-        raise DataNotFoundError(f"{source}: no such folder or archive: give --source an image-folder copy")
-    if source.is_dir():
-        return _import(source, root, list(_folder_entries(source)), progress)
-    try:
-        with tarfile.open(source, "r:*") as tar:
-            entries = list(_archive_entries(tar))
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-        raise _bad_source(source, f"neither a folder nor a readable tar archive ({one_line(exc)})") from exc
-    return _import(source, root, entries, progress)
-
-
-def _import(source: Path, root: Path, entries: list[_Entry], progress: Progress) -> CIFAR10Import:
-    _check_classes(source, entries)
-    label_of = {name: i for i, name in enumerate(CIFAR10_CLASSES)}
-    ordered = sorted(entries, key=lambda e: (e[0], label_of[e[1]], e[2]))
-    images = np.empty((len(ordered), 3, _SIZE, _SIZE), dtype=np.uint8)
-    converted = 0
-    for i, (split, cls, name, read) in enumerate(progress(ordered)):
-        images[i], was_converted = _decode(source, f"{split}/{cls}/{name}", read)
-        converted += was_converted
-    rng = np.random.default_rng(_SHUFFLE_SEED)
-    splits = {}
-    for split in _SPLITS:
-        rows = np.array([i for i, e in enumerate(ordered) if e[0] == split])
-        rows = rows[rng.permutation(len(rows))]
-        labels = np.array([label_of[ordered[r][1]] for r in rows], dtype=np.int64)
-        names = [f"{ordered[r][1]}/{ordered[r][2]}" for r in rows]
-        splits[split] = (images[rows], labels, names)
-    root.mkdir(parents=True, exist_ok=True)
+    entries = COPY.entries(source)
+    COPY.check_classes(source, entries, CIFAR10_CLASSES)
+    splits, converted = decode_copy(COPY, source, entries, CIFAR10_CLASSES, progress, _SHUFFLE_SEED)
     folder = _write_folder(root, splits)
     return CIFAR10Import(folder, len(splits["train"][1]), len(splits["test"][1]), converted)

@@ -34,21 +34,34 @@ transform exactly as described above.
 ``Benchmark.coarse_labels`` holds the super-class (0..19) of each class, derived from the
 per-image (fine, coarse) pairs of both files; the super-class names are
 :func:`cifar100_coarse_names`. Pickles can run code when loaded: read only files you trust (the
-official archive, verified with :func:`verify_cifar100`).
+official archive, verified with :func:`verify_cifar100`, or the files :func:`prepare_cifar100`
+writes).
+
+:func:`prepare_cifar100` imports an image-folder copy (``train/<fine class>/*``,
+``test/<fine class>/*``, a folder or a tar archive) into these three files. Such a copy has no
+super-classes: they come from :func:`cifar100_superclasses`, the standard table of Krizhevsky
+(2009) and the CIFAR-100 page (20 super-classes of 5 fine classes), shipped as the data file
+``cifar100_superclasses.toml`` of this package.
 """
 
 from __future__ import annotations
 
+import functools
+import tomllib
+from collections.abc import Iterable
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from xder_data._archive import download_folder, md5_file
-from xder_data._cifar_format import CifarFiles
+from xder_data._cifar_format import CifarFiles, CifarImport, decode_copy, split_dict, write_pickle
+from xder_data._image_copy import ImageCopy, staged_folder
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
-from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
+from xder_data.benchmark import Benchmark, BenchmarkDefaults, Progress, register_benchmark
 from xder_data.errors import BenchmarkOptionError
 
 __all__ = [
@@ -60,8 +73,11 @@ __all__ = [
     "CIFAR100_STD",
     "CIFAR100_URL",
     "SEQ_CIFAR100_DEFAULTS",
+    "CIFAR100Import",
     "cifar100_coarse_names",
+    "cifar100_superclasses",
     "download_cifar100",
+    "prepare_cifar100",
     "seq_cifar100",
     "upsample_images",
     "verify_cifar100",
@@ -111,6 +127,7 @@ FILES = CifarFiles(
     folder=CIFAR100_FOLDER,
     archive=CIFAR100_ARCHIVE,
     download="cifar100",
+    prepare="cifar100",
 )
 
 
@@ -308,3 +325,111 @@ def download_cifar100(
     return download_folder(
         Path(root), url, CIFAR100_ARCHIVE, expected_md5, CIFAR100_FOLDER, tuple(CIFAR100_MD5)
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Import from an image-folder copy
+
+SUPERCLASSES_FILE = "cifar100_superclasses.toml"
+_SHUFFLE_SEED = 0
+
+
+@functools.cache
+def _superclass_table() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    text = resources.files("xder_data").joinpath(SUPERCLASSES_FILE).read_text(encoding="utf-8")
+    return tuple((name, tuple(fine)) for name, fine in tomllib.loads(text)["superclasses"].items())
+
+
+def cifar100_superclasses() -> dict[str, tuple[str, ...]]:
+    """CIFAR-100's 20 super-classes and the 5 fine classes of each, in alphabetical order.
+
+    Read from the package's data file ``cifar100_superclasses.toml``: the standard table of
+    A. Krizhevsky, "Learning Multiple Layers of Features from Tiny Images" (2009) and the CIFAR-100
+    page, with the names the official ``meta`` file uses. Super-class i (in this order) is coarse
+    label i; the 100 fine names in alphabetical order are fine labels 0..99.
+    """
+    return dict(_superclass_table())
+
+
+def _fine_names() -> list[str]:
+    return sorted(fine for _, members in _superclass_table() for fine in members)
+
+
+COPY = ImageCopy(
+    dataset="CIFAR-100",
+    splits=("train", "test"),
+    size=_NATIVE_SIZE,
+    layout="an image-folder copy of CIFAR-100: train/<class>/* and test/<class>/*, one folder for each "
+    "of the 100 fine classes named as in the official meta file (apple, aquarium_fish, baby, ..., "
+    "woman, worm), 32x32 images",
+)
+
+
+def _no_progress(items: Iterable[Any]) -> Iterable[Any]:
+    return items
+
+
+class CIFAR100Import(CifarImport):
+    """What :func:`prepare_cifar100` wrote: the folder, the images per split and how many were
+    converted to RGB."""
+
+
+def prepare_cifar100(
+    source: str | Path,
+    root: str | Path,
+    *,
+    per_class: tuple[int, int] = (500, 100),
+    progress: Progress = _no_progress,
+) -> CIFAR100Import:
+    """Import an image-folder copy of CIFAR-100 into the official layout ``<root>/cifar-100-python/``.
+
+    ``source`` is a folder or a tar archive (``.tar``, ``.tar.gz``...) holding
+    ``train/<fine class>/*`` and ``test/<fine class>/*`` (optionally under one leading folder):
+    exactly the 100 fine classes, named as the official ``meta`` file names them (``apple``,
+    ``aquarium_fish``, ..., ``worm``), ``per_class`` = (train, test) images in each (500 and 100,
+    as CIFAR-100 has), each 32x32 in any format Pillow reads (non-RGB images are
+    converted to RGB). Hidden files and folders are ignored.
+
+    Written as the official files: ``train`` and ``test`` (the images of each in a fixed shuffled
+    order, ``numpy.random.default_rng(0)``) with ``data`` uint8 (N, 3072) in R, G, B plane order,
+    ``fine_labels`` (the class's position among the 100 names in alphabetical order),
+    ``coarse_labels`` (its super-class's position among the 20 in alphabetical order, from
+    :func:`cifar100_superclasses`), ``filenames`` (the source's ``<class>/<file>``) and
+    ``batch_label``; ``meta`` with ``fine_label_names`` and ``coarse_label_names``; pickled as
+    Python 2 wrote them. Everything is checked and decoded first and written into a staging folder
+    inside ``root``, then moved into place (the folder renamed, or each file replaced in one rename
+    when an earlier copy exists), so a failure leaves nothing half-written.
+
+    Args:
+        source: the folder or archive.
+        root: the data root (created if missing).
+        per_class: the images each class folder must hold, (train, test); small copies in tests
+            pass fewer, the command line always uses (500, 100).
+        progress: wraps the per-image loop (e.g. ``tqdm``) to show progress.
+
+    Raises:
+        DataNotFoundError: ``source`` does not exist.
+        BenchmarkFormatError: not a folder nor a readable tar archive, no ``train/`` or ``test/``
+            images, a class folder missing or not one of the 100 fine classes, a class with another
+            number of images, an unreadable image, or an image not 32x32.
+    """
+    source, root = Path(source), Path(root)
+    table = _superclass_table()
+    fine_names = _fine_names()
+    entries = COPY.entries(source)
+    COPY.check_classes(source, entries, fine_names)
+    COPY.check_counts(source, entries, dict(zip(COPY.splits, per_class, strict=True)))
+    splits, converted = decode_copy(COPY, source, entries, fine_names, progress, _SHUFFLE_SEED)
+    superclass_of = {fine: c for c, (_, members) in enumerate(table) for fine in members}
+    coarse_of_fine = np.array([superclass_of[name] for name in fine_names], dtype=np.int64)
+    with staged_folder(root, CIFAR100_FOLDER, tuple(CIFAR100_MD5)) as staging:
+        for split, batch_label in (("train", "training batch 1 of 1"), ("test", "testing batch 1 of 1")):
+            images, fine, names = splits[split]
+            labels = {"fine_labels": fine, "coarse_labels": coarse_of_fine[fine]}
+            write_pickle(staging / split, split_dict(images, names, batch_label, labels))
+        meta = {
+            b"fine_label_names": [name.encode() for name in fine_names],
+            b"coarse_label_names": [name.encode() for name, _ in table],
+        }
+        write_pickle(staging / "meta", meta)
+    return CIFAR100Import(root / CIFAR100_FOLDER, len(splits["train"][1]), len(splits["test"][1]), converted)

@@ -19,20 +19,29 @@ flip, then normalisation by the authors' mean and std; 80 epochs, batch 128, rep
 SGD lr 0.1 divided by 10 at epochs 35, 60 and 75 (the paper's text; the authors' mammoth file sets
 a factor of 0.2); buffer 2000; EfficientNet-B2, trained from scratch.
 
-The authors' arrays come from a zip that is not publicly mirrored, so two importers build the
+The authors' arrays come from a zip that is not publicly mirrored, so three importers build the
 same layout from the common distributions (DATA-FORMATS.md 1.2 items 1 and 2):
-:func:`import_miniimagenet_csv` (``images/`` + ``train.csv``/``val.csv``/``test.csv``) and
-:func:`import_miniimagenet_pickle` (``mini-imagenet-cache-*.pkl``). Both pool all 100 classes
-(64 + 16 + 20, 600 images each) and re-split every class into train and test with a seed; the
-authors' own split is unknown, so results on imported data are comparable among themselves but
-not image-for-image with the authors' split.
+
+* :func:`import_miniimagenet_csv` (``images/`` + ``train.csv``/``val.csv``/``test.csv``) and
+  :func:`import_miniimagenet_pickle` (``mini-imagenet-cache-*.pkl``) pool all 100 classes
+  (Ravi & Larochelle's 64 + 16 + 20, 600 images each) and re-split every class into train and
+  test with a seed;
+* :func:`import_miniimagenet_folders` reads image folders already split per class,
+  ``train/<wnid>/*.jpg`` (500 a class) and ``val/<wnid>/*.jpg`` (100 a class, the test set), from
+  a folder or a tar archive (``.tar``, ``.tar.gz``...), and keeps that split as given:
+  ``val/`` becomes ``test_*.npy``.
+
+The authors' own split is unknown, so results on imported data are comparable among themselves
+(and among copies of the same split) but not image-for-image with the authors' split.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import pickle
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from xder_data._image_copy import Entry, ImageCopy, staged_folder
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
 from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
@@ -53,6 +63,7 @@ __all__ = [
     "SEQ_MINIIMG_DEFAULTS",
     "MiniImageNetImport",
     "import_miniimagenet_csv",
+    "import_miniimagenet_folders",
     "import_miniimagenet_pickle",
     "seq_miniimg",
 ]
@@ -87,8 +98,9 @@ SEQ_MINIIMG_DEFAULTS = BenchmarkDefaults(
 
 def _fix(root: Path) -> str:
     return (
-        f"import miniImageNet into {root} with xder_data.import_miniimagenet_csv or "
-        "import_miniimagenet_pickle (`xder-run data prepare miniimagenet`), or unzip the X-DER "
+        f"import miniImageNet into {root} with xder_data.import_miniimagenet_csv, "
+        "import_miniimagenet_pickle or import_miniimagenet_folders (`xder-run data prepare "
+        "miniimagenet --source SRC`), or unzip the X-DER "
         f"authors' miniImagenet.zip so that {root / MINIIMG_FOLDER}/train_x.npy exists"
     )
 
@@ -233,6 +245,7 @@ class MiniImageNetImport:
         wnids: the WordNet id of each label (sorted, so label i is the i-th smallest wnid).
         n_train, n_test: rows written to ``train_*.npy`` and ``test_*.npy``.
         resized: source images that were not 84x84 and were resized (CSV importer only).
+        converted: source images that were not RGB and were converted (folders importer only).
     """
 
     folder: Path
@@ -240,6 +253,7 @@ class MiniImageNetImport:
     n_train: int
     n_test: int
     resized: int = 0
+    converted: int = 0
 
     @property
     def n_classes(self) -> int:
@@ -250,11 +264,15 @@ ReadRows = Callable[[int, np.ndarray], np.ndarray]
 """``read(class_index, positions) -> (len(positions), 84, 84, 3) uint8``: a class's images by
 their positions in the class's file order."""
 
+ClassSplit = tuple[np.ndarray, np.ndarray]
+"""``(test positions, train positions)`` of one class, in the order its rows are written."""
+
 
 def _plan_split(
     sizes: Sequence[int], wnids: Sequence[str], test_per_class: int, seed: int, source: Path
-) -> list[np.ndarray]:
-    """Per class (index order), its positions permuted by one ``default_rng(seed)``."""
+) -> list[ClassSplit]:
+    """Per class (index order), its positions permuted by one ``default_rng(seed)``: the first
+    ``test_per_class`` are test, the rest train."""
     if test_per_class < 1:
         raise ValueError(f"test_per_class must be at least 1, got {test_per_class}")
     for wnid, size in zip(wnids, sizes, strict=True):
@@ -264,7 +282,8 @@ def _plan_split(
                 "and at least one training image: lower test_per_class"
             )
     rng = np.random.default_rng(seed)
-    return [rng.permutation(size) for size in sizes]
+    orders = [rng.permutation(size) for size in sizes]
+    return [(order[:test_per_class], order[test_per_class:]) for order in orders]
 
 
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
@@ -278,55 +297,49 @@ def _no_progress(items: Iterable[Any]) -> Iterable[Any]:
 def _write_layout(
     root: Path,
     wnids: Sequence[str],
-    orders: Sequence[np.ndarray],
-    test_per_class: int,
+    splits: Sequence[ClassSplit],
     read: ReadRows,
     progress: Progress = _no_progress,
 ) -> MiniImageNetImport:
-    """Write ``<root>/MINIIMG/`` from per-class permutations: the first ``test_per_class``
-    positions of each class are test, the rest train; classes in index order, each class's rows
-    in permuted order. Each file is written under a ``.part`` name and renamed when complete."""
-    folder = root / MINIIMG_FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
-    n_test = test_per_class * len(orders)
-    n_train = sum(len(order) for order in orders) - n_test
-    parts = {name: folder / f"{name}.part" for name in (*MINIIMG_FILES, WNIDS_FILE)}
-    try:
+    """Write ``<root>/MINIIMG/`` from each class's test and train positions: classes in index
+    order, each class's rows in the order given. The arrays are written through memory maps into
+    a staging folder inside ``root`` and moved into place once complete
+    (:func:`~xder_data._image_copy.staged_folder`), so a failure leaves nothing half-written."""
+    n_test = sum(len(test) for test, _ in splits)
+    n_train = sum(len(train) for _, train in splits)
+    with staged_folder(root, MINIIMG_FOLDER, (*MINIIMG_FILES, WNIDS_FILE)) as staging:
         arrays = {
             split: np.lib.format.open_memmap(
-                parts[f"{split}_x.npy"], mode="w+", dtype=np.uint8, shape=(count, *_IMAGE_SHAPE)
+                staging / f"{split}_x.npy", mode="w+", dtype=np.uint8, shape=(count, *_IMAGE_SHAPE)
             )
             for split, count in (("train", n_train), ("test", n_test))
         }
         labels = {"train": np.empty(n_train, dtype=np.int64), "test": np.empty(n_test, dtype=np.int64)}
         cursor = {"train": 0, "test": 0}
-        for c, order in progress(list(enumerate(orders))):
-            for split, positions in (("test", order[:test_per_class]), ("train", order[test_per_class:])):
+        for c, (test, train) in progress(list(enumerate(splits))):
+            for split, positions in (("test", test), ("train", train)):
                 start, stop = cursor[split], cursor[split] + len(positions)
                 arrays[split][start:stop] = read(c, positions)
                 labels[split][start:stop] = c
                 cursor[split] = stop
         for split in ("train", "test"):
             arrays[split].flush()
-            with parts[f"{split}_y.npy"].open("wb") as f:
+            with (staging / f"{split}_y.npy").open("wb") as f:
                 np.save(f, labels[split])
                 f.flush()
                 os.fsync(f.fileno())
         del arrays
-        parts[WNIDS_FILE].write_text("".join(f"{wnid}\n" for wnid in wnids), encoding="utf-8")
-        for name, part in parts.items():
-            os.replace(part, folder / name)
-    finally:
-        for part in parts.values():
-            part.unlink(missing_ok=True)
-    return MiniImageNetImport(folder=folder, wnids=tuple(wnids), n_train=n_train, n_test=n_test)
+        (staging / WNIDS_FILE).write_text("".join(f"{wnid}\n" for wnid in wnids), encoding="utf-8")
+    return MiniImageNetImport(
+        folder=root / MINIIMG_FOLDER, wnids=tuple(wnids), n_train=n_train, n_test=n_test
+    )
 
 
 def _require_classes(source: Path, wnids: Sequence[str], where: str) -> None:
     if len(wnids) != N_CLASSES:
         raise BenchmarkFormatError(
             f"{source}: {where} name {len(wnids)} classes, expected the 100 of miniImageNet "
-            "(64 train + 16 val + 20 test): pass the full distribution"
+            "(Ravi & Larochelle's 64 + 16 + 20): pass the full distribution"
         )
 
 
@@ -415,7 +428,7 @@ def import_miniimagenet_csv(
     wnids = sorted(per_class)
     _require_classes(source, wnids, "train.csv, val.csv and test.csv")
     files = [per_class[wnid] for wnid in wnids]
-    orders = _plan_split([len(f) for f in files], wnids, test_per_class, seed, source)
+    splits = _plan_split([len(f) for f in files], wnids, test_per_class, seed, source)
     resized = 0
 
     def read(c: int, positions: np.ndarray) -> np.ndarray:
@@ -427,14 +440,8 @@ def import_miniimagenet_csv(
             resized += was_resized
         return out
 
-    report = _write_layout(root, wnids, orders, test_per_class, read, progress)
-    return MiniImageNetImport(
-        folder=report.folder,
-        wnids=report.wnids,
-        n_train=report.n_train,
-        n_test=report.n_test,
-        resized=resized,
-    )
+    report = _write_layout(root, wnids, splits, read, progress)
+    return dataclasses.replace(report, resized=resized)
 
 
 _CACHE_NAMES = (
@@ -550,7 +557,7 @@ def import_miniimagenet_pickle(
     _require_classes(source, wnids, "the cache files")
     file_ids = [np.concatenate([np.full(len(rows), f) for f, rows in per_class[w]]) for w in wnids]
     rows_of = [np.concatenate([rows for _, rows in per_class[w]]) for w in wnids]
-    orders = _plan_split([len(r) for r in rows_of], wnids, test_per_class, seed, source)
+    splits = _plan_split([len(r) for r in rows_of], wnids, test_per_class, seed, source)
 
     def read(c: int, positions: np.ndarray) -> np.ndarray:
         out = np.empty((len(positions), *_IMAGE_SHAPE), dtype=np.uint8)
@@ -560,4 +567,76 @@ def import_miniimagenet_pickle(
             out[mask] = arrays[f][rows[mask]]
         return out
 
-    return _write_layout(root, wnids, orders, test_per_class, read, progress)
+    return _write_layout(root, wnids, splits, read, progress)
+
+
+_FOLDERS_LAYOUT = (
+    "miniImageNet as image folders: train/<wnid>/* (training images) and val/<wnid>/* (test images) "
+    "for the same 100 classes, every class with as many images as the others (500 and 100), 84x84"
+)
+FOLDERS = ImageCopy(dataset="miniImageNet", splits=("train", "val"), size=SIZE, layout=_FOLDERS_LAYOUT)
+
+
+def import_miniimagenet_folders(
+    source: str | Path, root: str | Path, *, progress: Progress = _no_progress
+) -> MiniImageNetImport:
+    """Build ``<root>/MINIIMG/`` from image folders already split into train and test.
+
+    ``source`` is a folder or a tar archive (``.tar``, ``.tar.gz``...) holding
+    ``train/<wnid>/<file>`` and ``val/<wnid>/<file>`` (optionally under one leading folder; hidden
+    files and folders ignored), e.g. ``train/n01532829/n0153282900000005.jpg``: the 100 classes in
+    both, each class with as many images as every other in ``train/`` (500) and in ``val/`` (100),
+    every image 84x84 in any format Pillow reads (non-RGB images are converted to RGB). The split
+    is kept as given, not re-drawn:
+
+    * class index = position of the wnid in sorted order (label 0 is the smallest wnid), as the
+      other importers define it;
+    * ``train/`` becomes ``train_x.npy``/``train_y.npy`` and ``val/`` becomes ``test_x.npy``/
+      ``test_y.npy`` (``val/`` is the test set of Split miniImageNet);
+    * rows are written class by class in index order, each class's images in file-name order.
+
+    Every class folder and count is checked before any image is decoded; images are decoded
+    straight into memory-mapped arrays (an archive's compressed payloads are held in memory,
+    about 200 MB for the real data; no second copy of the 1 GB arrays is made).
+
+    ``progress`` wraps the per-class loop that writes the arrays (e.g. ``tqdm``) to show progress.
+
+    Returns:
+        The counts written (:class:`MiniImageNetImport`, with ``converted``).
+
+    Raises:
+        DataNotFoundError: ``source`` does not exist.
+        BenchmarkFormatError: not a folder nor a readable tar archive, no ``train/`` or ``val/``
+            images, a class in one split but not the other, not 100 classes, a class with another
+            number of images than the others, an unreadable image, or an image not 84x84.
+    """
+    source, root = Path(source), Path(root)
+    entries = FOLDERS.entries(source)
+    FOLDERS.check_classes(source, entries, None)
+    wnids = sorted({cls for _, cls, _, _ in entries})
+    _require_classes(source, wnids, "train/ and val/")
+    per_class = {
+        split: Counter(Counter(cls for s, cls, _, _ in entries if s == split).values()).most_common(1)[0][0]
+        for split in FOLDERS.splits
+    }
+    FOLDERS.check_counts(source, entries, per_class)
+    label_of = {wnid: c for c, wnid in enumerate(wnids)}
+    files: list[list[Entry]] = [[] for _ in wnids]
+    # Per class: its val/ (test) images, then its train/ images, each in file-name order.
+    for entry in sorted(entries, key=lambda e: (e[0] != "val", e[2])):
+        files[label_of[entry[1]]].append(entry)
+    n_test = per_class["val"]
+    splits = [(np.arange(n_test), np.arange(n_test, len(f))) for f in files]
+    converted = 0
+
+    def read(c: int, positions: np.ndarray) -> np.ndarray:
+        nonlocal converted
+        out = np.empty((len(positions), *_IMAGE_SHAPE), dtype=np.uint8)
+        for i, position in enumerate(positions):
+            split, wnid, name, payload = files[c][position]
+            out[i], was_converted = FOLDERS.decode(source, f"{split}/{wnid}/{name}", payload)
+            converted += was_converted
+        return out
+
+    report = _write_layout(root, wnids, splits, read, progress)
+    return dataclasses.replace(report, converted=converted)
