@@ -11,6 +11,7 @@ from torch import nn
 
 from xder_methods import (
     Batch,
+    Callback,
     MethodConfigError,
     TrainingSchedule,
     UnknownMethodError,
@@ -117,40 +118,57 @@ def test_sgd_leaves_unseen_heads_untouched(stream, transforms, tiny_net, setting
 # ---------------------------------------------------------------------------------------- JT
 
 
-def test_joint_final_trains_only_at_the_last_task_on_everything(
-    stream, transforms, tiny_net, setting_of
-) -> None:
-    method = build("joint", stream, transforms, tiny_net, setting_of)
-    seen_labels: list[set[int]] = []
-    original = method.observe
+def rows_trained_on(method, stream, epochs: int = 2) -> list[list[list[int]]]:
+    """Fits ``method`` and returns, per task and epoch, the sorted stream rows of all its training
+    batches. Pixel (0, 0) of every training image is first overwritten with the image's row index
+    (the 72 rows fit in a uint8), so each batch names its rows; each row's label is checked too."""
+    stream.train_x[:, 0, 0, 0] = torch.arange(stream.train_x.shape[0])
+    rows: list[list[list[int]]] = []
+    current: list[int] = []
+    observe = method.observe
 
     def spy(batch):
-        seen_labels[-1] |= set(batch.y.tolist())
-        return original(batch)
+        index = batch.x_raw[:, 0, 0, 0].long()
+        assert torch.equal(batch.y, index // 12)  # make_stream: 12 rows per class, class by class
+        current.extend(index.tolist())
+        return observe(batch)
 
     method.observe = spy  # type: ignore[method-assign]
 
-    class PerTask:
-        def __getattr__(self, _):
-            return lambda *a, **k: None
-
+    class PerEpoch(Callback):
         def on_task_start(self, loop) -> None:
-            seen_labels.append(set())
+            rows.append([])
+
+        def on_epoch_end(self, loop, record) -> None:
+            rows[-1].append(sorted(current))
+            current.clear()
 
     fit(
         method,
         stream,
-        TrainingSchedule(epochs=1, batch_size=8, lr=0.05),
+        TrainingSchedule(epochs=epochs, batch_size=8, lr=0.05),
         generator=torch.Generator(),
-        callbacks=[PerTask()],
+        callbacks=[PerEpoch()],
     )
-    assert seen_labels == [set(), set(), set(range(6))]
+    return rows
+
+
+def test_joint_final_trains_only_at_the_last_task_on_everything(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    method = build("joint", stream, transforms, tiny_net, setting_of)
+    # Tasks hold rows 0-23, 24-47, 48-71; every epoch of the last task covers all 72 rows once.
+    assert rows_trained_on(method, stream) == [[[], []], [[], []], [list(range(72))] * 2]
 
 
 def test_joint_cumulative_trains_on_every_task_so_far(stream, transforms, tiny_net, setting_of) -> None:
     method = build("joint", stream, transforms, tiny_net, setting_of, mode="cumulative")
-    method.begin_task(1)
-    assert method.training_data == "cumulative"
+    # Task t: the 24 rows of each of tasks 0..t, each once per epoch (batches of 8: none dropped).
+    assert rows_trained_on(method, stream) == [
+        [list(range(24))] * 2,
+        [list(range(48))] * 2,
+        [list(range(72))] * 2,
+    ]
     with pytest.raises(MethodConfigError):
         method_config_class("joint")(mode="sometimes")
 
