@@ -66,16 +66,31 @@ class CountInputs(nn.Module):
 def test_every_method_trains_evaluates_and_round_trips(
     name, stream, transforms, tiny_net, setting_of
 ) -> None:
-    method = build(name, stream, transforms, tiny_net, setting_of)
+    def at_chance(num_classes: int) -> nn.Module:
+        """TinyNet seed 1: untrained, it gives every test item of task 0 the same class (50%)."""
+        torch.manual_seed(1)
+        return tiny_net(num_classes)
+
+    method = build(name, stream, transforms, at_chance, setting_of)
     history = fit(
         method,
         stream,
-        TrainingSchedule(epochs=1, batch_size=8, lr=0.05),
+        TrainingSchedule(epochs=6, batch_size=8, lr=0.1),
         generator=torch.Generator(),
     )
     assert [len(row) for row in history.class_il] == [1, 2, 3]
-    assert all(0.0 <= a <= 100.0 for row in history.class_il for a in row)
-    clone = build(name, stream, transforms, tiny_net, setting_of)
+    # Exact counts: each task has 6 test items per class x 2 classes, so every accuracy is k/12.
+    for row in (*history.class_il, *history.task_il):
+        assert all(a * 12 / 100 == pytest.approx(round(a * 12 / 100), abs=1e-9) for a in row), row
+    # Chance on task 0 (two classes seen) is 50%, and the untrained net is right there; trained, it
+    # is at least 9 of 12 (18 steps on task 0). JT trains nothing before the last task: its first
+    # row is the untrained net's, and task 0 is judged after the last task (over all 6 classes).
+    assert history.random_init_task_il[0] == 50.0
+    trained = history.class_il[-1 if name == "joint" else 0][0]
+    assert trained >= 75.0, history.class_il
+    if name == "joint":
+        assert history.class_il[0] == [50.0]
+    clone = build(name, stream, transforms, at_chance, setting_of)
     clone.load_state_dict(method.state_dict())
     x = transforms.test(stream.test_x)
     method.eval()
