@@ -72,12 +72,23 @@ def test_reversed_order_puts_nine_and_eight_first(bench) -> None:
     assert rev.class_names[:2] == ("9", "8")
 
 
+def _pairs(x: torch.Tensor, y: torch.Tensor) -> list[tuple[bytes, int]]:
+    """The (image bytes, label) pairs of a split, sorted: the split as a multiset."""
+    return sorted(zip(map(bytes, x.numpy()), y.tolist(), strict=True))
+
+
 def test_validation_split_on_request(bench) -> None:
     held = load_benchmark("seq-digits", validation=0.1)
-    assert held.val_x is not None
-    assert held.train_x.shape[0] + held.val_x.shape[0] == bench.train_x.shape[0]
+    # Per class, round(0.1 * n_c) of its train rows (n_c = 143, 146, 142, 147, 145, 146, 145, 144,
+    # 140, 144: see test_sizes_and_per_class_split), with Python's round: 14.5 -> 14.
+    assert torch.bincount(held.val_y).tolist() == [14, 15, 14, 15, 14, 15, 14, 14, 14, 14]
+    assert held.val_x.shape == (143, 1, 8, 8)
+    assert held.train_x.shape == (1442 - 143, 1, 8, 8)
+    # Held out, not copied: train and validation together are the plain train split, labels included.
+    together = _pairs(torch.cat([held.train_x, held.val_x]), torch.cat([held.train_y, held.val_y]))
+    assert together == _pairs(bench.train_x, bench.train_y)
     assert held.test_x.shape == bench.test_x.shape
-    assert held.task(1).val is not None
+    assert held.val_y[held.task(1).val].tolist() == [2] * 14 + [3] * 15  # in the train split's order
 
 
 def test_protocol_defaults() -> None:
