@@ -197,11 +197,12 @@ def test_plugin_arguments_are_found_anywhere() -> None:
 def test_a_failing_plugin_file_is_one_line(source, message, tmp_path: Path, capsys) -> None:
     path = tmp_path / "lab_plugin.py"
     path.write_text(source)
-    assert main(["train", "--plugin", str(path), "--out", str(tmp_path)]) == 2
+    out = tmp_path / "runs"  # where the run's folder would be made (train makes --out if missing)
+    assert main(["train", "--plugin", str(path), "--out", str(out)]) == 2
     err = one_line_error(capsys)
     assert message in err
     assert str(path) in err
-    assert not (tmp_path / "runs").exists()
+    assert not out.exists()
 
 
 def test_a_plugin_that_is_not_there(tmp_path: Path, capsys) -> None:
