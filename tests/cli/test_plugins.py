@@ -139,7 +139,13 @@ def test_a_ray_worker_loads_the_drivers_plugins(tmp_path: Path) -> None:
     assert "unknown benchmark 'seq-stripes'" in failed["error"]
     outcome = train_trial(str(tmp_path / "with"), trial.config, plugins=tuple(FILES))
     assert outcome["status"] == "finished", outcome
-    assert outcome["val_faa"] is not None
+    results = json.loads((tmp_path / "with" / "results.json").read_text())
+    val = results["val_accuracy_matrix"]
+    # Validation: round(0.1 x 12) = 1 of each class's 12 train images, 2 per task: 0, 50 or 100%.
+    assert [len(row) for row in val] == [1, 2, 3]
+    assert {a for row in val for a in row} <= {0.0, 50.0, 100.0}
+    assert outcome["val_faa"] == pytest.approx(sum(val[-1]) / 3)
+    assert outcome["faa"] == pytest.approx(sum(results["accuracy_matrix"][-1]) / 3)
     assert {"er_balanced"} <= set(list_methods())
     assert "seq-stripes" in list_benchmarks()
 
