@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from xder_cli import bench
 from xder_cli.bench import run_bench
 from xder_cli.bench_share import share_ratio
 from xder_cli.cpushare import machine_cores
@@ -35,8 +36,47 @@ def _args(**overrides) -> SimpleNamespace:
     return SimpleNamespace(**(base | overrides))
 
 
-def test_bench_reports_every_figure() -> None:
-    payload = run_bench(_args())
+class ScriptedClock:
+    """Stands in for bench's ``time``: it moves only by the seconds the test says each call took."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_bench_reports_every_figure(monkeypatch) -> None:
+    # Real steps run (images, ops and syncs are counted on them), but each timed call takes the
+    # scripted seconds on bench's clock, so every timing figure is known by hand: a real ratio is
+    # one measured median over another, and nothing else measured could confirm it. The first call
+    # of each is the warm-up round (100 s): it must count in no median and no total.
+    step_seconds = {"er": [100, 1, 4, 2], "derpp": [100, 3, 5, 4], "xder": [100, 9, 10, 11]}
+    floor_seconds = [100, 0.25, 1, 0.5]
+    epoch_seconds = {"er": 7, "derpp": 11, "xder": 13}
+    clock = ScriptedClock()
+    real_subject = bench._subject
+
+    def timed(fn, seconds):
+        seconds = iter(seconds)  # one entry per call bench makes: a call more raises StopIteration
+
+        def call():
+            result = fn()
+            clock.now += next(seconds)
+            return result
+
+        return call
+
+    def scripted(name, *args):
+        subject = real_subject(name, *args)
+        subject.step = timed(subject.step, step_seconds[name])
+        subject.floor = timed(subject.floor, floor_seconds)
+        subject.epoch = timed(subject.epoch, [epoch_seconds[name]])
+        return subject
+
+    monkeypatch.setattr(bench, "_subject", scripted)
+    monkeypatch.setattr(bench, "time", clock)
+    payload = run_bench(_args(steps=3))
     assert set(payload) == {"device", "threads", "torch", "settings", "methods", "ratios"}
     rows = {r["method"]: r for r in payload["methods"]}
     assert set(rows) == {"er", "derpp", "xder"}
@@ -46,16 +86,20 @@ def test_bench_reports_every_figure() -> None:
     assert rows["er"]["images_per_step"] == 2 * b
     assert rows["derpp"]["images_per_step"] == 3 * b
     assert rows["xder"]["images_per_step"] == 3 * b + 2 * (b + 40)
-    for row in rows.values():
+    # Medians of the timed rounds: er (1, 4, 2), derpp (3, 5, 4), xder (9, 10, 11); floors
+    # (0.25, 1, 0.5). Epochs: the scripted seconds, times 10 epochs x 5 tasks for the protocol.
+    expected = {"er": (2, 4, 7, 350), "derpp": (4, 8, 11, 550), "xder": (10, 20, 13, 650)}
+    for name, row in rows.items():
+        step, over_floor, epoch, protocol = expected[name]
         assert row["host_syncs_per_step"] == 0
         assert row["ops_per_step"] > 0
-        assert row["seconds_per_step"] > 0
-        assert row["step_over_floor"] == pytest.approx(row["seconds_per_step"] / row["floor_seconds"])
+        assert (row["seconds_per_step"], row["floor_seconds"]) == (step, 0.5)
+        assert row["step_over_floor"] == over_floor
         assert row["epoch_steps"] == 36  # 144 items per class x 2 classes / batch 8
-        assert row["projected_protocol_seconds"] == pytest.approx(row["epoch_seconds"] * 10 * 5)
-    assert payload["ratios"]["xder/derpp"] == pytest.approx(
-        rows["xder"]["seconds_per_step"] / rows["derpp"]["seconds_per_step"]
-    )
+        assert (row["epoch_seconds"], row["projected_protocol_seconds"]) == (epoch, protocol)
+        # Every timed round of every method: steps 7 + 12 + 30 s, floors 3 x 1.75 s.
+        assert row["timed_seconds"] == 54.25
+    assert payload["ratios"] == {"xder/derpp": 2.5, "xder/er": 5.0}
 
 
 def test_bench_command_writes_json(tmp_path: Path, capsys) -> None:

@@ -139,7 +139,13 @@ def test_a_ray_worker_loads_the_drivers_plugins(tmp_path: Path) -> None:
     assert "unknown benchmark 'seq-stripes'" in failed["error"]
     outcome = train_trial(str(tmp_path / "with"), trial.config, plugins=tuple(FILES))
     assert outcome["status"] == "finished", outcome
-    assert outcome["val_faa"] is not None
+    results = json.loads((tmp_path / "with" / "results.json").read_text())
+    val = results["val_accuracy_matrix"]
+    # Validation: round(0.1 x 12) = 1 of each class's 12 train images, 2 per task: 0, 50 or 100%.
+    assert [len(row) for row in val] == [1, 2, 3]
+    assert {a for row in val for a in row} <= {0.0, 50.0, 100.0}
+    assert outcome["val_faa"] == pytest.approx(sum(val[-1]) / 3)
+    assert outcome["faa"] == pytest.approx(sum(results["accuracy_matrix"][-1]) / 3)
     assert {"er_balanced"} <= set(list_methods())
     assert "seq-stripes" in list_benchmarks()
 
@@ -197,11 +203,12 @@ def test_plugin_arguments_are_found_anywhere() -> None:
 def test_a_failing_plugin_file_is_one_line(source, message, tmp_path: Path, capsys) -> None:
     path = tmp_path / "lab_plugin.py"
     path.write_text(source)
-    assert main(["train", "--plugin", str(path), "--out", str(tmp_path)]) == 2
+    out = tmp_path / "runs"  # where the run's folder would be made (train makes --out if missing)
+    assert main(["train", "--plugin", str(path), "--out", str(out)]) == 2
     err = one_line_error(capsys)
     assert message in err
     assert str(path) in err
-    assert not (tmp_path / "runs").exists()
+    assert not out.exists()
 
 
 def test_a_plugin_that_is_not_there(tmp_path: Path, capsys) -> None:

@@ -72,12 +72,23 @@ def test_reversed_order_puts_nine_and_eight_first(bench) -> None:
     assert rev.class_names[:2] == ("9", "8")
 
 
+def _pairs(x: torch.Tensor, y: torch.Tensor) -> list[tuple[bytes, int]]:
+    """The (image bytes, label) pairs of a split, sorted: the split as a multiset."""
+    return sorted(zip(map(bytes, x.numpy()), y.tolist(), strict=True))
+
+
 def test_validation_split_on_request(bench) -> None:
     held = load_benchmark("seq-digits", validation=0.1)
-    assert held.val_x is not None
-    assert held.train_x.shape[0] + held.val_x.shape[0] == bench.train_x.shape[0]
+    # Per class, round(0.1 * n_c) of its train rows (n_c = 143, 146, 142, 147, 145, 146, 145, 144,
+    # 140, 144: see test_sizes_and_per_class_split), with Python's round: 14.5 -> 14.
+    assert torch.bincount(held.val_y).tolist() == [14, 15, 14, 15, 14, 15, 14, 14, 14, 14]
+    assert held.val_x.shape == (143, 1, 8, 8)
+    assert held.train_x.shape == (1442 - 143, 1, 8, 8)
+    # Held out, not copied: train and validation together are the plain train split, labels included.
+    together = _pairs(torch.cat([held.train_x, held.val_x]), torch.cat([held.train_y, held.val_y]))
+    assert together == _pairs(bench.train_x, bench.train_y)
     assert held.test_x.shape == bench.test_x.shape
-    assert held.task(1).val is not None
+    assert held.val_y[held.task(1).val].tolist() == [2] * 14 + [3] * 15  # in the train split's order
 
 
 def test_protocol_defaults() -> None:
@@ -93,9 +104,37 @@ def test_protocol_defaults() -> None:
     assert defaults.backbone_options == {"width": 16, "in_channels": 1}
 
 
+def _shifted(image: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
+    """``image`` (C, H, W) moved down by dy and right by dx, zeros where it came from outside."""
+    out = torch.zeros_like(image)
+    h, w = image.shape[1:]
+    out[:, max(dy, 0) : h + min(dy, 0), max(dx, 0) : w + min(dx, 0)] = image[
+        :, max(-dy, 0) : h - max(dy, 0), max(-dx, 0) : w - max(dx, 0)
+    ]
+    return out
+
+
 def test_train_transform_crops_without_flip(bench) -> None:
-    g = torch.Generator().manual_seed(0)
-    x = bench.train_x[:3]
-    out = bench.train_transform(x, g)
-    assert out.shape == (3, 1, 8, 8)
+    # An asymmetric image: 64 distinct non-zero values, so every shift and the mirror image (and
+    # its shifts) differ from one another, and padded pixels (0) are told apart from the image's.
+    image = torch.arange(1, 65, dtype=torch.uint8).view(1, 8, 8)
+    x = image.expand(200, 1, 8, 8).contiguous()
+    out = bench.train_transform(x, torch.Generator().manual_seed(0))
+    assert out.shape == (200, 1, 8, 8)
     assert out.dtype == torch.float32
+    # Then normalised: pixel / 255 minus the train mean, over the train std. Neighbouring pixel
+    # values differ by 1 / 255 / std (about 0.01) after it, far above the tolerance.
+    offsets = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]  # 1-pixel zero padding
+
+    def normalised(images: list[torch.Tensor]) -> torch.Tensor:
+        return (torch.stack(images).double() / 255 - bench.mean[0]) / bench.std[0]
+
+    shifts = normalised([_shifted(image, dy, dx) for dy, dx in offsets])
+    mirrors = normalised([_shifted(image.flip(-1), dy, dx) for dy, dx in offsets])
+    drawn = []
+    for view in out.double():
+        assert not any(torch.allclose(view, mirror, atol=1e-5) for mirror in mirrors)
+        (match,) = [o for o, s in zip(offsets, shifts, strict=True) if torch.allclose(view, s, atol=1e-5)]
+        drawn.append(match)
+    # 200 draws, uniform over the 9 offsets: every one appears, so the crop does move pixels.
+    assert set(drawn) == set(offsets)

@@ -137,14 +137,8 @@ def test_parser_reads_bodies_by_position_with_crlf_and_empty_frames(raw) -> None
 
 def test_sample_names() -> None:
     name = ntu60.parse_sample_name("/x/S001C002P003R002A013.skeleton")
-    assert name is not None
-    assert (name.name, name.setup, name.camera, name.subject, name.replication, name.action) == (
-        "S001C002P003R002A013",
-        1,
-        2,
-        3,
-        2,
-        13,
+    assert name == ntu60.SampleName(
+        name="S001C002P003R002A013", setup=1, camera=2, subject=3, replication=2, action=13
     )
     assert ntu60.parse_sample_name("S001C002P003R002A13.skeleton") is None
     assert ntu60.parse_sample_name("notes.skeleton") is None

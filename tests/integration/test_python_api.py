@@ -11,6 +11,7 @@ import io
 from pathlib import Path
 
 import pytest
+import torch
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -70,7 +71,15 @@ def test_the_example_runs_and_gives_the_accuracy_matrix() -> None:
     assert bench.classes_per_task == (2, 2, 2, 2, 2)
     matrix = history.class_il
     assert [len(row) for row in matrix] == [1, 2, 3, 4, 5]
-    assert all(0 <= accuracy <= 100 for row in matrix for accuracy in row)
+    # Exact counts: the test items are every 5th image; by hand from the digits' labels, tasks
+    # 0..4 hold 42+28, 26+48, 38+39, 30+26 and 36+47 of them, so each accuracy is k/n_t.
+    test_per_task = [70, 74, 77, 56, 83]
+    labels = namespace["y"][namespace["test"]]
+    assert torch.bincount(labels, minlength=10).view(5, 2).sum(dim=1).tolist() == test_per_task
+    for row in matrix:
+        for accuracy, n in zip(row, test_per_task, strict=False):
+            assert accuracy * n / 100 == pytest.approx(round(accuracy * n / 100), abs=1e-9), row
+    assert matrix[0][0] > 90  # task 0 right after it: two classes seen, chance is 50%
     lines = printed.getvalue().splitlines()
     assert len(lines) == 6
     assert lines[-1].startswith("FAA ")

@@ -11,6 +11,7 @@ from torch import nn
 
 from xder_methods import (
     Batch,
+    Callback,
     MethodConfigError,
     TrainingSchedule,
     UnknownMethodError,
@@ -65,16 +66,31 @@ class CountInputs(nn.Module):
 def test_every_method_trains_evaluates_and_round_trips(
     name, stream, transforms, tiny_net, setting_of
 ) -> None:
-    method = build(name, stream, transforms, tiny_net, setting_of)
+    def at_chance(num_classes: int) -> nn.Module:
+        """TinyNet seed 1: untrained, it gives every test item of task 0 the same class (50%)."""
+        torch.manual_seed(1)
+        return tiny_net(num_classes)
+
+    method = build(name, stream, transforms, at_chance, setting_of)
     history = fit(
         method,
         stream,
-        TrainingSchedule(epochs=1, batch_size=8, lr=0.05),
+        TrainingSchedule(epochs=6, batch_size=8, lr=0.1),
         generator=torch.Generator(),
     )
     assert [len(row) for row in history.class_il] == [1, 2, 3]
-    assert all(0.0 <= a <= 100.0 for row in history.class_il for a in row)
-    clone = build(name, stream, transforms, tiny_net, setting_of)
+    # Exact counts: each task has 6 test items per class x 2 classes, so every accuracy is k/12.
+    for row in (*history.class_il, *history.task_il):
+        assert all(a * 12 / 100 == pytest.approx(round(a * 12 / 100), abs=1e-9) for a in row), row
+    # Chance on task 0 (two classes seen) is 50%, and the untrained net is right there; trained, it
+    # is at least 9 of 12 (18 steps on task 0). JT trains nothing before the last task: its first
+    # row is the untrained net's, and task 0 is judged after the last task (over all 6 classes).
+    assert history.random_init_task_il[0] == 50.0
+    trained = history.class_il[-1 if name == "joint" else 0][0]
+    assert trained >= 75.0, history.class_il
+    if name == "joint":
+        assert history.class_il[0] == [50.0]
+    clone = build(name, stream, transforms, at_chance, setting_of)
     clone.load_state_dict(method.state_dict())
     x = transforms.test(stream.test_x)
     method.eval()
@@ -117,40 +133,57 @@ def test_sgd_leaves_unseen_heads_untouched(stream, transforms, tiny_net, setting
 # ---------------------------------------------------------------------------------------- JT
 
 
-def test_joint_final_trains_only_at_the_last_task_on_everything(
-    stream, transforms, tiny_net, setting_of
-) -> None:
-    method = build("joint", stream, transforms, tiny_net, setting_of)
-    seen_labels: list[set[int]] = []
-    original = method.observe
+def rows_trained_on(method, stream, epochs: int = 2) -> list[list[list[int]]]:
+    """Fits ``method`` and returns, per task and epoch, the sorted stream rows of all its training
+    batches. Pixel (0, 0) of every training image is first overwritten with the image's row index
+    (the 72 rows fit in a uint8), so each batch names its rows; each row's label is checked too."""
+    stream.train_x[:, 0, 0, 0] = torch.arange(stream.train_x.shape[0])
+    rows: list[list[list[int]]] = []
+    current: list[int] = []
+    observe = method.observe
 
     def spy(batch):
-        seen_labels[-1] |= set(batch.y.tolist())
-        return original(batch)
+        index = batch.x_raw[:, 0, 0, 0].long()
+        assert torch.equal(batch.y, index // 12)  # make_stream: 12 rows per class, class by class
+        current.extend(index.tolist())
+        return observe(batch)
 
     method.observe = spy  # type: ignore[method-assign]
 
-    class PerTask:
-        def __getattr__(self, _):
-            return lambda *a, **k: None
-
+    class PerEpoch(Callback):
         def on_task_start(self, loop) -> None:
-            seen_labels.append(set())
+            rows.append([])
+
+        def on_epoch_end(self, loop, record) -> None:
+            rows[-1].append(sorted(current))
+            current.clear()
 
     fit(
         method,
         stream,
-        TrainingSchedule(epochs=1, batch_size=8, lr=0.05),
+        TrainingSchedule(epochs=epochs, batch_size=8, lr=0.05),
         generator=torch.Generator(),
-        callbacks=[PerTask()],
+        callbacks=[PerEpoch()],
     )
-    assert seen_labels == [set(), set(), set(range(6))]
+    return rows
+
+
+def test_joint_final_trains_only_at_the_last_task_on_everything(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    method = build("joint", stream, transforms, tiny_net, setting_of)
+    # Tasks hold rows 0-23, 24-47, 48-71; every epoch of the last task covers all 72 rows once.
+    assert rows_trained_on(method, stream) == [[[], []], [[], []], [list(range(72))] * 2]
 
 
 def test_joint_cumulative_trains_on_every_task_so_far(stream, transforms, tiny_net, setting_of) -> None:
     method = build("joint", stream, transforms, tiny_net, setting_of, mode="cumulative")
-    method.begin_task(1)
-    assert method.training_data == "cumulative"
+    # Task t: the 24 rows of each of tasks 0..t, each once per epoch (batches of 8: none dropped).
+    assert rows_trained_on(method, stream) == [
+        [list(range(24))] * 2,
+        [list(range(48))] * 2,
+        [list(range(72))] * 2,
+    ]
     with pytest.raises(MethodConfigError):
         method_config_class("joint")(mode="sometimes")
 

@@ -358,16 +358,30 @@ def test_config_errors(bad) -> None:
 def test_paper_defaults() -> None:
     config = XDERConfig()
     values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-    assert values | {} == values
-    assert (config.alpha, config.beta, config.gamma, config.lambda_, config.eta) == (
-        0.3,
-        0.8,
-        0.85,
-        0.05,
-        0.001,
-    )
-    assert (config.margin, config.tau, config.n_views, config.simclr_batch_size) == (0.7, 5.0, 2, 64)
-    assert (config.buffer_size, config.minibatch_size) == (500, 32)
+    # Every field, so that a new one must be added here: the paper's Split CIFAR-100, M = 500 row
+    # (alpha 0.3, beta 0.8, gamma 0.85, lambda 0.05, eta 0.001, m 0.7, tau 5, 2 views, SimCLR
+    # batch 64, minibatch 32) and the full X-DER of its main results (memory update, SupCon
+    # future heads, all heads from the start, the authors' constraints, separate forwards, task-end
+    # forwards in batches of 32, the stream batch of the authors' code).
+    assert values == {
+        "buffer_size": 500,
+        "minibatch_size": 32,
+        "replay_forward": "separate",
+        "alpha": 0.3,
+        "beta": 0.8,
+        "gamma": 0.85,
+        "lambda_": 0.05,
+        "eta": 0.001,
+        "margin": 0.7,
+        "tau": 5.0,
+        "n_views": 2,
+        "simclr_batch_size": 64,
+        "memory_update": True,
+        "future_heads": "supcon",
+        "preallocated_heads": None,
+        "constraint_form": "reference",
+        "forward_batch_size": 32,
+    }
 
 
 # -------------------------------------------------------------------------- no host sync
