@@ -38,12 +38,14 @@ def only_run_dir(out: Path) -> Path:
     return run
 
 
-def wait_for_epoch_event(events: Path, task: int, deadline: float) -> None:
+def wait_for_epoch_event(events: Path, task: int, epoch: int, deadline: float) -> None:
+    """Until the run has logged epoch ``epoch`` of task ``task`` (or later): an epoch's event comes
+    before its checkpoint, so the checkpoint of the epoch before it is on disk by then."""
     while time.monotonic() < deadline:
         if events.exists():
             for line in events.read_text().splitlines():
                 event = json.loads(line)
-                if event["event"] == "epoch" and event["task"] >= task:
+                if event["event"] == "epoch" and (event["task"], event["epoch"]) >= (task, epoch):
                     return
         time.sleep(0.02)
     raise AssertionError("the run did not reach the expected task in time")
@@ -89,7 +91,7 @@ def test_killed_run_resumed_twice_at_once_is_trained_once_to_the_uninterrupted_r
             assert process.poll() is None
             time.sleep(0.02)
         run = only_run_dir(crash_out)
-        wait_for_epoch_event(run / "events.jsonl", task=1, deadline=deadline)
+        wait_for_epoch_event(run / "events.jsonl", task=1, epoch=1, deadline=deadline)
         os.killpg(process.pid, signal.SIGKILL)
     finally:
         process.wait(timeout=30)
@@ -134,8 +136,8 @@ def test_killed_run_resumed_twice_at_once_is_trained_once_to_the_uninterrupted_r
     assert epochs == [(t, e) for t in range(5) for e in range(3)]  # none lost, none twice
     kinds = [e["event"] for e in events]
     assert (kinds.count("start"), kinds.count("resume"), kinds.count("end")) == (1, 1, 1)
-    # Killed just after task 1's first epoch: resumed in the middle of task 1, after the buffer
-    # was filled at the end of task 0 and (X-DER) rewritten during task 1.
+    # Killed in task 1's second epoch, after the checkpoint of its first: resumed in the middle of
+    # task 1, after the buffer was filled at the end of task 0 and (X-DER) rewritten during task 1.
     resume = next(e for e in events if e["event"] == "resume")
     assert (resume["task"], resume["epoch"]) in {(1, 1), (1, 2)}
     assert kinds[-1] == "end"
