@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import pytest
 
 from xder_cli.config import coerce, parse_assignment
 from xder_cli.errors import UsageError
+from xder_cli.rundir import read_config, write_config
 from xder_cli.train import build_plan, resolve_config
 
 
@@ -33,6 +35,7 @@ def test_parse_assignment_reads_toml_values() -> None:
         (2, int, 2),
         (True, bool, True),
         ([35, 45], tuple[int, ...], (35, 45)),
+        ([1.4, 2], tuple[int | float, ...], (1.4, 2)),
         ("seen", Literal["seen", "all"], "seen"),
         ("natural", str | list[int], "natural"),
         ([2, 0, 1], str | list[int], [2, 0, 1]),
@@ -98,6 +101,28 @@ def test_unknown_and_ill_typed_keys_are_rejected() -> None:
         build_plan(_resolve(sets=[("backbone", "depth", 3)]))
     with pytest.raises(UsageError, match="--method"):
         _resolve(sets=[("run", "method", "er")])
+
+
+def test_milestones_take_fractional_epochs_and_integers_stay_integers(tmp_path: Path) -> None:
+    sets = [parse_assignment("train.milestones=[1.4,1.8]")]
+    assert sets == [("train", "milestones", [1.4, 1.8])]
+    plan = build_plan(_resolve(benchmark="seq-cifar100", sets=sets))
+    assert plan.schedule.milestones == (1.4, 1.8)
+    paper = build_plan(_resolve(benchmark="seq-cifar100"))
+    assert paper.schedule.milestones == (35, 45)
+    assert all(type(m) is int for m in paper.config["train"]["milestones"])  # written as before
+    # config.toml, as runs wrote it before fractional milestones and as they write it now, reads
+    # back (what --resume rebuilds a run from) to the same schedule.
+    for run, expected in ((paper, (35, 45)), (plan, (1.4, 1.8))):
+        path = tmp_path / "config.toml"
+        write_config(path, run.config)
+        written = read_config(path)
+        assert [(type(m), m) for m in written["train"]["milestones"]] == [(type(m), m) for m in expected]
+        again = build_plan(written)
+        assert again.schedule.milestones == expected
+        assert [type(m) for m in again.schedule.milestones] == [type(m) for m in expected]
+    with pytest.raises(UsageError, match=r"train\.milestones = 'x' is not valid"):
+        build_plan(_resolve(sets=[("train", "milestones", ["x"])]))
 
 
 def test_plan_round_trips_through_its_resolved_config() -> None:

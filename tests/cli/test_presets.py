@@ -51,6 +51,8 @@ def test_every_preset_entry_builds_its_chosen_values(entry: PresetEntry) -> None
         section, key = dotted.split(".", 1)
         assert plan.config[section][key] == value, dotted
     assert plan.settings.preset == preset
+    schedule = plan.schedule  # every milestone of the resolved run takes effect within its epochs
+    assert all(0 < m < schedule.epochs for m in schedule.milestones), (schedule.milestones, schedule.epochs)
 
 
 @pytest.mark.parametrize(
@@ -96,7 +98,7 @@ def test_paper_values_spot_checked_against_the_appendix() -> None:
     rpc = preset_entry("paper", "seq-cifar100", 2000, "xder-rpc")
     assert rpc.method == "xder"
     assert rpc.chosen["method.future_heads"] == "rpc"
-    entries = [e for e in preset_entries("paper") if e.benchmark != "seq-cifar10"]
+    entries = [e for e in preset_entries("paper") if e.benchmark != "seq-cifar10" and e.protocol == "paper"]
     assert len({(e.benchmark, e.buffer_size) for e in entries if e.buffer_size}) == 5
     assert len([e for e in entries if e.buffer_size]) == 5 * 14  # ER ... DER++, X-DER and its 4 variants
 
@@ -127,6 +129,31 @@ def test_der_paper_values_on_seq_cifar10() -> None:
     assert (plan.schedule.epochs, plan.schedule.batch_size, plan.schedule.drop_last) == (50, 32, False)
     assert plan.buffer_size == 200
     assert plan.backbone["width"] == 64
+
+
+def test_seq_cifar100_laptop_carries_the_paper_m500_values_unselected() -> None:
+    """Under ``--protocol laptop`` every Split CIFAR-100 entry of the paper at M = 500 (and each
+    entry without a buffer) comes over with its chosen values and no grid, under the laptop protocol
+    table (2 epochs, milestones 1.4 and 1.8); the tuned preset has no such entry yet."""
+
+    def table(preset: str, protocol: str) -> dict:
+        return {
+            (e.buffer_size, e.name): e
+            for e in preset_entries(preset)
+            if (e.benchmark, e.protocol) == ("seq-cifar100", protocol) and e.buffer_size in (None, 500)
+        }
+
+    paper, laptop = table("paper", "paper"), table("paper", "laptop")
+    assert set(laptop) == set(paper)
+    assert len(laptop) == 2 + 14  # sgd, lwf_mc; ER ... DER++, X-DER and its 4 variants
+    for key, entry in laptop.items():
+        assert (entry.method, entry.chosen, entry.grid) == (paper[key].method, paper[key].chosen, {}), key
+    fixed = laptop[500, "xder"].fixed
+    assert all(e.fixed == fixed for e in laptop.values())
+    assert (fixed["train.epochs"], fixed["train.milestones"]) == (2, [1.4, 1.8])
+    assert not table("tuned", "laptop")
+    assert default_preset("seq-cifar100", "xder", 500, "laptop") == "paper"
+    assert default_preset("seq-cifar100", "xder", 2000, "laptop") == "none"  # only M = 500 is carried
 
 
 def test_paper_preset_is_applied_by_default_where_it_has_an_entry() -> None:

@@ -1,10 +1,12 @@
 """--protocol through the CLI: recorded in config.toml, the protocol's settings and drop_last, the
 preset tables kept per protocol, sweeps and bench, and one-line errors; seq-cifar10 end to end on a
-tiny image-folder copy (data prepare cifar10, data info, train --protocol laptop)."""
+tiny image-folder copy (data prepare cifar10, data info, train --protocol laptop); seq-cifar100's
+laptop protocol on tiny files in the official format (data info, the resolved plan)."""
 
 from __future__ import annotations
 
 import json
+import pickle
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
@@ -36,6 +38,38 @@ def cifar_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 Image.fromarray(pixels).save(base / "copy" / split / cls / f"{i:04d}.png")
     root = base / "data"
     assert main(["data", "prepare", "cifar10", "--source", str(base / "copy"), "--data-root", str(root)]) == 0
+    return root
+
+
+@pytest.fixture(scope="module")
+def cifar100_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny CIFAR-100 in the official format (DATA-FORMATS.md 1.1): ``cifar-100-python/{train,test,
+    meta}``, pickled dicts (protocol 2), 2 train and 1 test image per class."""
+    root = tmp_path_factory.mktemp("cifar100")
+    folder = root / "cifar-100-python"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+
+    def split(per_class: int, label: str) -> dict:
+        fine = rng.permutation(np.repeat(np.arange(100), per_class))
+        return {
+            "data": rng.integers(0, 256, (len(fine), 3072), dtype=np.uint8),
+            "fine_labels": [int(c) for c in fine],
+            "coarse_labels": [int(c) % 20 for c in fine],
+            "filenames": [f"image_{i:05d}.png" for i in range(len(fine))],
+            "batch_label": f"{label} batch 1 of 1",
+        }
+
+    files = {
+        "train": split(2, "training"),
+        "test": split(1, "testing"),
+        "meta": {
+            "fine_label_names": [f"fine_{c:02d}" for c in range(100)],
+            "coarse_label_names": [f"coarse_{c:02d}" for c in range(20)],
+        },
+    }
+    for name, obj in files.items():
+        (folder / name).write_bytes(pickle.dumps(obj, protocol=2))
     return root
 
 
@@ -94,6 +128,46 @@ def test_data_info_shows_every_protocol(cifar_root: Path, capsys) -> None:
     assert "(width 8, in_channels 3), last partial batch kept | also: paper (--protocol)" in out
 
 
+def test_data_info_lists_the_seq_cifar100_laptop_protocol(cifar100_root: Path, capsys) -> None:
+    argv = ["data", "info", "seq-cifar100", "--data-root", str(cifar100_root), "--protocol", "laptop"]
+    assert main([*argv, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["n_tasks"], info["train_size"], info["test_size"]) == (10, 200, 100)
+    assert info["protocols"] == ["paper", "laptop"]
+    protocol = info["protocol"]
+    assert (protocol["name"], protocol["epochs"], protocol["milestones"]) == ("laptop", 2, [1.4, 1.8])
+    assert (protocol["batch_size"], protocol["minibatch_size"], protocol["lr"]) == (32, 32, 0.03)
+    assert (protocol["lr_schedule"], protocol["buffer_size"]) == ("multistep", 500)
+    assert protocol["backbone_options"] == {"width": 8, "in_channels": 3}
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert (
+        "protocol laptop: 2 epochs, batch 32, replay 32, lr 0.03 (multistep at epochs 1.4, 1.8), buffer 500"
+        in out
+    )
+    assert "(width 8, in_channels 3), last partial batch kept | also: paper (--protocol)" in out
+    assert main(["data", "info", "seq-cifar100", "--data-root", str(cifar100_root)]) == 0
+    assert "protocol paper: 50 epochs, batch 32, replay 32, lr 0.03 (multistep at epochs 35, 45)" in (
+        capsys.readouterr().out
+    )
+
+
+@pytest.mark.parametrize("method", ["xder", "er", "derpp", "sgd"])
+def test_seq_cifar100_laptop_plan(method: str) -> None:
+    """The resolved run: the laptop protocol (2 epochs, milestones 1.4 and 1.8, width 8, buffer
+    500) under the paper preset's carried-over entry, which sets no epoch or milestone of its own."""
+    plan = build_plan(_config(method=method, benchmark="seq-cifar100", protocol_name="laptop"))
+    schedule = plan.schedule
+    assert (plan.settings.protocol, plan.settings.preset) == ("laptop", "paper")
+    assert (schedule.epochs, schedule.lr_schedule, schedule.milestones) == (2, "multistep", (1.4, 1.8))
+    assert (schedule.batch_size, schedule.optimizer, schedule.lr_gamma) == (32, "sgd", 0.1)
+    assert plan.backbone["width"] == 8
+    assert plan.buffer_size == (0 if method == "sgd" else 500)
+    paper = build_plan(_config(method=method, benchmark="seq-cifar100"))
+    assert schedule.lr == paper.schedule.lr  # the paper's chosen lr, e.g. ER's 0.1
+    assert plan.config["method"] == paper.config["method"]  # and its chosen method values
+
+
 def test_train_on_the_laptop_protocol_keeps_the_last_partial_batch(cifar_root: Path, tmp_path: Path) -> None:
     argv = [
         "train",
@@ -139,10 +213,11 @@ def test_a_sweep_grid_names_its_protocol(tmp_path: Path) -> None:
     assert load_spec(grid, protocol="paper").protocol == "paper"  # --protocol overrides the file
 
 
-def test_bench_takes_width_batch_and_buffer_from_the_protocol() -> None:
+@pytest.mark.parametrize(("benchmark", "buffer_size"), [("seq-cifar10", 200), ("seq-cifar100", 500)])
+def test_bench_takes_width_batch_and_buffer_from_the_protocol(benchmark: str, buffer_size: int) -> None:
     args = SimpleNamespace(
         methods="er",
-        benchmark="seq-cifar10",
+        benchmark=benchmark,
         protocol="laptop",
         backbone="resnet18-cifar",
         width=None,
@@ -161,5 +236,5 @@ def test_bench_takes_width_batch_and_buffer_from_the_protocol() -> None:
     payload = run_bench(args)
     settings = payload["settings"]
     assert (settings["protocol"], settings["width"], settings["batch_size"]) == ("laptop", 8, 32)
-    assert (settings["buffer_size"], settings["protocol_epochs"]) == (200, 2)
+    assert (settings["buffer_size"], settings["protocol_epochs"]) == (buffer_size, 2)
     assert payload["methods"][0]["images_per_step"] == 64  # 32 stream + 32 replayed

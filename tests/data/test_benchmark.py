@@ -97,3 +97,17 @@ def test_benchmark_options_come_from_the_loader_keywords() -> None:
             register_benchmark("test-options", defaults=defaults)(loader)
     finally:
         del registry._REGISTRY["test-options"]
+
+
+def test_protocol_milestones_lie_within_the_epochs() -> None:
+    """A protocol's lr milestones (integer or fractional epochs) each take effect: inside
+    (0, epochs) and increasing (checked when the protocol is defined)."""
+    from xder_data import BenchmarkDefaults
+
+    base = {"epochs": 2, "batch_size": 1, "minibatch_size": 1, "lr": 0.1, "lr_schedule": "multistep"}
+    assert BenchmarkDefaults(**base, milestones=(1.4, 1.8)).milestones == (1.4, 1.8)
+    for bad in ((35, 45), (0, 1), (1.4, 2), (-0.5,)):
+        with pytest.raises(ValueError, match="must lie within the epochs"):
+            BenchmarkDefaults(**base, milestones=bad)
+    with pytest.raises(ValueError, match="must be increasing"):
+        BenchmarkDefaults(**base, milestones=(1.8, 1.4))

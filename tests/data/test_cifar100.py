@@ -29,9 +29,11 @@ from xder_data import (
     DataNotFoundError,
     Normalize,
     StrongAugment,
+    UnknownProtocolError,
     benchmark_defaults,
     cifar100_coarse_names,
     download_cifar100,
+    list_protocols,
     load_benchmark,
     verify_cifar100,
 )
@@ -211,6 +213,25 @@ def test_protocol_and_transforms(bench) -> None:
         STD
     ).view(1, 3, 1, 1)
     assert torch.allclose(bench.test_transform(bench.test_x[:2]), expected, atol=1e-6)
+
+
+def test_laptop_protocol_is_the_paper_one_at_width_8_for_2_epochs(written, bench) -> None:
+    """Width 8, 2 epochs per task, the lr divided by 10 at 70% and 90% of each task (the paper's 35
+    and 45 of 50 epochs: 1.4 and 1.8 of 2); every other setting is the paper's."""
+    assert list_protocols("seq-cifar100") == ["paper", "laptop"]
+    paper, laptop = benchmark_defaults("seq-cifar100"), benchmark_defaults("seq-cifar100", "laptop")
+    assert (laptop.epochs, laptop.backbone_options) == (2, {"width": 8, "in_channels": 3})
+    assert laptop.milestones == (1.4, 1.8)
+    assert [m / laptop.epochs for m in laptop.milestones] == [m / paper.epochs for m in paper.milestones]
+    same = ("batch_size", "minibatch_size", "lr", "momentum", "weight_decay", "lr_schedule", "lr_gamma")
+    for key in (*same, "buffer_size", "optimizer", "drop_last", "backbone"):
+        assert getattr(laptop, key) == getattr(paper, key), key
+    assert (laptop.batch_size, laptop.lr, laptop.buffer_size, laptop.optimizer) == (32, 0.03, 500, "sgd")
+    small = load_benchmark("seq-cifar100", written[0], protocol="laptop")
+    assert small.defaults is laptop
+    assert torch.equal(small.train_x, bench.train_x)  # same data, another training protocol
+    with pytest.raises(UnknownProtocolError, match="has no protocol 'fast': it has paper, laptop"):
+        load_benchmark("seq-cifar100", written[0], protocol="fast")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,6 +35,42 @@ def test_multistep_matches_torch_scheduler() -> None:
         torch_schedule.step()
 
 
+def test_fractional_milestones_per_step_by_hand() -> None:
+    """Milestones at 70% and 90% of a 2-epoch task (1.4, 1.8), 10 steps per epoch: the lr of step
+    s of epoch e counts the milestones m <= e + s / 10."""
+    schedule = TrainingSchedule(epochs=2, lr=0.03, lr_schedule="multistep", milestones=(1.4, 1.8))
+    got = [learning_rate(schedule, epoch, step, 10) for epoch in range(2) for step in range(10)]
+    expected = [0.03] * 10  # epoch 0: no milestone reached
+    expected += [0.03] * 4  # epoch 1, steps 0-3: positions 1.0 .. 1.3
+    expected += [0.003] * 4  # steps 4-7: 1.4 .. 1.7, past 1.4
+    expected += [0.0003] * 2  # steps 8-9: 1.8, 1.9, past 1.8
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert learning_rate(schedule, 1) == 0.03  # the epoch's first step, as before steps were counted
+    # A milestone on a step boundary takes effect at that step: 1 + 9/25 == 1.36 exactly, although
+    # in floats 1 + 9 / 25 < 1.36.
+    late = TrainingSchedule(epochs=2, lr=1.0, lr_schedule="multistep", milestones=(1.36,))
+    assert [learning_rate(late, 1, step, 25) for step in (8, 9)] == [1.0, pytest.approx(0.1)]
+
+
+def test_integer_milestones_per_step_match_torch_and_the_per_epoch_rule() -> None:
+    """With integer milestones every step of an epoch has the epoch's lr: the same as MultiStepLR
+    stepped once per epoch, and exactly the per-epoch rule (lr * gamma ** #{m <= epoch})."""
+    schedule = TrainingSchedule(
+        epochs=50, lr=0.03, lr_schedule="multistep", milestones=(35, 45), lr_gamma=0.1
+    )
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.03)
+    torch_schedule = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[35, 45], gamma=0.1)
+    steps = 7
+    for epoch in range(50):
+        per_epoch = 0.03 * 0.1 ** sum(1 for m in (35, 45) if m <= epoch)
+        for step in range(steps):
+            lr = learning_rate(schedule, epoch, step, steps)
+            assert lr == pytest.approx(opt.param_groups[0]["lr"], rel=1e-12), (epoch, step)
+            assert lr == per_epoch, (epoch, step)  # bit for bit: earlier runs are unchanged
+        opt.step()
+        torch_schedule.step()
+
+
 def test_cosine_with_warmup_by_hand() -> None:
     schedule = TrainingSchedule(epochs=10, lr=0.1, lr_schedule="cosine", warmup_epochs=2)
     assert learning_rate(schedule, 0) == pytest.approx(0.05)
@@ -58,6 +94,13 @@ def test_schedule_validation() -> None:
         TrainingSchedule(lr=0)
     with pytest.raises(ValueError, match="lr_schedule"):
         TrainingSchedule(lr_schedule="step")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="milestones must be increasing"):
+        TrainingSchedule(milestones=(1.8, 1.4))
+    for bad in ((0, 1), (-0.5,), (math.inf,), (math.nan,)):
+        with pytest.raises(ValueError, match="milestones must be > 0"):
+            TrainingSchedule(milestones=bad)
+    # Past the epochs is allowed (never reached): ``epochs`` alone shortens a protocol.
+    assert TrainingSchedule(epochs=1, milestones=(35, 45)).milestones == (35, 45)
 
 
 class FixedLogits(nn.Module):
@@ -307,3 +350,59 @@ def test_training_only_the_first_tasks(stream, transforms, tiny_net, setting_of,
         fit(method, stream, TrainingSchedule(tasks=4), generator=g)
     with pytest.raises(ValueError, match="tasks must be >= 1"):
         TrainingSchedule(tasks=0)
+
+
+class LrLog(Callback):
+    """The optimiser's lr at every step (on_step runs after the step's optimizer.step)."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[int, int, float]] = []
+        self.epochs: list[tuple[float, float | None]] = []
+
+    def on_step(self, loop) -> None:
+        lrs = {group["lr"] for group in loop.optimizer.param_groups}
+        assert len(lrs) == 1
+        self.steps.append((loop.task, loop.epoch, lrs.pop()))
+
+    def on_epoch_end(self, loop, record) -> None:
+        self.epochs.append((record.lr, record.last_lr))
+
+
+def test_fit_sets_fractional_milestones_on_the_optimizer(stream, transforms, tiny_net, setting_of) -> None:
+    """24 rows per task in batches of 4: 6 steps per epoch, at positions e + s/6. With milestones
+    1.4 and 1.8 the second epoch runs steps 0-2 (1.0 .. 1.33) at lr, 3-4 (1.5, 1.67) at lr/10 and
+    step 5 (1.83) at lr/100; every task restarts the schedule."""
+    method, g = _method("sgd", stream, transforms, tiny_net, setting_of)
+    schedule = TrainingSchedule(
+        epochs=2, batch_size=4, lr=0.05, lr_schedule="multistep", milestones=(1.4, 1.8)
+    )
+    log = LrLog()
+    fit(method, stream, schedule, generator=g, callbacks=[log])
+    per_task = [0.05] * 6 + [0.05] * 3 + [0.005] * 2 + [0.0005]
+    assert [lr for _, _, lr in log.steps] == pytest.approx(per_task * 3, rel=1e-12)
+    assert [(t, e) for t, e, _ in log.steps] == [(t, e) for t in range(3) for e in range(2) for _ in range(6)]
+    # EpochRecord: the first and the last step's lr of each epoch.
+    firsts_and_lasts = [lr for pair in log.epochs for lr in pair]
+    assert firsts_and_lasts == pytest.approx([0.05, 0.05, 0.05, 0.0005] * 3, rel=1e-12)
+
+
+def test_resume_mid_task_sets_the_same_per_step_lrs(
+    stream, transforms, tiny_net, setting_of, snapshot_after
+) -> None:
+    schedule = TrainingSchedule(
+        epochs=3, batch_size=4, lr=0.1, momentum=0.9, lr_schedule="multistep", milestones=(1.5, 2.25)
+    )
+    config = {"buffer_size": 10, "minibatch_size": 4}
+    method, g = _method("er", stream, transforms, tiny_net, setting_of, **config)
+    full_log = LrLog()
+    full = fit(method, stream, schedule, generator=g, callbacks=[full_log])
+
+    method, g = _method("er", stream, transforms, tiny_net, setting_of, **config)
+    snapshot = snapshot_after(method, stream, schedule, g, 4)  # task 1, after its first epoch
+    method, g = _method("er", stream, transforms, tiny_net, setting_of, seed=99, **config)
+    resumed_log = LrLog()
+    resumed = fit(method, stream, schedule, generator=g, resume=snapshot, callbacks=[resumed_log])
+    assert resumed_log.steps == full_log.steps[-len(resumed_log.steps) :]
+    assert len(resumed_log.steps) == 5 * 6  # task 1's last two epochs and task 2's three
+    assert {lr for _, _, lr in resumed_log.steps} == {lr for _, _, lr in full_log.steps}  # all 3 lrs
+    assert resumed.class_il == full.class_il

@@ -57,8 +57,8 @@ class RunSettings:
         data_root: folder the benchmark's files sit under.
         preset: the preset applied (``none``: protocol + method defaults).
         protocol: the benchmark's training protocol (``paper``, or a variant the benchmark
-            defines, e.g. ``laptop`` on ``seq-cifar10``): its settings are the ``[train]``,
-            ``[backbone]`` and buffer defaults, and the presets are looked up under it.
+            defines, e.g. ``laptop`` on ``seq-cifar10`` and ``seq-cifar100``): its settings are the
+            ``[train]``, ``[backbone]`` and buffer defaults, and the presets are looked up under it.
         validation: fraction of train held out for model selection (0: none).
         data_device: where the data live while training: ``device`` (the training device),
             ``host`` (page-locked host memory, each batch copied over), or ``auto`` (the device

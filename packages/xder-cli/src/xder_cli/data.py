@@ -119,9 +119,12 @@ def _print_info(info: dict[str, Any]) -> None:
     options = ", ".join(f"{k} {v}" for k, v in protocol["backbone_options"].items())
     last = "dropped" if protocol["drop_last"] else "kept"
     others = [p for p in info["protocols"] if p != protocol["name"]]
+    schedule = protocol["lr_schedule"]
+    if schedule == "multistep" and protocol["milestones"]:
+        schedule += " at epochs " + ", ".join(f"{m:g}" for m in protocol["milestones"])
     print(
         f"  protocol {protocol['name']}: {protocol['epochs']} epochs, batch {protocol['batch_size']}, replay "
-        f"{protocol['minibatch_size']}, lr {protocol['lr']} ({protocol['lr_schedule']}), buffer "
+        f"{protocol['minibatch_size']}, lr {protocol['lr']} ({schedule}), buffer "
         f"{protocol['buffer_size']}, backbone {protocol['backbone']}"
         + (f" ({options})" if options else "")
         + f", last partial batch {last}"

@@ -201,8 +201,8 @@ def _add_protocol_argument(parser: argparse.ArgumentParser) -> None:
         "--protocol",
         metavar="NAME",
         help="the benchmark's training protocol: paper (default: the paper's epochs, backbone, batches, "
-        "buffer) or a variant the benchmark defines, e.g. laptop on seq-cifar10 (sized for a CPU, with "
-        "presets of its own); recorded in config.toml",
+        "buffer) or a variant the benchmark defines, e.g. laptop on seq-cifar10 and seq-cifar100 (sized for "
+        "a CPU, with presets of its own); recorded in config.toml",
     )
 
 
@@ -224,8 +224,8 @@ def _add_experiment_parser(commands: argparse._SubParsersAction) -> None:
         "table of the benchmark at buffer M (the X-DER paper's Table 1; the DER paper's Table 2 on "
         "seq-cifar10), each with its preset, over the seeds; OUT receives table.md and table.csv (per "
         "method: our FAA and FF, the published value, the difference, whether it exceeds two standard "
-        "errors) and table.png (ours against published). Another --protocol (laptop on seq-cifar10) gives a "
-        "quick table, "
+        "errors) and table.png (ours against published). Another --protocol (laptop on seq-cifar10 or "
+        "seq-cifar100) gives a quick table, "
         "the published values for orientation only; a benchmark with nothing published (seq-digits) trains "
         "the X-DER paper's Table 1 methods and tabulates ours alone. flatness, class-order and table train "
         "in this process one run after the other unless --max-concurrent or --address sends them to Ray. "
@@ -349,7 +349,7 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
         "--width",
         type=int,
         metavar="W",
-        help="resnet18-cifar width (the protocol's: 64 on the papers' protocols, 8 on seq-cifar10's laptop)",
+        help="resnet18-cifar width (the protocol's: 64 on the papers' protocols, 8 on the laptop protocols)",
     )
     bench.add_argument(
         "--batch-size", type=int, metavar="B", help="stream and replay batch (the protocol's: 32)"

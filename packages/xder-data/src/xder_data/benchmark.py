@@ -67,7 +67,13 @@ class BenchmarkDefaults:
     The CLI turns these into the loop's schedule and the methods' buffer settings; presets and
     ``--set`` override them. ``drop_last``: drop each epoch's last partial batch (the loop's
     ``TrainingSchedule.drop_last``); the papers' protocols keep it, as the authors' code does
-    (a DataLoader's default), so the default is False.
+    (a DataLoader's default), so the default is False. ``milestones``: where the ``multistep``
+    schedule multiplies the lr by ``lr_gamma``, as positions within a task counted in epochs, integer
+    (at the start of that epoch) or fractional (1.4: 40% into the second epoch); each lies strictly
+    between 0 and ``epochs`` and they increase, so that every one takes effect.
+
+    Raises:
+        ValueError: milestones out of ``(0, epochs)`` or not increasing.
     """
 
     epochs: int
@@ -77,7 +83,7 @@ class BenchmarkDefaults:
     momentum: float = 0.0
     weight_decay: float = 0.0
     lr_schedule: Literal["none", "multistep", "cosine"] = "none"
-    milestones: tuple[int, ...] = ()
+    milestones: tuple[int | float, ...] = ()
     lr_gamma: float = 0.1
     warmup_epochs: int = 0
     buffer_size: int = 0
@@ -85,6 +91,15 @@ class BenchmarkDefaults:
     backbone: str = "resnet18-cifar"
     backbone_options: dict[str, Any] = field(default_factory=dict)
     drop_last: bool = False
+
+    def __post_init__(self) -> None:
+        if not all(0 < m < self.epochs for m in self.milestones):
+            raise ValueError(
+                f"milestones {list(self.milestones)} must lie within the epochs: each > 0 and < "
+                f"epochs ({self.epochs})"
+            )
+        if list(self.milestones) != sorted(self.milestones):
+            raise ValueError(f"milestones {list(self.milestones)} must be increasing")
 
 
 @dataclass(frozen=True)

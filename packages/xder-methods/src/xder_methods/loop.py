@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Literal, NamedTuple
 
 import torch
@@ -59,9 +60,16 @@ class TrainingSchedule:
         batch_size: stream batch size.
         optimizer: ``sgd`` (the paper's, default) or ``radam`` (Split CUB-200); a fresh one per task.
         lr, momentum, weight_decay: optimizer settings (``momentum`` is SGD's only).
-        lr_schedule: ``none``; ``multistep`` (lr times ``lr_gamma`` at each of ``milestones``,
-            counted in epochs); ``cosine`` (linear warm-up over ``warmup_epochs``, then cosine
-            decay to 0 over the remaining epochs).
+        lr_schedule: ``none``; ``multistep`` (lr times ``lr_gamma`` at each of ``milestones``);
+            ``cosine`` (linear warm-up over ``warmup_epochs``, then cosine decay to 0 over the
+            remaining epochs).
+        milestones: positions within the task, counted in epochs, > 0 and increasing: an integer
+            m takes effect at the start of epoch m (as the papers' schedules do), a fractional
+            one inside an epoch (1.4: from the first step at or past 40% of the second epoch's
+            steps; :func:`learning_rate`). A milestone at or after ``epochs`` never takes effect,
+            so that ``epochs`` alone can shorten a protocol (the protocols themselves keep their
+            milestones inside their epochs: ``xder_data.BenchmarkDefaults``). Integers stay
+            ints (a configuration written with them reads back the same).
         drop_last: drop each epoch's last partial batch (default), so that every step sees
             ``batch_size`` examples: BatchNorm on a few examples with small feature maps (e.g.
             ``seq-digits``, 1x1 at the last stage) destabilises training, and fixed shapes suit
@@ -93,7 +101,7 @@ class TrainingSchedule:
     momentum: float = 0.0
     weight_decay: float = 0.0
     lr_schedule: Literal["none", "multistep", "cosine"] = "none"
-    milestones: tuple[int, ...] = ()
+    milestones: tuple[int | float, ...] = ()
     lr_gamma: float = 0.1
     warmup_epochs: int = 0
     drop_last: bool = True
@@ -122,6 +130,10 @@ class TrainingSchedule:
             ),
             (self.class_il_outputs in ("seen", "all"), "class_il_outputs must be seen or all"),
             (self.optimizer in ("sgd", "radam"), "optimizer must be sgd or radam"),
+            (
+                all(math.isfinite(m) and m > 0 for m in self.milestones),
+                "milestones must be > 0 (positions within the task, in epochs)",
+            ),
             (list(self.milestones) == sorted(self.milestones), "milestones must be increasing"),
             (self.tasks is None or self.tasks >= 1, "tasks must be >= 1 (or unset: every task)"),
         ]
@@ -130,16 +142,25 @@ class TrainingSchedule:
                 raise MethodConfigError(f"train: {message}")
 
 
-def learning_rate(schedule: TrainingSchedule, epoch: int) -> float:
-    """The learning rate of 0-based ``epoch`` within a task (the schedule restarts every task).
+def learning_rate(schedule: TrainingSchedule, epoch: int, step: int = 0, steps_per_epoch: int = 1) -> float:
+    """The learning rate of step ``step`` (0-based) of 0-based ``epoch`` within a task, an epoch
+    having ``steps_per_epoch`` steps (the schedule restarts every task).
 
-    ``multistep`` equals ``torch.optim.lr_scheduler.MultiStepLR`` stepped once per epoch;
-    ``cosine`` is ``lr * (epoch + 1) / warmup_epochs`` during warm-up, then
+    A pure function of the position, so a run resumed from a checkpoint sets the same lrs.
+    ``multistep``: ``lr * lr_gamma ** n``, n the number of milestones m with
+    ``m <= epoch + step / steps_per_epoch``, compared exactly, a float milestone read as the
+    decimal it is written as (1.4 is 7/5: at 10 steps per epoch it takes effect at step 4 of epoch
+    1, whatever the float rounding). For an integer m, ``m <= e + s/S`` with ``0 <= s < S`` iff
+    ``m <= e``: integer milestones change the lr only at epoch starts, to exactly the lr of the
+    per-epoch rule (``torch.optim.lr_scheduler.MultiStepLR`` stepped once per epoch).
+    ``cosine`` and ``none`` depend on the epoch only: ``cosine`` is
+    ``lr * (epoch + 1) / warmup_epochs`` during warm-up, then
     ``lr * (1 + cos(pi * (epoch - warmup) / (epochs - warmup))) / 2``.
     """
     lr = schedule.lr
     if schedule.lr_schedule == "multistep":
-        return lr * schedule.lr_gamma ** sum(1 for m in schedule.milestones if m <= epoch)
+        passed = sum(1 for m in schedule.milestones if _reached(m, epoch, step, steps_per_epoch))
+        return lr * schedule.lr_gamma**passed
     if schedule.lr_schedule == "cosine":
         warmup = schedule.warmup_epochs
         if epoch < warmup:
@@ -147,6 +168,43 @@ def learning_rate(schedule: TrainingSchedule, epoch: int) -> float:
         span = max(schedule.epochs - warmup, 1)
         return lr * 0.5 * (1.0 + math.cos(math.pi * (epoch - warmup) / span))
     return lr
+
+
+def _written(milestone: int | float) -> Fraction:
+    """A milestone as the number it is written as: an int exactly, a float as its shortest decimal
+    (``repr``), so that 1.4 is 7/5 rather than the binary 1.399999999999999911..., and a
+    milestone that falls on a step (1.4 at 10 steps per epoch: step 4 of epoch 1) takes effect at
+    that step whatever the float rounding."""
+    return Fraction(milestone) if isinstance(milestone, int) else Fraction(repr(float(milestone)))
+
+
+def _reached(milestone: int | float, epoch: int, step: int, steps_per_epoch: int) -> bool:
+    """``milestone <= epoch + step / steps_per_epoch``, exactly (``0 <= step < steps_per_epoch``).
+
+    Outside ``(epoch, epoch + 1)`` the step cannot change the answer: an integer milestone is
+    decided by ``milestone <= epoch`` alone, as the per-epoch rule decides it.
+    """
+    if milestone <= epoch:
+        return True
+    if milestone >= epoch + 1:
+        return False
+    return _written(milestone) * steps_per_epoch <= epoch * steps_per_epoch + step
+
+
+def _lr_changes(schedule: TrainingSchedule, epoch: int, steps_per_epoch: int) -> dict[int, float]:
+    """The steps of ``epoch`` after its first at which :func:`learning_rate` changes, with the lr
+    from there: where a fractional milestone falls inside the epoch. Empty for integer
+    milestones, ``cosine`` and ``none`` (the lr of the epoch's first step holds throughout)."""
+    if schedule.lr_schedule != "multistep":
+        return {}
+    changes = {}
+    for milestone in schedule.milestones:
+        if epoch < milestone < epoch + 1:
+            # the first step s with milestone <= epoch + s / steps_per_epoch (s >= 1: milestone > epoch)
+            first = math.ceil((_written(milestone) - epoch) * steps_per_epoch)
+            if first < steps_per_epoch:
+                changes[first] = learning_rate(schedule, epoch, first, steps_per_epoch)
+    return changes
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
@@ -270,7 +328,13 @@ class History:
 @dataclass(frozen=True)
 class EpochRecord:
     """One finished epoch: mean of each loss term over the epoch's steps, and the mean gradient
-    norm of each loss group over the epoch's sampled steps (``record_every``)."""
+    norm of each loss group over the epoch's sampled steps (``record_every``).
+
+    ``lr`` is the learning rate of the epoch's first step, ``last_lr`` that of its last step. They
+    differ only where a fractional milestone falls inside the epoch (the lr changes at that step,
+    :func:`learning_rate`); with integer milestones, ``cosine`` or ``none`` every step of the
+    epoch has ``lr``.
+    """
 
     task: int
     epoch: int
@@ -279,6 +343,7 @@ class EpochRecord:
     seconds: float
     losses: dict[str, float]
     grad_norms: dict[str, float] = field(default_factory=dict)
+    last_lr: float | None = None
 
 
 @dataclass(frozen=True)
@@ -530,9 +595,12 @@ def _run_epoch(
     method, stream, generator = loop.method, loop.stream, loop.generator
     optimizer = loop.optimizer
     assert optimizer is not None
-    lr = learning_rate(loop.schedule, epoch)
+    steps = len(bounds)
+    lr = last_lr = learning_rate(loop.schedule, epoch)  # step 0: no fractional milestone reached yet
     for group in optimizer.param_groups:
         group["lr"] = lr
+    # Python floats set between steps: no tensor op, no host synchronisation.
+    changes = _lr_changes(loop.schedule, epoch, steps)
     started = time.perf_counter()
     method.train(True)
     # The permutation is drawn on the training device; data kept in host memory (too large for the
@@ -544,6 +612,10 @@ def _run_epoch(
     norm_counts: dict[str, int] = {}
     every = loop.schedule.record_every
     for step, (start, end) in enumerate(bounds):
+        if step in changes:
+            last_lr = changes[step]
+            for group in optimizer.param_groups:
+                group["lr"] = last_lr
         index = order[start:end]
         x_raw = stream.train_x[index].to(device, non_blocking=True)
         y = stream.train_y[index].to(device, non_blocking=True)
@@ -562,7 +634,6 @@ def _run_epoch(
             sums[name] = sums.get(name, 0) + value.detach()
         for callback in calls:
             callback.on_step(loop)
-    steps = len(bounds)
     names = list(sums) + [f"norm/{n}" for n in norm_sums]
     stacked = [sums[n].float() / max(steps, 1) for n in sums]
     stacked += [norm_sums[n].float() / norm_counts[n] for n in norm_sums]
@@ -576,7 +647,8 @@ def _run_epoch(
             f"loss term {bad[0]!r} became {losses[bad[0]]} in task {task} epoch {epoch}: "
             "lower the learning rate or the loss weights"
         )
-    return EpochRecord(task, epoch, lr, steps, time.perf_counter() - started, losses, grad_norms)
+    seconds = time.perf_counter() - started
+    return EpochRecord(task, epoch, lr, steps, seconds, losses, grad_norms, last_lr)
 
 
 def _group_grad_norms(groups: dict[str, Tensor], optimizer: torch.optim.Optimizer) -> dict[str, Tensor]:
