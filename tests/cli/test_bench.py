@@ -180,3 +180,23 @@ def test_concurrent_bench_mistakes_exit_2(groups: str, capsys) -> None:
     assert code == 2
     assert "--concurrent takes process counts of at least 2" in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "backbone", "expected"),
+    [
+        ("seq-miniimg", None, "efficientnet-b2"),  # the paper's backbone for Split miniImageNet
+        ("seq-cifar100", None, "resnet18-cifar"),
+        ("seq-miniimg", "resnet18-cifar", "resnet18-cifar"),  # asked for: kept
+    ],
+)
+def test_the_backbone_is_the_protocols_unless_asked(benchmark: str, backbone, expected: str) -> None:
+    from xder_cli.bench import _protocol_settings
+    from xder_data import benchmark_defaults
+
+    args = SimpleNamespace(backbone=backbone, width=None, batch_size=None, buffer_size=None)
+    _protocol_settings(args, benchmark_defaults(benchmark, "paper"))
+    assert args.backbone == expected
+    assert (args.batch_size, args.buffer_size) == {"seq-miniimg": (128, 2000), "seq-cifar100": (32, 500)}[
+        benchmark
+    ]

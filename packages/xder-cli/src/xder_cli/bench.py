@@ -186,7 +186,10 @@ def _subject(name: str, args: Any, device: torch.device, defaults: BenchmarkDefa
 
 
 def _protocol_settings(args: Any, defaults: BenchmarkDefaults) -> None:
-    """Fill ``--width``, ``--batch-size`` and ``--buffer-size`` left unset from the protocol."""
+    """Fill ``--backbone``, ``--width``, ``--batch-size`` and ``--buffer-size`` left unset from the
+    protocol (EfficientNet-B2 on ``seq-miniimg``, the CIFAR ResNet18 on the others)."""
+    if args.backbone is None:
+        args.backbone = defaults.backbone
     if args.width is None:
         args.width = int(defaults.backbone_options.get("width", 64))
     if args.batch_size is None:
@@ -201,8 +204,8 @@ def _protocol_settings(args: Any, defaults: BenchmarkDefaults) -> None:
 
 
 def run_bench(args: Any) -> dict[str, Any]:
-    """Measure every method of ``args.methods``; returns the JSON payload. ``--width``,
-    ``--batch-size`` and ``--buffer-size`` left unset (None) take the protocol's values."""
+    """Measure every method of ``args.methods``; returns the JSON payload. ``--backbone``,
+    ``--width``, ``--batch-size`` and ``--buffer-size`` left unset (None) take the protocol's values."""
     from xder_cli.train import resolve_device
 
     device = resolve_device(args.device)

@@ -57,12 +57,13 @@ def wait_for_start(folder: Path, timeout: float = 600.0) -> None:
 
 
 def _child_args(args: Any, method: str, json_path: Path, start: Path) -> list[str]:
-    argv = ["bench", "--methods", method, "--benchmark", args.benchmark, "--backbone", args.backbone]
+    argv = ["bench", "--methods", method, "--benchmark", args.benchmark]
     argv += ["--task", str(args.task), "--device", args.device, "--steps", str(args.steps)]
     argv += ["--warmup", str(args.warmup), "--precision", args.precision, "--no-epoch"]
     argv += ["--json", str(json_path), "--start-after", str(start)]
     for flag, value in (
         ("--protocol", args.protocol),
+        ("--backbone", args.backbone),
         ("--width", args.width),
         ("--batch-size", args.batch_size),
         ("--buffer-size", args.buffer_size),

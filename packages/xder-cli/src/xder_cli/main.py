@@ -344,7 +344,11 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
         help="data shape: seq-cifar10, seq-cifar100, seq-miniimg, seq-digits (seq-cifar100)",
     )
     _add_protocol_argument(bench)
-    bench.add_argument("--backbone", default="resnet18-cifar", metavar="NAME", help="(resnet18-cifar)")
+    bench.add_argument(
+        "--backbone",
+        metavar="NAME",
+        help="backbone (the protocol's: efficientnet-b2 on seq-miniimg, resnet18-cifar on the others)",
+    )
     bench.add_argument(
         "--width",
         type=int,
