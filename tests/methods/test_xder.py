@@ -23,8 +23,8 @@ from xder_methods import (
 from xder_methods.xder import class_balanced_quotas, first_occurrence, rank_within_class
 
 
-def make_xder(stream, transforms, tiny_net, setting_of, batchnorm=True, **config) -> XDER:
-    torch.manual_seed(0)
+def make_xder(stream, transforms, tiny_net, setting_of, batchnorm=True, seed=0, **config) -> XDER:
+    torch.manual_seed(seed)
     base = {"buffer_size": 20, "minibatch_size": 4, "simclr_batch_size": 4}
     return create_method(
         "xder",
@@ -32,7 +32,7 @@ def make_xder(stream, transforms, tiny_net, setting_of, batchnorm=True, **config
         setting=setting_of(stream),
         transforms=transforms,
         config=XDERConfig(**(base | config)),
-        generator=torch.Generator().manual_seed(0),
+        generator=torch.Generator().manual_seed(seed),
     )
 
 
@@ -403,29 +403,16 @@ def test_one_step_has_no_host_synchronisation(task, stream, transforms, tiny_net
 # -------------------------------------------------------------------------------- resume
 
 
-def _seeded_xder(stream, transforms, tiny_net, setting_of, seed: int, **config) -> XDER:
-    torch.manual_seed(seed)
-    base = {"buffer_size": 20, "minibatch_size": 4, "simclr_batch_size": 4}
-    return create_method(
-        "xder",
-        net=tiny_net(sum(stream.classes_per_task), batchnorm=True),
-        setting=setting_of(stream),
-        transforms=transforms,
-        config=XDERConfig(**(base | config)),
-        generator=torch.Generator().manual_seed(seed),
-    )
-
-
 @pytest.mark.parametrize("variant", [{}, {"preallocated_heads": 1, "constraint_form": "paper"}])
 def test_resume_mid_task_after_buffer_updates_equals_uninterrupted(
     variant, stream, transforms, tiny_net, setting_of, snapshot_after
 ) -> None:
     schedule = TrainingSchedule(epochs=3, batch_size=6, lr=0.05, momentum=0.9)
-    method = _seeded_xder(stream, transforms, tiny_net, setting_of, 0, **variant)
+    method = make_xder(stream, transforms, tiny_net, setting_of, **variant)
     full = fit(method, stream, schedule, generator=method.generator)
     final = {k: v.clone() for k, v in method.state_dict().items() if isinstance(v, torch.Tensor)}
 
-    method = _seeded_xder(stream, transforms, tiny_net, setting_of, 0, **variant)
+    method = make_xder(stream, transforms, tiny_net, setting_of, **variant)
     # Stopped after the 5th epoch: task 1's second epoch, after the buffer was filled at the end
     # of task 0 and rewritten by task 1's online updates.
     snapshot = snapshot_after(method, stream, schedule, method.generator, 5)
@@ -436,7 +423,7 @@ def test_resume_mid_task_after_buffer_updates_equals_uninterrupted(
     assert state["visits"].sum() > 0  # the visit counters of the task so far
 
     torch.manual_seed(123)  # the resumed process starts from other weights and RNG states
-    method = _seeded_xder(stream, transforms, tiny_net, setting_of, 99, **variant)
+    method = make_xder(stream, transforms, tiny_net, setting_of, seed=99, **variant)
     resumed = fit(method, stream, schedule, generator=method.generator, resume=snapshot)
     assert resumed.class_il == full.class_il
     assert resumed.task_il == full.task_il
