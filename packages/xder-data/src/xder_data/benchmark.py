@@ -56,6 +56,13 @@ VALIDATION_SEED = 0
 """Seed of the validation split: fixed, so that every trial of a grid search sees the same split."""
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
 """Wraps the iterable a reader walks through (e.g. ``tqdm``) to show its progress."""
+
+
+def no_progress(items: Iterable[Any]) -> Iterable[Any]:
+    """The :data:`Progress` that shows nothing: ``items`` as they are (readers' default)."""
+    return items
+
+
 _PROGRESS = "progress"
 """A loader's keyword-only parameter that takes a :data:`Progress`, not a benchmark option."""
 

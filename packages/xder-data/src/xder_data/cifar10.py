@@ -43,7 +43,7 @@ from xder_data._archive import download_folder, md5_file
 from xder_data._cifar_format import CifarFiles, CifarImport, Split, decode_copy, split_dict, write_pickle
 from xder_data._image_copy import ImageCopy, staged_folder
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
-from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
+from xder_data.benchmark import Benchmark, BenchmarkDefaults, no_progress, register_benchmark
 
 __all__ = [
     "CIFAR10_ARCHIVE",
@@ -252,10 +252,6 @@ COPY = ImageCopy(
 )
 
 
-def _no_progress(items: Iterable[Any]) -> Iterable[Any]:
-    return items
-
-
 class CIFAR10Import(CifarImport):
     """What :func:`prepare_cifar10` wrote: the folder, the images per split and how many were
     converted to RGB."""
@@ -286,7 +282,7 @@ def _write_folder(root: Path, splits: dict[str, Split]) -> Path:
 
 
 def prepare_cifar10(
-    source: str | Path, root: str | Path, *, progress: Progress = _no_progress
+    source: str | Path, root: str | Path, *, progress: Progress = no_progress
 ) -> CIFAR10Import:
     """Import an image-folder copy of CIFAR-10 into the official layout ``<root>/cifar-10-batches-py/``.
 

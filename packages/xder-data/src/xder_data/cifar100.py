@@ -56,10 +56,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import tomllib
-from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -69,7 +67,7 @@ from xder_data._archive import download_folder, md5_file
 from xder_data._cifar_format import CifarFiles, CifarImport, decode_copy, split_dict, write_pickle
 from xder_data._image_copy import ImageCopy, staged_folder
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
-from xder_data.benchmark import Benchmark, BenchmarkDefaults, Progress, register_benchmark
+from xder_data.benchmark import Benchmark, BenchmarkDefaults, Progress, no_progress, register_benchmark
 from xder_data.errors import BenchmarkOptionError
 
 __all__ = [
@@ -383,10 +381,6 @@ COPY = ImageCopy(
 )
 
 
-def _no_progress(items: Iterable[Any]) -> Iterable[Any]:
-    return items
-
-
 class CIFAR100Import(CifarImport):
     """What :func:`prepare_cifar100` wrote: the folder, the images per split and how many were
     converted to RGB."""
@@ -397,7 +391,7 @@ def prepare_cifar100(
     root: str | Path,
     *,
     per_class: tuple[int, int] = (500, 100),
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
 ) -> CIFAR100Import:
     """Import an image-folder copy of CIFAR-100 into the official layout ``<root>/cifar-100-python/``.
 

@@ -92,7 +92,7 @@ import torch
 import torch.nn.functional as F
 
 from xder_data.augment import Compose, CropFlip, Normalize
-from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
+from xder_data.benchmark import Benchmark, BenchmarkDefaults, no_progress, register_benchmark
 from xder_data.cifar100 import CIFAR100_MEAN, CIFAR100_STD, seq_cifar100, upsample_images
 from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
 
@@ -188,10 +188,6 @@ COCO_STITCH_DEFAULTS = BenchmarkDefaults(
 
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
 """Wraps the iterable a converter walks through (e.g. ``tqdm``); the identity by default."""
-
-
-def _no_progress(items: Iterable[Any]) -> Iterable[Any]:
-    return items
 
 
 def _prepare_hint(root: Path | str = "ROOT") -> str:
@@ -728,7 +724,7 @@ def prepare_coco_stitch(
     seed: int = 0,
     scale: tuple[float, float] = DEFAULT_SCALE,
     min_area: float = DEFAULT_MIN_AREA,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
 ) -> COCOStitchReport:
     """Build the secondary-targets set (see the module docstring) into ``<data_root>/coco_stitch/``.
 

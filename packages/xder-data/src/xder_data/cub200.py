@@ -90,7 +90,7 @@ from xder_data._cub_format import (
 )
 from xder_data._hdf5 import read_attr
 from xder_data.augment import Compose, Normalize, StrongAugment
-from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
+from xder_data.benchmark import Benchmark, BenchmarkDefaults, no_progress, register_benchmark
 from xder_data.errors import BenchmarkFormatError, BenchmarkOptionError, DataNotFoundError
 
 __all__ = [
@@ -155,10 +155,6 @@ _PREPARE_HINT = (
 
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
 """Wraps the iterable a converter walks through (e.g. ``tqdm``); the identity by default."""
-
-
-def _no_progress(items: Iterable[Any]) -> Iterable[Any]:
-    return items
 
 
 def _to_unit_float(x: Tensor) -> Tensor:
@@ -327,7 +323,7 @@ def _decode_into(
     train_x: Any,
     test_x: Any,
     test_masks: Any | None,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
 ) -> _Decoded:
     """Decode every image (and test mask) in image-id order into the row-indexable sinks
     ``train_x`` (N_train, 3, 256, 256), ``test_x`` (N_test, 3, 224, 224) and ``test_masks``
@@ -378,7 +374,7 @@ class CUB200PrepareReport:
 
 
 def prepare_cub200(
-    root: str | Path, *, masks: bool = True, progress: Progress = _no_progress
+    root: str | Path, *, masks: bool = True, progress: Progress = no_progress
 ) -> CUB200PrepareReport:
     """Decode and resize CUB-200-2011 once into ``<root>/cub200/cub200.h5`` (:func:`cub200_cache_path`).
 

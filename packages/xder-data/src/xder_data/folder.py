@@ -45,7 +45,7 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from xder_data._hdf5 import read_attr
-from xder_data.benchmark import Benchmark, Progress, register_benchmark, validation_split
+from xder_data.benchmark import Benchmark, Progress, no_progress, register_benchmark, validation_split
 from xder_data.custom import CUSTOM_DEFAULTS, benchmark_from_tensors
 from xder_data.errors import (
     BenchmarkFormatError,
@@ -88,10 +88,6 @@ CACHE_VERSION = 1
 _LAYOUT = "expected DIR/train/<class>/* and DIR/test/<class>/*, DIR/<class>/*, or a FILE.npz"
 # What Pillow raises on a file it cannot decode (UnidentifiedImageError is an OSError).
 _DECODE_ERRORS = (OSError, ValueError, SyntaxError, EOFError)
-
-
-def _no_progress(items: Iterable[Any]) -> Iterable[Any]:
-    return items
 
 
 def _hidden(path: Path, below: Path) -> bool:
@@ -523,7 +519,7 @@ def folder(
     digest = listing.digest(image_size)
     pixels = _read_cache(path, digest, len(listing.paths))
     if pixels is None:
-        pixels, _ = _decode(listing, image_size, progress or _no_progress)
+        pixels, _ = _decode(listing, image_size, progress or no_progress)
         _write_cache(path, pixels, digest, listing)
     if listing.split_given:
         train_rows, test_rows = np.flatnonzero(listing.is_train), np.flatnonzero(~listing.is_train)

@@ -52,7 +52,7 @@ import torch
 
 from xder_data._image_copy import Entry, ImageCopy, staged_folder
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
-from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
+from xder_data.benchmark import Benchmark, BenchmarkDefaults, no_progress, register_benchmark
 from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
 
 __all__ = [
@@ -290,16 +290,12 @@ Progress = Callable[[Iterable[Any]], Iterable[Any]]
 """Wraps the iterable an importer walks through (e.g. ``tqdm``); the identity by default."""
 
 
-def _no_progress(items: Iterable[Any]) -> Iterable[Any]:
-    return items
-
-
 def _write_layout(
     root: Path,
     wnids: Sequence[str],
     splits: Sequence[ClassSplit],
     read: ReadRows,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
 ) -> MiniImageNetImport:
     """Write ``<root>/MINIIMG/`` from each class's test and train positions: classes in index
     order, each class's rows in the order given. The arrays are written through memory maps into
@@ -389,7 +385,7 @@ def import_miniimagenet_csv(
     *,
     test_per_class: int = 100,
     seed: int = 0,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
 ) -> MiniImageNetImport:
     """Build ``<root>/MINIIMG/`` from the Ravi & Larochelle distribution.
 
@@ -508,7 +504,7 @@ def import_miniimagenet_pickle(
     *,
     test_per_class: int = 100,
     seed: int = 0,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
 ) -> MiniImageNetImport:
     """Build ``<root>/MINIIMG/`` from the ``mini-imagenet-cache-*.pkl`` distribution.
 
@@ -578,7 +574,7 @@ FOLDERS = ImageCopy(dataset="miniImageNet", splits=("train", "val"), size=SIZE, 
 
 
 def import_miniimagenet_folders(
-    source: str | Path, root: str | Path, *, progress: Progress = _no_progress
+    source: str | Path, root: str | Path, *, progress: Progress = no_progress
 ) -> MiniImageNetImport:
     """Build ``<root>/MINIIMG/`` from image folders already split into train and test.
 

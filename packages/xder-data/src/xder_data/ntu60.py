@@ -82,7 +82,7 @@ from xder_data._ntu_format import (
     valid_frames,
 )
 from xder_data.augment import Compose
-from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
+from xder_data.benchmark import Benchmark, BenchmarkDefaults, no_progress, register_benchmark
 from xder_data.errors import BenchmarkFormatError, DataNotFoundError
 from xder_data.skeleton import SkeletonAugment, SkeletonNormalize
 
@@ -390,10 +390,6 @@ Progress = Callable[[Iterable[Any]], Iterable[Any]]
 """Wraps the iterable a converter walks through (e.g. ``tqdm``); the identity by default."""
 
 
-def _no_progress(items: Iterable[Any]) -> Iterable[Any]:
-    return items
-
-
 @dataclass(frozen=True, kw_only=True)
 class NTUConversionReport:
     """What a conversion wrote and what it left out.
@@ -466,7 +462,7 @@ def prepare_ntu60(
     missing_list: str | Path | None = None,
     on_error: Literal["raise", "skip"] = "raise",
     compression: str | None = None,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
 ) -> NTUConversionReport:
     """Convert raw NTU RGB+D ``.skeleton`` files to ``<data_root>/ntu60/xsub.h5``.
 
@@ -578,7 +574,7 @@ def import_ntu60_stgcn(
     num_frames: int = 80,
     missing_list: str | Path | None = None,
     compression: str | None = None,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
 ) -> NTUConversionReport:
     """Import ST-GCN's X-sub arrays (also 2s-AGCN / MS-G3D's ``*_data_joint.npy``).
 
@@ -606,7 +602,7 @@ def import_ntu60_efficientgcn(
     num_frames: int = 80,
     missing_list: str | Path | None = None,
     compression: str | None = None,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
 ) -> NTUConversionReport:
     """Import EfficientGCN's X-sub arrays.
 
@@ -688,7 +684,7 @@ def _import(
     compression: str | None,
     body_selection: str,
     source: str,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
 ) -> NTUConversionReport:
     _check_num_frames(num_frames)
     missing = read_missing_list(missing_list) if missing_list is not None else frozenset()
