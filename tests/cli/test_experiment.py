@@ -453,6 +453,21 @@ def test_table_from_synthetic_run_directories_worked_out_by_hand(tmp_path: Path,
     assert "| joint | none | 72.00 ± 1.41 | 70.44 | +1.56 | no | - | - | - | - | 2/3 |" in table
     assert "σ the published std where the paper gives one, else our sample std" in table
     assert "- runs/joint-s2: running elsewhere (held by process" in table
+    # The X-DER paper's claims about this table: with only five of its rows trained, each claim has
+    # pairs it cannot check (its verdict: not checked), but the pairs it can are judged. FT below ER:
+    # d = 10 - 22 = -12, SE = sqrt(1/3 + 4/3) = 1.291: holds.
+    claims = {c["id"]: c for c in summary["claims"]}
+    ids = ["xder-highest-faa", "xder-above-derpp", "xder-forgets-less", "xder-ablations", "ft-lowest"]
+    assert list(claims) == [*ids, "jt-highest"]
+    assert {c["verdict"] for c in claims.values()} == {"not checked"}
+    assert claims["xder-above-derpp"]["missing"] == ["xder"]
+    pairs = {p["other"]: p for p in claims["ft-lowest"]["pairs"]}
+    assert pairs["er"]["difference"] == pytest.approx(-12.0)
+    assert pairs["er"]["standard_error"] == pytest.approx(math.sqrt(5 / 3))
+    assert [pairs[o]["verdict"] for o in ("joint", "er", "derpp", "xder-rpc")] == ["holds"] * 4
+    assert pairs["bic"]["verdict"] == "not checked"
+    assert "## The papers' claims, checked on this table" in table
+    assert "- **not checked**: FT (fine-tuning) has the lowest FAA (X-DER paper, Sec. 5.2" in table
     lines = {r["entry"]: r for r in csv.DictReader(io.StringIO((out / "table.csv").read_text()))}
     assert list(lines) == ["joint", "sgd", "er", "derpp", "xder-rpc"]
     assert (lines["derpp"]["faa_difference"], lines["derpp"]["faa_exceeds_two_se"]) == ("-7.2500", "yes")
@@ -505,6 +520,66 @@ def test_table_on_another_protocol_is_for_orientation_only(tmp_path: Path, capsy
     assert {r["mode"] for r in csv.DictReader(io.StringIO((out / "table.csv").read_text()))} == {
         "orientation"
     }
+
+
+# seq-cifar10, laptop, two seeds per row: the DER paper's claims checked on our rows, by hand.
+#   derpp-at-least-der  derpp 60, 62 against der 61, 63: d = -1, SE = sqrt(2/2 + 2/2) = 1.414; "at or
+#                       above" fails only below -2 SE = -2.83: holds
+#   der-above-er        der 62 - er 42 = 20, SE sqrt(1 + 4) = 2.236; derpp 61 - 42 = 19, margin
+#                       19 / 2.236 = 8.50 (the smaller: the deciding pair): holds
+#   ft-lowest           sgd 19 against icarl 20: d = -1, SE 1.414, within 2 SE: not separated
+#   jt-highest          joint 51 against der 62: d = -11, 2 SE 2.83: does not hold (DER++'s -10 too;
+#                       der's margin -7.78 is the worst)
+CLAIM_ROWS = {
+    "joint": [50.0, 52.0],
+    "sgd": [18.0, 20.0],
+    "er": [40.0, 44.0],
+    "icarl": [19.0, 21.0],
+    "der": [61.0, 63.0],
+    "derpp": [60.0, 62.0],
+}
+
+
+def test_table_checks_the_papers_claims_worked_out_by_hand(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "claims"
+    entries = table_entries("seq-cifar10", 200, "laptop")
+    assert [e.name for e in entries] == list(CLAIM_ROWS)
+    for run in plan_table("seq-cifar10", 200, entries, [0, 1], [], "laptop"):
+        _write_run(out / "runs" / run.name, run.config, CLAIM_ROWS[run.tags["entry"]][run.seed], 30.0)
+    argv = ["experiment", "table", "--benchmark", "seq-cifar10", "--protocol", "laptop"]
+    assert main([*argv, "--buffer-size", "200", "--seeds", "0,1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    claims = {c["id"]: c for c in json.loads((out / "experiment.json").read_text())["claims"]}
+    assert {name: c["verdict"] for name, c in claims.items()} == {
+        "derpp-at-least-der": "holds",
+        "der-above-er": "holds",
+        "ft-lowest": "not separated",
+        "jt-highest": "does not hold",
+    }
+    deciding = {name: c["deciding"] for name, c in claims.items()}
+    assert (
+        deciding["derpp-at-least-der"]["difference"],
+        deciding["derpp-at-least-der"]["standard_error"],
+    ) == (
+        pytest.approx(-1.0),
+        pytest.approx(math.sqrt(2)),
+    )
+    assert (deciding["der-above-er"]["row"], deciding["der-above-er"]["margin"]) == (
+        "derpp",
+        pytest.approx(19 / math.sqrt(5)),
+    )
+    assert deciding["ft-lowest"]["other"] == "icarl"
+    assert (deciding["jt-highest"]["other"], deciding["jt-highest"]["margin"]) == (
+        "der",
+        pytest.approx(-11 / math.sqrt(2)),
+    )
+    assert all(not c["missing"] for c in claims.values())
+    line = (
+        "- **does not hold**: JT (JOINT) has the highest FAA (DER paper, Table 2: JOINT is the upper bound). "
+        "FAA, joint above der? 51.00 (n 2) against 62.00 (n 2): difference -11.00, 2 SE 2.83."
+    )
+    assert line in (out / "table.md").read_text()
+    assert line in printed  # the table, claims included, is printed too
 
 
 def test_table_on_seq_digits_trains_and_tabulates_with_nothing_published(tmp_path: Path, capsys) -> None:

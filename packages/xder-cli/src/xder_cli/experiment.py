@@ -27,13 +27,16 @@ invocation is training is reported as ``running elsewhere`` and left to it.
   run directories, ``<entry>-s<seed>``, carry no buffer size, so tables of several buffer sizes
   in one ``--out`` share them). ``table.md`` / ``table.csv``: per entry our FAA and FF, the
   published value, the difference and whether it exceeds two standard errors
-  (:func:`xder_eval.compare_to_published`). On a protocol other than ``paper`` (``--protocol
-  laptop``) the table is a quick one: the published values are shown for orientation only and no
-  difference is judged. A benchmark with no published results at all (``seq-digits``) trains and
-  tabulates every method of the X-DER paper's Table 1 (:func:`xder_cli.published.xder_table_methods`:
-  ``joint``, ``sgd``, ``lwf_mc``, ``er``, ``gdumb``, ``er_ace``, ``rpc``, ``bic``, ``icarl``,
-  ``lucir``, ``der``, ``derpp``, ``xder``; not the X-DER variants, which are ``paper`` preset
-  entries of the paper's benchmarks only), ours alone.
+  (:func:`xder_eval.compare_to_published`), then the papers' claims about the table
+  (``presets/claims.toml``, e.g. "X-DER's FAA is above DER++'s"), each checked on our rows as
+  holds / does not hold / not separated (:mod:`xder_cli.claims`). On a protocol other than
+  ``paper`` (``--protocol laptop``) the table is a quick one: the published values are shown for
+  orientation only and no difference with them is judged; the claims are checked all the same.
+  A benchmark with no published results at all (``seq-digits``) trains and tabulates every method
+  of the X-DER paper's Table 1 (:func:`xder_cli.published.xder_table_methods`: ``joint``, ``sgd``,
+  ``lwf_mc``, ``er``, ``gdumb``, ``er_ace``, ``rpc``, ``bic``, ``icarl``, ``lucir``, ``der``,
+  ``derpp``, ``xder``; not the X-DER variants, which are ``paper`` preset entries of the paper's
+  benchmarks only), ours alone.
 
 Statistics are over seeds: the mean and the sample standard deviation (None below two seeds).
 """
@@ -54,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from xder_cli import rundir
+from xder_cli.claims import check_table_claims, claims_markdown
 from xder_cli.config import SECTIONS
 from xder_cli.errors import UsageError
 from xder_cli.presets import DEFAULT_ORDER, PAPER_PROTOCOL, list_presets, preset_entry
@@ -924,7 +928,9 @@ def summarize_table(
     buffer_size: int,
 ) -> dict[str, Any]:
     """experiment.json of ``table``: per entry our FAA and FF (mean, std over the finished seeds),
-    the published values, the differences and their 2-SE judgement, and every run.
+    the published values, the differences and their 2-SE judgement, the papers' claims about the
+    table checked on our rows (:func:`xder_cli.claims.check_table_claims`, whatever the mode: they
+    compare our rows with each other), and every run.
 
     ``mode``: ``judged`` (paper protocol, published values), ``orientation`` (another protocol:
     published values shown, nothing judged) or ``ours only`` (nothing published).
@@ -937,6 +943,9 @@ def summarize_table(
         mode = "judged" if common["protocol"] == PAPER_PROTOCOL else "orientation"
     presets = {run.tags["entry"]: run.config["run"]["preset"] for run in runs}
     rows = []
+    per_seed: dict[str, dict[str, list[float]]] = {"faa": {}, "ff": {}}
+    # the claims are about the published table's rows (all of them, even where --methods trains some)
+    table_rows = [p.entry for p in published_table(common["benchmark"], buffer_size)]
     for entry in entries:
         chosen = [r for r in records if r["entry"] == entry.name]
         done = [r for r in chosen if r["status"] == "finished"]
@@ -954,6 +963,7 @@ def summarize_table(
         for metric in ("faa", "ff"):
             values = [float(r[metric]) for r in done if r[metric] is not None]
             row[metric] = _metric_cell(values, entry.published, metric, judged=mode == "judged")
+            per_seed[metric][entry.name] = values
         rows.append(row)
     return {
         **common,
@@ -963,6 +973,7 @@ def summarize_table(
         "metric": "FAA and FF (%, Class-IL, test); published: the paper protocol's",
         "rule": TWO_SE_RULE if mode == "judged" else None,
         "rows": rows,
+        "claims": check_table_claims(common["benchmark"], buffer_size, table_rows, per_seed),
         "runs": records,
     }
 
@@ -1014,6 +1025,7 @@ def table_markdown(summary: dict[str, Any]) -> str:
                 cells += [_signed(c["difference"]), _flag(c["exceeds_two_se"])]
         cells.append(f"{row['seeds_finished']}/{row['seeds']}")
         lines.append("| " + " | ".join(cells) + " |")
+    lines += claims_markdown(summary.get("claims", []))
     return "\n".join(lines + _not_finished(summary["runs"])) + "\n"
 
 

@@ -18,6 +18,18 @@ from xder_eval.analyses import (
     train_on_buffer,
 )
 from xder_eval.calibration import ReliabilityBins, expected_calibration_error, reliability_bins
+from xder_eval.claims import (
+    DOES_NOT_HOLD,
+    HOLDS,
+    NOT_CHECKED,
+    NOT_SEPARATED,
+    RELATIONS,
+    Claim,
+    ClaimVerdict,
+    PairVerdict,
+    check_claim,
+    compare_rows,
+)
 from xder_eval.metrics import (
     AccuracyMatrix,
     average_accuracy_curve,
@@ -55,11 +67,19 @@ from xder_eval.secondary import secondary_superclass_log_probs, superclass_error
 
 __all__ = [
     "DEFAULT_SHOTS",
+    "DOES_NOT_HOLD",
+    "HOLDS",
+    "NOT_CHECKED",
+    "NOT_SEPARATED",
+    "RELATIONS",
     "AccuracyMatrix",
     "BufferTraining",
+    "Claim",
+    "ClaimVerdict",
     "Comparison",
     "GroupKey",
     "GroupSummary",
+    "PairVerdict",
     "PointingResult",
     "PublishedResult",
     "ReliabilityBins",
@@ -73,7 +93,9 @@ __all__ = [
     "average_accuracy_curve",
     "backward_transfer",
     "build_report",
+    "check_claim",
     "class_mean_logits",
+    "compare_rows",
     "compare_to_published",
     "curve_auc",
     "expected_calibration_error",
