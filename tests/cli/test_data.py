@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xder_cli.main import main
+from xder_cli.main import build_parser, main
 
 
 def test_info_json_has_the_promised_keys(capsys) -> None:
@@ -193,3 +193,15 @@ def test_malformed_files_exit_2_with_one_line(tmp_path: Path, capsys) -> None:
         err = capsys.readouterr().err
         assert message in err
         assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "recorded"),
+    [(["bench"], False), (["data", "info"], False), (["train"], True), (["sweep"], True)],
+)
+def test_protocol_help_promises_config_toml_only_where_a_run_is_written(argv, recorded, capsys) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*argv, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--protocol NAME the benchmark's training protocol" in text
+    assert ("recorded in config.toml" in text) is recorded

@@ -170,3 +170,43 @@ def test_benchmark_options_of_other_benchmarks(tmp_path: Path, capsys) -> None:
     assert "data info takes the benchmark's options only" in one_line_error(capsys)
     assert main(["data", "info", "seq-cifar100", "--set", "benchmark.image_size=16"]) == 2
     assert "benchmark.image_size must be an integer of at least 32" in one_line_error(capsys)
+
+
+def test_a_tree_without_test_says_its_test_set_was_split_off(tmp_path: Path, capsys) -> None:
+    data = my_images(tmp_path / "only_train", {"train": 10})
+    note = (
+        f"note: {data} has no test/: the test set is 20% of each class's images, held out (seeded; "
+        "benchmark.test_fraction sets the share)"
+    )
+    assert main(["data", "info", "folder", "--data-root", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert "48 train / 12 test examples" in out  # 2 of each class's 10 held out
+    assert f"  {note}\n" in out
+    assert main(["data", "info", "folder", "--data-root", str(data), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == [note.removeprefix("note: ")]
+    out_dir = tmp_path / "runs"
+    argv = [
+        "train",
+        "--benchmark",
+        "folder",
+        "--data-root",
+        str(data),
+        "--method",
+        "sgd",
+        "--out",
+        str(out_dir),
+    ]
+    assert main([*argv, *TINY, "--set", "train.tasks=1"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[1] == note  # right under the start line
+    # With a test/ tree there is nothing to say.
+    given = my_images(tmp_path / "both")
+    assert main(["data", "info", "folder", "--data-root", str(given)]) == 0
+    assert "note:" not in capsys.readouterr().out
+
+
+def test_a_suggested_split_pastes_into_a_shell(tmp_path: Path, capsys) -> None:
+    data = my_images(tmp_path / "my_images")
+    assert main(["data", "info", "folder", "--data-root", str(data), "--set", "benchmark.tasks=4"]) == 2
+    err = one_line_error(capsys)
+    assert "e.g. 'benchmark.classes_per_task=[2, 2, 1, 1]' (quoted for the shell)" in err

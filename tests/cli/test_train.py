@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from xder_cli import plugins as plugins_module
 from xder_cli import rundir
 from xder_cli import train as train_module
 from xder_cli.main import main
@@ -296,8 +297,7 @@ def test_divergence_in_the_first_epoch_says_no_checkpoint_exists(tmp_path: Path,
     assert "no checkpoint exists yet" in err
     assert "started again: lower the learning rate, e.g. --set train.lr=1e+29" in err
     assert "checkpoint.pt" not in err
-    (run,) = run_dirs(tmp_path)
-    assert not (run / "checkpoint.pt").exists()
+    assert run_dirs(tmp_path) == []  # nothing to resume: the failed start left no folder
 
 
 def test_divergence_after_a_checkpoint_points_to_it(tmp_path: Path, capsys) -> None:
@@ -319,3 +319,141 @@ def test_divergence_after_a_checkpoint_points_to_it(tmp_path: Path, capsys) -> N
     assert f"last good state: {run / 'checkpoint.pt'}" in err
     assert "no checkpoint" not in err
     assert torch.load(run / "checkpoint.pt", weights_only=True)["position"] == {"task": 0, "epoch": 1}
+
+
+# ---------------------------------------------------------------------------------------------
+# A new user's first hour: no debris, no silent nonsense, messages that say what they mean
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--benchmark", "folder", "--data-root", "nowhere"], "nowhere: no such folder"),
+        (["--class-order", "1,2"], "not a permutation of 0..9"),
+        (["--benchmark", "seq-cifar10", "--data-root", "nowhere"], "CIFAR-10 folder not found"),
+    ],
+)
+def test_a_failed_start_leaves_no_run_folder(argv: list[str], message: str, tmp_path: Path, capsys) -> None:
+    """Errors found once the data are read (after the start line) remove the folder they made."""
+    assert main(["train", "--out", str(tmp_path), *TINY, *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.startswith("training ")  # the start line came before the data were read
+    assert message in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+    assert run_dirs(tmp_path) == []
+
+
+def test_an_interrupted_start_keeps_its_folder_and_resume_says_it_starts_over(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Ctrl-C before the first checkpoint: the folder stays (the user was told to resume it), and
+    --resume says it starts from the beginning instead of pretending to resume."""
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(train_module, "_train", stop)
+        assert main(["train", "--method", "sgd", "--out", str(tmp_path), *TINY]) == 130
+    (run,) = run_dirs(tmp_path)
+    err = capsys.readouterr().err
+    assert err == f"\ninterrupted: continue with xder-run train --resume {run}\n"
+    assert not (run / "checkpoint.pt").exists()
+    assert main(["train", "--resume", str(run)]) == 0
+    printed = capsys.readouterr().out
+    assert f"{run}: no checkpoint yet: starting from the beginning\ntraining sgd on seq-digits" in printed
+    assert "resuming" not in printed
+
+
+def test_ctrl_c_names_the_run_to_resume(tmp_path: Path, monkeypatch, capsys) -> None:
+    interrupt_after_first_task(monkeypatch, ["--method", "sgd", "--out", str(tmp_path), *TINY])
+    (run,) = run_dirs(tmp_path)
+    assert capsys.readouterr().err.endswith(f"interrupted: continue with xder-run train --resume {run}\n")
+    assert main(["train", "--resume", str(run)]) == 0
+    assert f"resuming sgd on seq-digits (buffer 0, seed 0, preset none, 1 epoch/task) -> {run}" in (
+        capsys.readouterr().out
+    )
+
+
+def test_epochs_zero_is_refused(tmp_path: Path, capsys) -> None:
+    for argv in (["--epochs", "0"], ["--set", "train.epochs=0"]):
+        assert main(["train", "--out", str(tmp_path), *argv]) == 2
+        assert capsys.readouterr().err == (
+            "xder-run train: error: train: epochs must be >= 1 (with none, a task trains nothing)\n"
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_buffer_larger_than_the_training_set_is_warned(tmp_path: Path, capsys) -> None:
+    argv = ["--method", "er", "--buffer-size", "5000", "--set", "train.tasks=1", "--out", str(tmp_path)]
+    assert main(["train", *argv, *TINY]) == 0
+    err = capsys.readouterr().err
+    assert "warning: buffer size 5000 exceeds the 1442 training examples" in err  # seq-digits: 1442 / 355
+
+
+@pytest.mark.parametrize(
+    ("argv", "err"),
+    [
+        (["--set", "train.tasks=abc"], "train.tasks = 'abc' is not valid: expected an integer, or unset"),
+        (["--set", "method.buffer_size=1.5"], "method.buffer_size = 1.5 is not valid: expected an integer"),
+        (["--set", "train.milestones=3"], "expected a list of numbers"),
+        (
+            ["--benchmark", "seq-cifar10", "--data-root", "no-such-root"],
+            "no-such-root/cifar-10-batches-py: CIFAR-10 folder not found: run "
+            "`xder-run data download cifar10 --data-root no-such-root`",
+        ),
+        (
+            ["--benchmark", "folder", "--data-root", "nowhere"],
+            "(the data folder is --data-root, run.data_root; default: data)",
+        ),
+    ],
+)
+def test_messages_say_what_they_mean(argv: list[str], err: str, tmp_path: Path, capsys) -> None:
+    assert main(["train", "--out", str(tmp_path), *TINY, *argv]) == 2
+    assert err in capsys.readouterr().err
+
+
+def test_a_plugin_is_recorded_and_loaded_again_on_resume(tmp_path: Path, monkeypatch, capsys) -> None:
+    plugin = tmp_path / "my_methods.py"
+    plugin.write_text(
+        "from xder_methods import register_method\n"
+        "from xder_methods.er import ER, ReplayConfig\n"
+        "register_method('er_resume_test', ReplayConfig)(type('ERResumeTest', (ER,), {}))\n"
+    )
+    monkeypatch.setattr(plugins_module, "_LOADED", [])  # this process's plugins: this test's only
+    out = tmp_path / "runs"
+    argv = [
+        "--plugin",
+        str(plugin),
+        "--method",
+        "er_resume_test",
+        "--set",
+        "train.tasks=2",
+        "--out",
+        str(out),
+    ]
+    interrupt_after_first_task(monkeypatch, [*argv, *TINY])
+    (run,) = run_dirs(out)
+    config = tomllib.loads((run / "config.toml").read_text())
+    assert config["run"]["plugins"] == [str(plugin)]
+    capsys.readouterr()
+    # The file moved: --resume says which plugin it needs.
+    plugin.rename(tmp_path / "moved.py")
+    assert main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run} was trained with --plugin {plugin}, which does not load now" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_resume_of_a_run_whose_method_nothing_registers_names_the_plugin_flag(tmp_path: Path, capsys) -> None:
+    assert main(["train", "--method", "sgd", "--out", str(tmp_path), *TINY, "--set", "train.tasks=1"]) == 0
+    (run,) = run_dirs(tmp_path)
+    config = (run / "config.toml").read_text().replace('method = "sgd"', 'method = "from_a_plugin"')
+    (run / "config.toml").write_text(config)
+    (run / "results.json").unlink()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run)]) == 2
+    assert capsys.readouterr().err == (
+        f"xder-run train: error: {run} trains method 'from_a_plugin', which nothing registers here: it comes "
+        "from a plugin not recorded in its config.toml; resume with --plugin MODULE_OR_FILE naming it\n"
+    )

@@ -77,6 +77,9 @@ class RunSettings:
             ``train.record_every`` steps, and after every task the few-shot curves of the future
             heads and the buffer's mean logits per class. Off by default: they cost a few percent
             of a run (README, "Performance") and change none of its results.
+        plugins: the ``--plugin`` modules and files (as absolute paths) loaded when the run was
+            started: ``xder-run train --resume`` loads them again. Where the code lives, not what
+            is trained (the method's name is): not compared by reports and experiments.
     """
 
     method: str
@@ -92,6 +95,7 @@ class RunSettings:
     loggers: list[Literal["tensorboard", "wandb"]] = dataclasses.field(default_factory=list)
     threads: int = 0
     record_analyses: bool = False
+    plugins: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.validation < 1.0:
@@ -121,14 +125,26 @@ def parse_assignment(text: str) -> tuple[str, str, Any]:
     return section, key, value
 
 
-def _describe(hint: Any) -> str:
+_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string (in quotes)"}
+_PLURALS = {int: "integers", float: "numbers", bool: "booleans", str: "strings"}
+
+
+def _describe(hint: Any, *, plural: bool = False) -> str:
+    """A type hint in words: ``int | None`` -> "an integer, or unset"."""
     origin = typing.get_origin(hint)
     if origin is Literal:
         return " or ".join(repr(a) for a in typing.get_args(hint))
     if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in typing.get_args(hint))
+        options = typing.get_args(hint)
+        if int in options and float in options:  # an integer is a number
+            options = tuple(a for a in options if a is not int)
+        words = " or ".join(_describe(a, plural=plural) for a in options if a is not type(None))
+        return f"{words}, or unset" if type(None) in options else words
     if origin in (tuple, list):
-        return f"a list of {_describe(typing.get_args(hint)[0])}"
+        (item, *_) = typing.get_args(hint) or (Any,)
+        return f"a list of {_describe(item, plural=True)}"
+    if hint in _WORDS:
+        return _PLURALS[hint] if plural else _WORDS[hint]
     return getattr(hint, "__name__", str(hint))
 
 

@@ -67,6 +67,7 @@ def benchmark_info(
         "std": list(bench.std),
         "class_names": list(bench.class_names) if bench.class_names is not None else None,
         "options": dict(options or {}),
+        "notes": list(bench.notes),
         "tasks": [],
     }
     if bench.val_y is not None:
@@ -115,6 +116,8 @@ def _print_info(info: dict[str, Any]) -> None:
         f"  {info['train_size']} train / {info['test_size']} test{val} examples of shape "
         f"{tuple(info['input_shape'])} ({info['dtype']})"
     )
+    for note in info["notes"]:
+        print(f"  note: {note}")
     protocol = info["protocol"]
     options = ", ".join(f"{k} {v}" for k, v in protocol["backbone_options"].items())
     last = "dropped" if protocol["drop_last"] else "kept"

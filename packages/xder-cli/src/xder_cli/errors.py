@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["UsageError"]
+__all__ = ["Interrupted", "UsageError"]
 
 
 class UsageError(Exception):
     """A mistake in the command line or a run directory: printed in one line, exit status 2."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a run: the message says how to continue it (exit status 130)."""

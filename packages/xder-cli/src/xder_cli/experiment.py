@@ -482,7 +482,7 @@ def plan_table(
 # Running
 
 
-OBSERVING_KEYS = frozenset({"run.loggers", "run.threads", "run.record_analyses"})
+OBSERVING_KEYS = frozenset({"run.loggers", "run.threads", "run.record_analyses", "run.plugins"})
 """Settings that observe a run (trackers, recorded analyses) or place it (threads) without changing
 what it trains: an earlier invocation's run may differ in them."""
 

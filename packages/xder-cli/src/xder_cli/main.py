@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from xder_cli.config import LOGGERS, parse_assignment
-from xder_cli.errors import UsageError
+from xder_cli.errors import Interrupted, UsageError
 from xder_cli.plugins import load_plugins, plugin_arguments
-from xder_data import DataError, list_benchmarks
+from xder_data import DataError, DataNotFoundError, list_benchmarks
 from xder_methods import MethodError, list_methods
 from xder_models import UnknownBackboneError, list_backbones
 
@@ -196,13 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_protocol_argument(parser: argparse.ArgumentParser) -> None:
+def _add_protocol_argument(parser: argparse.ArgumentParser, *, recorded: bool = True) -> None:
+    """``--protocol``; ``recorded``: the command writes run directories, whose config.toml records it."""
     parser.add_argument(
         "--protocol",
         metavar="NAME",
         help="the benchmark's training protocol: paper (default: the paper's epochs, backbone, batches, "
         "buffer) or a variant the benchmark defines, e.g. laptop on seq-cifar10 and seq-cifar100 (sized for "
-        "a CPU, with presets of its own); recorded in config.toml",
+        "a CPU, with presets of its own)" + ("; recorded in config.toml" if recorded else ""),
     )
 
 
@@ -344,7 +345,7 @@ def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="data shape: seq-cifar10, seq-cifar100, seq-miniimg, seq-digits (seq-cifar100)",
     )
-    _add_protocol_argument(bench)
+    _add_protocol_argument(bench, recorded=False)
     bench.add_argument(
         "--backbone",
         metavar="NAME",
@@ -482,7 +483,7 @@ def _add_data_parser(commands: argparse._SubParsersAction) -> None:
     info.add_argument("benchmark", metavar="BENCHMARK", help=f"one of {', '.join(list_benchmarks())}")
     info.add_argument("--data-root", default="data", metavar="DIR", help="folder holding the datasets (data)")
     info.add_argument("--class-order", type=_class_order, metavar="ORDER", help="as for train (natural)")
-    _add_protocol_argument(info)
+    _add_protocol_argument(info, recorded=False)
     info.add_argument("--seed", type=int, default=0, metavar="N", help="seed of --class-order random (0)")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.add_argument(
@@ -600,11 +601,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise AssertionError(f"unhandled command {args.handler}")  # pragma: no cover
     except (UsageError, DataError, MethodError, UnknownBackboneError) as error:
         message = " ".join(str(error).split())
+        if isinstance(error, DataNotFoundError) and not ("--data-root" in message or "--source" in message):
+            message += " (the data folder is --data-root, run.data_root; default: data)"
         print(f"xder-run {args.command}: error: {message}", file=sys.stderr)
         return 2
+    except Interrupted as interrupted:  # a run's Ctrl-C: the message names the run to resume
+        print(f"\n{interrupted}", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
-        hint = ": continue with xder-run train --resume RUN_DIR" if args.handler == "train" else ""
-        print(f"\ninterrupted{hint}", file=sys.stderr)
+        print("\ninterrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # e.g. `xder-run data info ... --json | head`
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (silence the interpreter's final flush)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import math
 import platform
+import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,10 +25,11 @@ from xder_cli.analyze import task_end_analysis
 from xder_cli.config import SECTIONS, RunSettings, benchmark_settings, validate_section
 from xder_cli.cpushare import ThreadPolicy
 from xder_cli.data import progress_bar
-from xder_cli.errors import UsageError
+from xder_cli.errors import Interrupted, UsageError
+from xder_cli.plugins import PluginError, load_plugin, loaded_plugins
 from xder_cli.presets import default_preset, preset_values
 from xder_cli.trackers import check_loggers, start_loggers
-from xder_data import DEFAULT_PROTOCOL, Benchmark, benchmark_defaults, load_benchmark
+from xder_data import DEFAULT_PROTOCOL, Benchmark, DataError, benchmark_defaults, load_benchmark
 from xder_eval import (
     average_accuracy_curve,
     backward_transfer,
@@ -42,15 +45,17 @@ from xder_methods import (
     EpochRecord,
     History,
     Loop,
+    MethodError,
     NonFiniteLossError,
     TaskRecord,
     TrainingSchedule,
     Transforms,
     create_method,
     fit,
+    list_methods,
     method_config_class,
 )
-from xder_models import backbone_factory, backbone_options, create_backbone
+from xder_models import UnknownBackboneError, backbone_factory, backbone_options, create_backbone
 
 __all__ = ["RunPlan", "build_plan", "resolve_config", "run_training", "summarize"]
 
@@ -608,6 +613,16 @@ def _train(
         device,
         settings.data_device,
     )
+    for note in bench.notes:
+        print(f"note: {note}", flush=True)
+    buffer_size = plan.buffer_size
+    if buffer_size > bench.train_y.shape[0]:
+        print(
+            f"warning: buffer size {buffer_size} exceeds the {bench.train_y.shape[0]} training examples: "
+            "the buffer holds the whole training set, so the method replays everything it has seen",
+            file=sys.stderr,
+            flush=True,
+        )
     torch.manual_seed(settings.seed)
     options = {k: v for k, v in plan.backbone.items() if k != "name"}
     net = create_backbone(plan.backbone["name"], bench.num_classes, **options).to(device)
@@ -656,7 +671,7 @@ def command_train(args: Any) -> int:
                 "the run continues with its own config.toml"
             )
         run_dir = rundir.check_run_dir(Path(args.resume))
-        plan = build_plan(rundir.read_config(run_dir / rundir.CONFIG))
+        plan = _resumed_plan(run_dir)
         # A complete run is reported without taking the lock: nothing in the folder is touched.
         if _report_if_complete(run_dir):
             return 0
@@ -664,8 +679,13 @@ def command_train(args: Any) -> int:
             if _report_if_complete(run_dir):  # another writer finished it meanwhile
                 return 0
             check_loggers(plan.settings.loggers)
-            _announce(plan, run_dir, "resuming")
-            results = run_training(plan, run_dir, resume=True)
+            if (run_dir / rundir.CHECKPOINT).exists():
+                _announce(plan, run_dir, "resuming")
+            else:
+                print(f"{run_dir}: no checkpoint yet: starting from the beginning", flush=True)
+                _announce(plan, run_dir, "training")
+            with _interruptible(run_dir):
+                results = run_training(plan, run_dir, resume=True)
             print_summary(results, run_dir)
         return 0
 
@@ -691,6 +711,7 @@ def command_train(args: Any) -> int:
             "validation": args.validation,
             "loggers": args.logger,
             "record_analyses": args.record_analyses,
+            "plugins": list(loaded_plugins()) or None,
         }.items()
         if value is not None
     }
@@ -715,15 +736,57 @@ def command_train(args: Any) -> int:
         plan.buffer_size,
         plan.settings.seed,
     )
-    # Nobody else knows the fresh folder's name yet: the lock is free, and held from here on.
-    with rundir.lock_run_dir(run_dir, then=f"run xder-run train --resume {run_dir}"):
-        config = run_dir / rundir.CONFIG
-        with rundir.write_errors(config, then=f"train again (and delete {run_dir})"):
-            rundir.write_config(config, plan.config)
-        _announce(plan, run_dir, "training")
-        results = run_training(plan, run_dir)
-        print_summary(results, run_dir)
+    try:
+        # Nobody else knows the fresh folder's name yet: the lock is free, and held from here on.
+        with rundir.lock_run_dir(run_dir, then=f"run xder-run train --resume {run_dir}"):
+            config = run_dir / rundir.CONFIG
+            with rundir.write_errors(config, then=f"train again (and delete {run_dir})"):
+                rundir.write_config(config, plan.config)
+            _announce(plan, run_dir, "training")
+            with _interruptible(run_dir):
+                results = run_training(plan, run_dir)
+            print_summary(results, run_dir)
+    except (UsageError, DataError, MethodError, UnknownBackboneError):
+        _remove_if_unstarted(run_dir)
+        raise
     return 0
+
+
+def _remove_if_unstarted(run_dir: Path) -> None:
+    """Remove a run folder that a failed start left behind (a data error, a bad class order, a
+    divergence in the first epoch): nothing in it can be resumed, and ``report`` would list it.
+    Never one holding a checkpoint. Silent: the error that follows is the one line to read."""
+    if not (run_dir / rundir.CHECKPOINT).exists():
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _interruptible(run_dir: Path) -> Iterator[None]:
+    """Turn Ctrl-C into the line that says how to continue this run (exit status 130)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted: continue with xder-run train --resume {run_dir}") from None
+
+
+def _resumed_plan(run_dir: Path) -> RunPlan:
+    """The plan of a run to resume, its plugins loaded first (those recorded in config.toml)."""
+    config = rundir.read_config(run_dir / rundir.CONFIG)
+    for spec in config.get("run", {}).get("plugins", []):
+        try:
+            load_plugin(spec)
+        except PluginError as error:
+            raise UsageError(
+                f"{run_dir} was trained with --plugin {spec}, which does not load now ({error}): "
+                "install or restore it, or pass --plugin with where it is now"
+            ) from error
+    method = config.get("run", {}).get("method")
+    if method is not None and method not in list_methods():
+        raise UsageError(
+            f"{run_dir} trains method {method!r}, which nothing registers here: it comes from a plugin "
+            "not recorded in its config.toml; resume with --plugin MODULE_OR_FILE naming it"
+        )
+    return build_plan(config)
 
 
 def _report_if_complete(run_dir: Path) -> bool:
@@ -741,9 +804,14 @@ def _announce(plan: RunPlan, run_dir: Path, verb: str) -> None:
     protocol = "" if s.protocol == DEFAULT_PROTOCOL else f", protocol {s.protocol}"
     print(
         f"{verb} {s.method} on {s.benchmark} (buffer {plan.buffer_size}, seed {s.seed}, preset {s.preset}"
-        f"{protocol}, {plan.schedule.epochs} epochs/task) -> {run_dir}",
+        f"{protocol}, {plural(plan.schedule.epochs, 'epoch')}/task) -> {run_dir}",
         flush=True,
     )
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 epoch``, ``2 epochs``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _train_flags(args: Any) -> dict[str, Any]:

@@ -156,6 +156,9 @@ class Benchmark:
         test_transform: normalisation for evaluation.
         strong_transform: SimCLR-style strong augmentation + normalisation (X-DER's future
             preparation), where the benchmark defines one.
+        notes: what the reader decided for the user that the user should be told (the folder
+            benchmark's test set split off from a tree without ``test/``); printed by
+            ``xder-run train`` and ``xder-run data info``.
     """
 
     name: str
@@ -182,6 +185,7 @@ class Benchmark:
     train_secondary_y: Tensor | None = None
     test_secondary_y: Tensor | None = None
     val_secondary_y: Tensor | None = None
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.classes_per_task) != self.n_tasks:

@@ -82,7 +82,7 @@ def split_classes(
         elif n_classes % tasks:
             raise BenchmarkOptionError(
                 f"{n_classes} classes do not divide into {tasks} tasks: {fix}, e.g. "
-                f"benchmark.classes_per_task={_uneven(n_classes, tasks)}"
+                f"'benchmark.classes_per_task={_uneven(n_classes, tasks)}' (quoted for the shell)"
             )
         else:
             return (n_classes // tasks,) * tasks

@@ -42,6 +42,7 @@ crop with padding plus flip, batch 32, StrongAugment for X-DER).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -500,7 +501,7 @@ def folder(
             train_rows, test_rows = _split(inverse.astype(np.int64), test_fraction, names)
             x, y = arrays["x_train"], arrays["y_train"]
             train_x, train_y, test_x, test_y = x[train_rows], y[train_rows], x[test_rows], y[test_rows]
-        return benchmark_from_tensors(
+        bench = benchmark_from_tensors(
             torch.from_numpy(train_x),
             torch.from_numpy(train_y),
             torch.from_numpy(test_x),
@@ -510,6 +511,7 @@ def folder(
             defaults=FOLDER_DEFAULTS,
             **split,
         )
+        return bench if "x_test" in arrays else _noted_split(bench, f"{root} has no x_test", test_fraction)
     listing = read_folder_listing(root)
     if listing.split_given and test_fraction is not None:
         raise BenchmarkOptionError(
@@ -527,7 +529,7 @@ def folder(
         train_rows, test_rows = _split(listing.labels, test_fraction, listing.class_names)
     images, labels = torch.from_numpy(pixels), torch.from_numpy(listing.labels)
     train_index, test_index = torch.from_numpy(train_rows), torch.from_numpy(test_rows)
-    return benchmark_from_tensors(
+    bench = benchmark_from_tensors(
         images[train_index],
         labels[train_index],
         images[test_index],
@@ -537,3 +539,14 @@ def folder(
         defaults=FOLDER_DEFAULTS,
         **split,
     )
+    return bench if listing.split_given else _noted_split(bench, f"{root} has no test/", test_fraction)
+
+
+def _noted_split(bench: Benchmark, why: str, fraction: float | None) -> Benchmark:
+    """``bench`` with a note saying that its test set was split off from the training images."""
+    share = DEFAULT_TEST_FRACTION if fraction is None else float(fraction)
+    note = (
+        f"{why}: the test set is {share:.0%} of each class's images, held out (seeded; "
+        "benchmark.test_fraction sets the share)"
+    )
+    return dataclasses.replace(bench, notes=(*bench.notes, note))

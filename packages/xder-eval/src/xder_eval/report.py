@@ -92,13 +92,14 @@ RUN_IDENTITY_KEYS = frozenset(
         "run.loggers",
         "run.threads",
         "run.record_analyses",
+        "run.plugins",
         "method.buffer_size",
     }
 )
 """Flattened ``config.toml`` keys never used to tell configurations apart (``run.loggers`` names
 the experiment trackers a run logged to, ``run.record_analyses`` what it recorded for later
 analyses: they observe the run, they do not configure it; ``run.threads`` is where it ran, like
-``run.device``)."""
+``run.device``; ``run.plugins`` where the code of a plugin method was loaded from)."""
 
 # Rows follow the paper's Table 1 (bounds, regularisation, replay, DER family); other methods
 # come after, alphabetically.

@@ -115,7 +115,7 @@ class TrainingSchedule:
 
     def __post_init__(self) -> None:
         checks = [
-            (self.epochs >= 0, "epochs must be >= 0"),
+            (self.epochs >= 1, "epochs must be >= 1 (with none, a task trains nothing)"),
             (self.batch_size >= 1, "batch_size must be >= 1"),
             (self.eval_batch_size >= 1, "eval_batch_size must be >= 1"),
             (self.record_every >= 0, "record_every must be >= 0"),
