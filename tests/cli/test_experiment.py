@@ -607,6 +607,14 @@ def test_table_on_seq_digits_trains_and_tabulates_with_nothing_published(tmp_pat
     table = (out / "table.md").read_text()
     assert "No published results for seq-digits" in table
     assert "| method | preset | FAA | FF | n |" in table
+    # The overrides of every run (TINY's --set) are named: this is not the protocol's own table.
+    # (run.device places the runs, it does not configure them: not named)
+    assert table.startswith(
+        "# Table: seq-digits, buffer 200, with overrides\n\n**Overrides** (`--set`, every run): "
+        "`train.epochs=1, backbone.width=4`: these runs are not the protocol's own settings.\n"
+    )
+    lines = list(csv.DictReader(io.StringIO((out / "table.csv").read_text())))
+    assert {line["overrides"] for line in lines} == {"train.epochs=1, backbone.width=4"}
     assert (
         f"| sgd | none | {rows['sgd']['faa']['mean']:.2f} | {rows['sgd']['ff']['mean']:.2f} | 1/1 |" in table
     )

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import statistics
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -92,6 +93,10 @@ def test_report_of_a_runs_folder(runs: Path, tmp_path: Path, capsys) -> None:
     assert "- sgd [none] on seq-digits: seed 2 missing (complete: 0, 1)" in table
     assert "- er [none] on seq-digits m200: seed 2 missing (complete: 0, 1)" in table
     assert "5 runs read, 2 groups" in printed
+    # TINY's --epochs and --set: named, since the table is not the protocol's own
+    assert "Trained with settings their preset and protocol do not give" in table
+    assert "- er (none) on seq-digits, buffer 200: `train.epochs=1, backbone.width=4`" in table
+    assert "- sgd (none) on seq-digits, buffer 0: `train.epochs=1, backbone.width=4`" in table
 
     rows = list(csv.DictReader(io.StringIO((out / "table.csv").read_text())))
     assert [(r["benchmark"], r["buffer"], r["method"], r["n"], r["seeds"]) for r in rows] == [
@@ -105,6 +110,10 @@ def test_report_of_a_runs_folder(runs: Path, tmp_path: Path, capsys) -> None:
 
     payload = json.loads((out / "report.json").read_text())
     assert payload["setting"] == "class-il"
+    assert [(o["method"], o["overrides"]) for o in payload["overrides"]] == [
+        ("sgd", {"train.epochs": 1, "backbone.width": 4}),
+        ("er", {"train.epochs": 1, "backbone.width": 4}),
+    ]
     assert "matrix_seq-digits_m0_sgd.png" in payload["files"]
     (incomplete,) = [p for p in payload["problems"] if p["kind"] == "incomplete"]
     assert (incomplete["tasks_done"], incomplete["n_tasks"], incomplete["seed"]) == (2, 5, 2)
@@ -231,3 +240,44 @@ def test_bad_paths_are_usage_errors(make, message, tmp_path: Path) -> None:
         command_report(SimpleNamespace(run_dirs=[str(path)], out=str(tmp_path / "out"), task_il=False))
     assert "\n" not in str(caught.value)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("method", "benchmark", "preset", "protocol"),
+    [
+        ("xder", "seq-digits", None, "paper"),
+        ("derpp", "seq-cifar10", "tuned", "laptop"),
+        ("xder", "seq-cifar100", "paper:xder-rpc", "paper"),
+        ("sgd", "seq-cifar100", None, "laptop"),
+    ],
+)
+def test_a_run_without_overrides_has_none(method, benchmark, preset, protocol, tmp_path: Path) -> None:
+    """A configuration as config.toml holds it (written, read back) differs from its preset and
+    protocol in nothing; each change made on top of it is found, and only it."""
+    from xder_cli import rundir
+    from xder_cli.train import build_plan, resolve_config, run_overrides
+
+    def written(sets: list) -> dict:
+        plan = build_plan(
+            resolve_config(
+                method=method,
+                benchmark=benchmark,
+                preset=preset,
+                run={"seed": 3},
+                train={},
+                method_values={},
+                sets=sets,
+                protocol_name=protocol,
+            )
+        )
+        path = tmp_path / f"config-{len(sets)}.toml"
+        rundir.write_config(path, plan.config)
+        return tomllib.loads(path.read_text())
+
+    assert run_overrides(written([])) == {}
+    changed = [("train", "lr", 0.123), ("run", "class_order", "reversed"), ("backbone", "width", 3)]
+    assert run_overrides(written(changed)) == {
+        "run.class_order": "reversed",
+        "train.lr": 0.123,
+        "backbone.width": 3,
+    }

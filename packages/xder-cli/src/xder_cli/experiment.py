@@ -654,6 +654,28 @@ def _cell(records: Sequence[dict[str, Any]], keys: dict[str, str]) -> dict[str, 
     return cell
 
 
+PLACING_KEYS = OBSERVING_KEYS | {"run.device", "run.data_root", "run.data_device"}
+"""Settings that say where a run trains or what watches it, not what it trains: not overrides."""
+
+
+def overrides_text(sets: dict[str, Any]) -> str:
+    """``--set`` overrides that change what is trained, as ``key=value`` pairs (JSON values), e.g.
+    ``train.epochs=1, backbone.width=4``; empty when there are none (:data:`PLACING_KEYS` left out)."""
+    return ", ".join(f"{key}={json.dumps(value)}" for key, value in sets.items() if key not in PLACING_KEYS)
+
+
+def _with_overrides(lines: list[str], summary: dict[str, Any]) -> list[str]:
+    """An experiment's Markdown lines, its heading marked and its overrides named when ``--set``
+    changed every run (the table is then not the protocol's own)."""
+    if not overrides_text(summary.get("sets", {})):
+        return lines
+    note = (
+        f"**Overrides** (`--set`, every run): `{overrides_text(summary['sets'])}`: these runs are not the "
+        "protocol's own settings."
+    )
+    return [f"{lines[0]}, with overrides", "", note, *lines[1:]]
+
+
 def _not_finished(records: Sequence[dict[str, Any]]) -> list[str]:
     lines = [
         f"- {r['run_dir']}: {r['status']}{outcome_note(r)}" for r in records if r["status"] != "finished"
@@ -731,7 +753,7 @@ def flatness_markdown(summary: dict[str, Any]) -> str:
         )
         + " |"
     )
-    return "\n".join(lines + _not_finished(summary["runs"])) + "\n"
+    return "\n".join(_with_overrides(lines, summary) + _not_finished(summary["runs"])) + "\n"
 
 
 def summarize_class_order(
@@ -785,7 +807,7 @@ def class_order_markdown(summary: dict[str, Any]) -> str:
         difference = row["faa_reversed_minus_natural"]
         delta = "-" if difference is None else f"{difference:+.2f}"
         lines.append(f"| {row['method']} | {' | '.join(cells)} | {delta} |")
-    return "\n".join(lines + _not_finished(summary["runs"])) + "\n"
+    return "\n".join(_with_overrides(lines, summary) + _not_finished(summary["runs"])) + "\n"
 
 
 def summarize_sensitivity(
@@ -852,7 +874,7 @@ def sensitivity_markdown(summary: dict[str, Any]) -> str:
                 f"| {param['key']} | {value} | {_fmt_stat(row['faa_mean'], row['faa_std'])} | "
                 f"{_fmt_stat(row['ff_mean'], row['ff_std'])} | {row['seeds_finished']}/{row['seeds']} |"
             )
-    return "\n".join(lines + _not_finished(summary["runs"])) + "\n"
+    return "\n".join(_with_overrides(lines, summary) + _not_finished(summary["runs"])) + "\n"
 
 
 TABLE_MODES = ("judged", "orientation", "ours only")
@@ -887,6 +909,7 @@ TABLE_CSV_COLUMNS = (
     "published_seeds",
     "source",
     "mode",
+    "overrides",
 )
 """The header of ``table.csv``: one line per entry (empty cells where a value is undefined)."""
 
@@ -1026,7 +1049,7 @@ def table_markdown(summary: dict[str, Any]) -> str:
         cells.append(f"{row['seeds_finished']}/{row['seeds']}")
         lines.append("| " + " | ".join(cells) + " |")
     lines += claims_markdown(summary.get("claims", []))
-    return "\n".join(lines + _not_finished(summary["runs"])) + "\n"
+    return "\n".join(_with_overrides(lines, summary) + _not_finished(summary["runs"])) + "\n"
 
 
 def _csv_value(value: Any) -> str:
@@ -1051,7 +1074,7 @@ def table_csv(summary: dict[str, Any]) -> str:
         line = [row["entry"], row["method"], row["row"], row["preset"], summary["buffer_size"]]
         line += [row["seeds_finished"], ";".join(map(str, summary["seeds"]))]
         line += [row[metric][part] for metric in ("faa", "ff") for part in parts]
-        line += [row["published_seeds"], row["source"], summary["mode"]]
+        line += [row["published_seeds"], row["source"], summary["mode"], overrides_text(summary["sets"])]
         writer.writerow([_csv_value(v) for v in line])
     return out.getvalue()
 

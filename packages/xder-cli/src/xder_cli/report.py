@@ -17,6 +17,7 @@ from typing import Any
 from xder_cli import rundir
 from xder_cli.errors import UsageError
 from xder_cli.published import published_results
+from xder_data import DataError
 from xder_eval import (
     RunRecord,
     build_report,
@@ -27,6 +28,8 @@ from xder_eval import (
     report_dict,
     report_markdown,
 )
+from xder_methods import MethodError
+from xder_models import UnknownBackboneError
 
 __all__ = ["DEFAULT_REPORT_OUT", "command_report", "find_run_dirs", "read_run"]
 
@@ -103,6 +106,50 @@ def read_run(path: Path) -> RunRecord:
     return RunRecord(str(path), config, results, "; ".join(errors) or None)
 
 
+def group_overrides(groups: Any, configs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per group whose runs differ from their preset and protocol (:func:`xder_cli.train.run_overrides`
+    of its first run): the group and those settings; groups whose method or benchmark is unknown
+    here (a plugin not loaded) are left out."""
+    from xder_cli.train import run_overrides
+
+    out = []
+    for group in groups:
+        config = configs.get(group.paths[0])
+        if config is None:
+            continue
+        try:
+            found = run_overrides(config)
+        except (UsageError, DataError, MethodError, UnknownBackboneError, KeyError):
+            continue
+        if found:
+            k = group.key
+            where = {
+                "benchmark": k.benchmark,
+                "buffer_size": k.buffer_size,
+                "method": k.method,
+                "preset": k.preset,
+            }
+            out.append(where | {"settings": k.settings, "overrides": found})
+    return out
+
+
+def overrides_markdown(overrides: list[dict[str, Any]]) -> str:
+    """The report's note on groups trained with overrides (empty when there are none)."""
+    if not overrides:
+        return ""
+    lines = [
+        "",
+        "Trained with settings their preset and protocol do not give (`--set`, `--epochs`, ...):",
+        "",
+    ]
+    for o in overrides:
+        values = ", ".join(f"{key}={json.dumps(value)}" for key, value in o["overrides"].items())
+        lines.append(
+            f"- {o['method']} ({o['preset']}) on {o['benchmark']}, buffer {o['buffer_size']}: `{values}`"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def command_report(args: Any) -> int:
     """Entry point of ``xder-run report``.
 
@@ -122,7 +169,8 @@ def command_report(args: Any) -> int:
     except OSError as error:
         raise UsageError(f"cannot create the output folder {out}: {error.strerror}") from error
 
-    markdown = report_markdown(report, task_il=task_il)
+    overrides = group_overrides(report.groups, {r.path: r.config for r in records})
+    markdown = report_markdown(report, task_il=task_il) + overrides_markdown(overrides)
     rundir.atomic_write_bytes(out / TABLE_MD, markdown.encode())
     rundir.atomic_write_bytes(out / TABLE_CSV, report_csv(report).encode())
     plots: list[str] = []
@@ -139,6 +187,7 @@ def command_report(args: Any) -> int:
         plots.append(name)
     payload = report_dict(report, task_il=task_il)
     payload["files"] = [TABLE_MD, TABLE_CSV, REPORT_JSON, *plots]
+    payload["overrides"] = overrides
     rundir.write_json(out / REPORT_JSON, payload)
 
     print(markdown, end="")

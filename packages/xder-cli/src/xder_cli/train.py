@@ -169,6 +169,56 @@ def resolve_config(
     return config
 
 
+_OVERRIDABLE_RUN_KEYS = ("class_order", "validation")
+"""The [run] settings that change what a run trains (the others place it or watch it)."""
+
+
+def _comparable(value: Any) -> Any:
+    """A setting as TOML reads it back, numbers as floats: ``(35, 45)`` equals ``[35.0, 45.0]``."""
+    if isinstance(value, list | tuple):
+        return [_comparable(v) for v in value]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def run_overrides(config: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The settings of a run's ``config.toml`` that its preset and protocol do not give, as they
+    stand now (what ``--set``, ``--epochs`` or ``--class-order`` changed): dotted key -> the run's
+    value. The buffer size is the run's own choice, not an override.
+
+    Raises:
+        UsageError, DataError, MethodError: the run's method, benchmark, preset or protocol is
+            unknown here (e.g. a plugin not loaded).
+    """
+    run = config.get("run", {})
+    method = config.get("method", {})
+    values = {"buffer_size": method["buffer_size"]} if "buffer_size" in method else {}
+    reference = build_plan(
+        resolve_config(
+            method=run["method"],
+            benchmark=run["benchmark"],
+            preset=run.get("preset"),
+            run={},
+            train={},
+            method_values=values,
+            sets=[],
+            protocol_name=run.get("protocol", DEFAULT_PROTOCOL),
+        )
+    ).config
+    keys = [("run", key) for key in _OVERRIDABLE_RUN_KEYS]
+    for section in ("train", "backbone", "method", "benchmark"):
+        keys += [(section, key) for key in {*config.get(section, {}), *reference.get(section, {})}]
+    overrides = {}
+    for section, key in sorted(keys, key=lambda k: (SECTIONS.index(k[0]), k[1])):
+        if (section, key) == ("method", "buffer_size"):
+            continue
+        mine = config.get(section, {}).get(key)
+        if _comparable(mine) != _comparable(reference.get(section, {}).get(key)):
+            overrides[f"{section}.{key}"] = mine
+    return overrides
+
+
 def build_plan(config: dict[str, dict[str, Any]]) -> RunPlan:
     """Validate every section of a configuration and build the typed objects.
 
