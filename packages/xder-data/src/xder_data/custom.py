@@ -1,9 +1,9 @@
 """Benchmarks from the user's own data: tensors in, a :class:`~xder_data.Benchmark` out.
 
-:func:`benchmark_from_tensors` is the Python entry point (README, "Use it from Python"); the
-``folder`` benchmark (:mod:`xder_data.folder`) decodes image folders or an ``.npz`` file and hands
-the arrays to it. Both give the CIFAR-style protocol :data:`CUSTOM_DEFAULTS` (the DER paper's
-Split CIFAR-10 settings, ``seq-cifar10``):
+:func:`benchmark_from_tensors` is the Python entry point (docs/python-api.md, "Use it from
+Python"); the ``folder`` benchmark (:mod:`xder_data.folder`) decodes image folders or an ``.npz``
+file and hands the arrays to it. Both give the CIFAR-style protocol :data:`CUSTOM_DEFAULTS` (the
+DER paper's Split CIFAR-10 settings, ``seq-cifar10``):
 
 * classes are the distinct training labels in ascending order, relabelled 0..K-1 (natural class
   order), split into tasks by :func:`split_classes` (2 classes per task unless told otherwise);
