@@ -1,13 +1,17 @@
 """Test sessions. ``nox`` alone runs them all: lint, every package's tests, the integration
-tests, the example plugin and the slow runs (the README's main job and its ``seq-digits`` figures).
+tests, the example plugin, the documentation site and the slow runs (the Quickstart's main job and
+the ``seq-digits`` figures of ``docs/results.md``).
 
 * ``tests(<package>)``: a fresh environment holding only that package (built from its folder),
   the xder packages it declares, and pytest, then ``pytest tests/<area>``. A stray import of an
   undeclared sibling fails here, which keeps the package boundaries honest.
 * ``integration``: all five packages; end-to-end runs of ``xder-run`` (``tests/integration``).
 * ``lint``: ruff (lint and format check).
+* ``docs``: the documentation site (``mkdocs.yml``, ``docs/``, and the API reference read from the
+  packages' sources) built with ``mkdocs build --strict`` into ``site/``: a broken link or anchor,
+  a page left out of the nav or a docstring the reference cannot parse fails it.
 * ``slow``: every test marked ``slow`` (long end-to-end runs: the Quickstart's main job and the
-  README's ``seq-digits`` table), all packages installed; selecting no test fails it.
+  ``seq-digits`` table of ``docs/results.md``), all packages installed; selecting no test fails it.
 * ``plugin_example``: ``examples/plugin`` installed beside the five packages in a fresh
   environment; its method, benchmark and backbone go through ``xder-run train``, ``sweep`` (on
   Ray) and ``report`` without a line of our packages changed.
@@ -26,7 +30,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "uv"
-nox.options.sessions = ["lint", "tests", "integration", "plugin_example", "slow"]
+nox.options.sessions = ["lint", "docs", "tests", "integration", "plugin_example", "slow"]
 
 ROOT = Path(__file__).parent
 PACKAGES = {
@@ -100,8 +104,8 @@ def integration(session: nox.Session) -> None:
 
 @nox.session
 def slow(session: nox.Session) -> None:
-    """Long runs (marked ``slow``): the Quickstart's main job and the README's seq-digits figures,
-    through the CLI. Selecting no test (pytest's exit status 5) fails the session."""
+    """Long runs (marked ``slow``): the Quickstart's main job and the seq-digits figures of
+    ``docs/results.md``, through the CLI. Selecting no test (pytest's exit status 5) fails the session."""
     _install(session, *PACKAGES)
     session.run("pytest", "tests", "-m", "slow", *session.posargs)
 
@@ -112,6 +116,19 @@ def lint(session: nox.Session) -> None:
     session.install(*_constraints(session), "ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site: ``mkdocs build --strict`` into ``site/`` (git-ignored). The API
+    reference is read statically from ``packages/*/src`` (mkdocstrings, griffe): nothing is
+    imported, so the packages need not be installed here. ``nox -s docs -- --site-dir DIR``
+    builds elsewhere."""
+    session.install(*_constraints(session), "mkdocs-material", "mkdocstrings[python]")
+    # Material prints a banner about MkDocs 2.0 and its own end of life on every build.
+    env = {"NO_MKDOCS_2_WARNING": "1"}
+    site_dir = [] if "--site-dir" in session.posargs else ["--site-dir", str(ROOT / "site")]
+    session.run("mkdocs", "build", "--strict", *site_dir, *session.posargs, env=env)
 
 
 @nox.session

@@ -1,6 +1,6 @@
-"""The README's "Use it from Python" section, run as it stands: the code below is a verbatim copy
-of its example (the first test checks that they are the same), and every name it imports is
-exported (``__all__``) and documented by its package."""
+"""The "Use it from Python" page of the documentation (``docs/python-api.md``), run as it stands:
+the code below is a verbatim copy of its example (the first test checks that they are the same),
+and every name it imports is exported (``__all__``) and documented by its package."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "python-api.md"
 
 EXAMPLE = """\
 import torch
@@ -50,22 +50,22 @@ print(f"FAA {final_average_accuracy(history.class_il):.2f}  FF {final_forgetting
 """
 
 
-def readme_example() -> str:
-    text = README.read_text()
-    section = text[text.index("## Use it from Python") :]
+def page_example() -> str:
+    text = PAGE.read_text()
+    section = text[text.index("# Use it from Python") :]
     start = section.index("```python\n") + len("```python\n")
     return section[start : section.index("```", start)]
 
 
-def test_the_copy_is_the_readme_example() -> None:
-    assert readme_example() == EXAMPLE
+def test_the_copy_is_the_page_example() -> None:
+    assert page_example() == EXAMPLE
 
 
 def test_the_example_runs_and_gives_the_accuracy_matrix() -> None:
     namespace: dict = {}
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(compile(EXAMPLE, "README.md (Use it from Python)", "exec"), namespace)
+        exec(compile(EXAMPLE, "docs/python-api.md (Use it from Python)", "exec"), namespace)
     history, bench = namespace["history"], namespace["bench"]
     assert bench.n_tasks == 5
     assert bench.classes_per_task == (2, 2, 2, 2, 2)

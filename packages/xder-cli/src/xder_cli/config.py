@@ -76,7 +76,7 @@ class RunSettings:
             ``grad_norms`` and ``future_fewshot_auc`` read: stream and buffer gradient norms every
             ``train.record_every`` steps, and after every task the few-shot curves of the future
             heads and the buffer's mean logits per class. Off by default: they cost a few percent
-            of a run (README, "Performance") and change none of its results.
+            of a run (docs/performance.md, "On a shared machine") and change none of its results.
         plugins: the ``--plugin`` modules and files (as absolute paths) loaded when the run was
             started: ``xder-run train --resume`` loads them again. Where the code lives, not what
             is trained (the method's name is): not compared by reports and experiments.

@@ -21,7 +21,8 @@ mammoth ``seq-cifar10``):
   without momentum at a constant lr; buffer 200; each epoch's last partial batch kept (the
   authors' DataLoader).
 * ``laptop``: the same data, transforms and batches at width 8 with 2 epochs per task, so that one
-  X-DER run fits in about a quarter of an hour on a 2-core CPU (README, "Split CIFAR-10").
+  X-DER run fits in about a quarter of an hour on a 2-core CPU (docs/results.md, "Results on
+  seq-cifar10").
 
 The strong augmentation for X-DER's future preparation is :class:`StrongAugment` at 32x32 (the
 DER paper has no X-DER; these are the X-DER paper's CIFAR settings). Pickles can run code when
@@ -117,7 +118,8 @@ SEQ_CIFAR10_DEFAULTS = BenchmarkDefaults(
 SEQ_CIFAR10_LAPTOP = dataclasses.replace(
     SEQ_CIFAR10_DEFAULTS, epochs=2, backbone_options={"width": 8, "in_channels": 3}
 )
-"""``--protocol laptop``: the paper protocol at width 8 with 2 epochs per task (README)."""
+"""``--protocol laptop``: the paper protocol at width 8 with 2 epochs per task
+(docs/benchmarks.md)."""
 
 FILES = CifarFiles(
     dataset="CIFAR-10",

@@ -290,8 +290,10 @@ def paste_instance(
         background: (3, S, S) uint8, the image to paste on (not modified).
         pixels: (h, w, 3) uint8, the object's box in its photo.
         mask: (h, w) bool, the object's pixels in that box (at least one set).
-        top, left: position of the resized box in ``background``.
-        height, width: size of the resized box; it must lie fully inside ``background``.
+        top: position of the resized box in ``background`` (its first row).
+        left: position of the resized box in ``background`` (its first column).
+        height: size of the resized box (rows); it must lie fully inside ``background``.
+        width: size of the resized box (columns); it must lie fully inside ``background``.
 
     Returns:
         ``(image (3, S, S) uint8, pasted (S, S) bool)``: ``image`` equals the resized object where
@@ -733,7 +735,8 @@ def prepare_coco_stitch(
             folders ``train2017/`` and ``val2017/``.
         data_root: the data root holding ``cifar-100-python/``; the files go to its
             ``coco_stitch/`` folder.
-        n_train, n_test: examples to generate (the paper: 50000 and 10000).
+        n_train: training examples to generate (the paper: 50000).
+        n_test: test examples to generate (the paper: 10000).
         size: image side S (the paper: 64, CIFAR-100 upscaled 2x).
         seed: the generation seed (a non-negative integer); the same inputs, seed and library
             versions give identical files.

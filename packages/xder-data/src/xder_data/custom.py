@@ -1,9 +1,9 @@
 """Benchmarks from the user's own data: tensors in, a :class:`~xder_data.Benchmark` out.
 
-:func:`benchmark_from_tensors` is the Python entry point (README, "Use it from Python"); the
-``folder`` benchmark (:mod:`xder_data.folder`) decodes image folders or an ``.npz`` file and hands
-the arrays to it. Both give the CIFAR-style protocol :data:`CUSTOM_DEFAULTS` (the DER paper's
-Split CIFAR-10 settings, ``seq-cifar10``):
+:func:`benchmark_from_tensors` is the Python entry point (docs/python-api.md, "Use it from
+Python"); the ``folder`` benchmark (:mod:`xder_data.folder`) decodes image folders or an ``.npz``
+file and hands the arrays to it. Both give the CIFAR-style protocol :data:`CUSTOM_DEFAULTS` (the
+DER paper's Split CIFAR-10 settings, ``seq-cifar10``):
 
 * classes are the distinct training labels in ascending order, relabelled 0..K-1 (natural class
   order), split into tasks by :func:`split_classes` (2 classes per task unless told otherwise);
@@ -193,14 +193,17 @@ def benchmark_from_tensors(
     """A class-incremental benchmark from images and labels held in memory.
 
     Args:
-        train_x, test_x: (N, C, H, W) images, uint8 (0..255) or float in [0, 1]; the same C, H, W.
-        train_y, test_y: (N,) integer labels, any values: the distinct training labels in
-            ascending order become classes 0..K-1 (the natural class order); every test label
-            must be a training label.
-        tasks, classes_per_task: the split into tasks (:func:`split_classes`; 2 classes per task
-            when neither is given).
-        mean, std: per-channel normalisation of [0, 1]-scaled images; computed from ``train_x``
+        train_x: (N, C, H, W) training images, uint8 (0..255) or float in [0, 1].
+        train_y: (N,) integer labels, any values: the distinct training labels in ascending order
+            become classes 0..K-1 (the natural class order).
+        test_x: (N, C, H, W) test images, as ``train_x``; the same C, H, W.
+        test_y: (N,) integer labels; every test label must be a training label.
+        tasks: the split into tasks (:func:`split_classes`; 2 classes per task when neither this
+            nor ``classes_per_task`` is given).
+        classes_per_task: the split into tasks, as ``tasks``.
+        mean: per-channel normalisation of [0, 1]-scaled images; computed from ``train_x``
             (:func:`channel_stats`) when not given.
+        std: per-channel normalisation, as ``mean``.
         class_names: one name per class, in ascending label order.
         name: the benchmark's name (``Benchmark.name``).
         defaults: the training protocol (the CIFAR-style :data:`CUSTOM_DEFAULTS`).

@@ -79,7 +79,8 @@ class SkeletonAugment:
     views (see ``xder_data.ntu60``).
 
     Args:
-        noise_mean, noise_std: the Gaussian noise, in the data's unit (metres for NTU).
+        noise_mean: the Gaussian noise's mean, in the data's unit (metres for NTU).
+        noise_std: the Gaussian noise's standard deviation, in the same unit.
         max_degrees: the largest rotation about each axis.
         shear: the largest off-diagonal shear coefficient (0: no shear).
 

@@ -34,7 +34,7 @@ class DERpp(DER):
 
     Checked line by line against the DER paper (Buzzega et al., NeurIPS 2020, Alg. 1) and the
     authors' code (mammoth ``models/derpp.py``, ``utils/buffer.py``, ``utils/training.py``) for
-    natural images (README, "The DER++ check"); the same in every point below:
+    natural images (docs/results.md, "The DER++ check"); the same in every point below:
 
     * Replayed items: the buffer holds each stream image unaugmented; every draw applies the
       training transform (crop with padding, flip, normalisation) to each item independently

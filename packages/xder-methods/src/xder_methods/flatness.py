@@ -157,7 +157,10 @@ def local_linearity(
     Args:
         loss_fn: inputs (B, ...) -> per-example losses (B,).
         x: (B, ...) inputs (not modified).
-        epsilon, steps, step_size, generator: the inner maximisation, as in :func:`local_flatness`.
+        epsilon: the inner maximisation's radius, as in :func:`local_flatness`.
+        steps: the inner maximisation's ascent steps, as in :func:`local_flatness`.
+        step_size: the inner maximisation's step size, as in :func:`local_flatness`.
+        generator: the inner maximisation's random start, as in :func:`local_flatness`.
 
     Returns:
         ``(gamma, alignment)``: the batch means of ``g(d_LL; x)`` and ``|d_LL^T grad_x l(x)|``,

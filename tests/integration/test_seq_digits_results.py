@@ -1,13 +1,14 @@
-"""The README's main job and its ``seq-digits`` figures, rerun (slow: about six minutes on two CPU
-cores; ``uv run nox`` runs them in its ``slow`` session).
+"""The Quickstart's main job (README) and the ``seq-digits`` figures of the documentation's results
+page (``docs/results.md``), rerun (slow: about six minutes on two CPU cores; ``uv run nox`` runs
+them in its ``slow`` session).
 
-The figures are read from the README itself, so that the table and this check cannot drift
+The figures are read from the page itself, so that the table and this check cannot drift
 apart: each checked row of the "Results on `seq-digits`" table is retrained over its seeds with
 one thread per run (as the table was measured), two runs at a time, and its mean FAA must lie
 within two standard errors of the table's (SE of a difference of two means over n seeds each,
 from the two sample standard deviations). On the machine the table was measured on, the runs
 give its figures exactly; elsewhere floating-point sums in another order move single runs, not
-the mean beyond seed noise. The claims the README makes about those rows are checked too.
+the mean beyond seed noise. The claims the page makes about those rows are checked too.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from pathlib import Path
 import pytest
 
 XDER_RUN = str(Path(sys.executable).parent / "xder-run")
-README = Path(__file__).resolve().parents[2] / "README.md"
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results.md"
 SECTION = "## Results on `seq-digits`"
-# The rows rerun (README label -> flags of `xder-run train`); the README names the rows left out.
+# The rows rerun (the table's label -> flags of `xder-run train`); the page names the rows left out.
 ROWS = {
     "FT (`sgd`)": ["--method", "sgd"],
     "ER": ["--method", "er"],
@@ -36,9 +37,9 @@ ROWS = {
 }
 
 
-def readme_rows() -> dict[str, tuple[float, float, int]]:
+def results_rows() -> dict[str, tuple[float, float, int]]:
     """The first table of the section: row label -> (FAA mean, FAA sample std, seeds)."""
-    text = README.read_text()
+    text = RESULTS.read_text()
     lines = text[text.index(SECTION) :].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| method |"))
     rows = {}
@@ -72,7 +73,7 @@ def within_two_standard_errors(ours: list[float], mean: float, std: float, n: in
 
 @pytest.mark.slow
 def test_quickstart_main_job(tmp_path: Path) -> None:
-    """The README's first command, as it stands: X-DER on seq-digits with the tuned preset."""
+    """The Quickstart's first command (README), as it stands: X-DER on seq-digits, tuned preset."""
     result = subprocess.run(
         [XDER_RUN, "train", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900, check=False
     )
@@ -96,15 +97,15 @@ def test_quickstart_main_job(tmp_path: Path) -> None:
         "accuracy_matrix.png",
         "task_il_matrix.png",
     }
-    # One run of the README's X-DER row: within three of its standard deviations of its mean.
-    mean, std, _ = readme_rows()["X-DER, `tuned`"]
+    # One run of the results page's X-DER row: within three of its standard deviations of its mean.
+    mean, std, _ = results_rows()["X-DER, `tuned`"]
     assert abs(results["faa"] - mean) <= 3 * std, (results["faa"], mean, std)
 
 
 @pytest.mark.slow
-def test_the_readme_seq_digits_table(tmp_path: Path) -> None:
-    table = readme_rows()
-    assert set(ROWS) <= set(table), f"rows missing from the README: {set(ROWS) - set(table)}"
+def test_the_seq_digits_results_table(tmp_path: Path) -> None:
+    table = results_rows()
+    assert set(ROWS) <= set(table), f"rows missing from docs/results.md: {set(ROWS) - set(table)}"
     jobs = [(label, seed) for label in ROWS for seed in range(table[label][2])]
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(
@@ -118,7 +119,7 @@ def test_the_readme_seq_digits_table(tmp_path: Path) -> None:
     for label, values in faa.items():
         mean, std, n = table[label]
         assert within_two_standard_errors(values, mean, std, n), (label, ours[label], mean, std)
-    # The claims the README makes about these rows.
+    # The claims the results page makes about these rows.
     means = {label: statistics.mean(values) for label, values in faa.items()}
     assert means["FT (`sgd`)"] < means["ER"] - 50  # fine-tuning forgets everything
     assert means["DER++, `tuned`"] >= means["ER"] - 1  # DER++ at least ER, within a point
