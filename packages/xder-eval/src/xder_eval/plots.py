@@ -185,7 +185,6 @@ def plot_accuracy_matrix(
     forgetting. The size follows the number of tasks; ``run`` names the run in a suptitle.
     """
     from matplotlib.patches import Patch, Rectangle
-    from matplotlib.ticker import MaxNLocator
 
     rows = _rows(matrix)
     n_rows, n_cols = len(rows), max(row.shape[0] for row in rows)
@@ -210,9 +209,9 @@ def plot_accuracy_matrix(
             ax.text(i, t, f"{grid[t, i]:.0f}", ha="center", va="center", fontsize=fontsize, color=color)
     ax.set_xlabel("evaluated task")
     ax.set_ylabel("after training task")
-    for axis, count in ((ax.xaxis, n_cols), (ax.yaxis, n_rows)):
-        axis.set_major_locator(MaxNLocator(integer=True, nbins=min(count, 20)))
-        axis.set_major_formatter(lambda value, _: f"{value + 1:.0f}")  # tasks count from 1
+    step = math.ceil(n / 20)  # at most 20 numbered tasks per axis
+    ax.set_xticks(range(0, n_cols, step), [str(i + 1) for i in range(0, n_cols, step)])  # tasks from 1
+    ax.set_yticks(range(0, n_rows, step), [str(t + 1) for t in range(0, n_rows, step)])
     ax.set_xlim(-0.5, n_cols - 0.5)
     ax.set_ylim(n_rows - 0.5, -0.5)
     ax.set_title(title)
