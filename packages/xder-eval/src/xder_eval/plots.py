@@ -153,8 +153,9 @@ def plot_accuracy_curves(
 ) -> Path:
     """Line plot of accuracy (%) after each task, one line per label (e.g. Class-IL, Task-IL).
 
-    The y range follows the data (:func:`set_percent_axis`); each line has its own marker, so
-    that lines drawn on top of each other stay told apart. ``run`` names the run in a suptitle.
+    The y range follows the data (:func:`set_percent_axis`); each line has its own marker, the
+    earlier lines' smaller and on top, so that equal points (Class-IL = Task-IL after the first
+    task) show both. ``run`` names the run in a suptitle.
     """
     from matplotlib.ticker import MaxNLocator
 
@@ -162,7 +163,14 @@ def plot_accuracy_curves(
     ax = fig.add_subplot()
     for index, (label, values) in enumerate(curves.items()):
         tasks = np.arange(1, len(values) + 1)
-        ax.plot(tasks, values, marker=_MARKERS[index % len(_MARKERS)], label=label)
+        ax.plot(
+            tasks,
+            values,
+            marker=_MARKERS[index % len(_MARKERS)],
+            markersize=5 + 2.5 * min(index, 3),  # equal points: the earlier line's marker inside
+            zorder=3 + len(curves) - index,
+            label=label,
+        )
     ax.set_xlabel("tasks trained")
     ax.set_ylabel("accuracy (%)")
     set_percent_axis(ax, [v for values in curves.values() for v in values])
@@ -254,11 +262,10 @@ def plot_reliability_diagram(
         bottom=bins.accuracy[filled],
         width=width[filled],
         align="edge",
-        color="tab:red",
-        alpha=0.3,
-        hatch="//",
+        facecolor="none",  # the hatch alone: it reads the same over a bar and over the blank
+        hatch="///",
         edgecolor="tab:red",
-        linewidth=0.5,
+        linewidth=0.8,
         label="gap to confidence",
     )
     top.plot([0, 1], [0, 1], linestyle="--", color="gray", label="perfect calibration")
