@@ -25,7 +25,7 @@ def run_dirs(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if p.is_dir())
 
 
-def test_train_writes_the_run_directory(tmp_path: Path, capsys) -> None:
+def test_train_writes_the_run_directory(tmp_path: Path, capsys, saved_figures, readable) -> None:
     assert main(["train", "--method", "er", "--out", str(tmp_path), *TINY]) == 0
     (run,) = run_dirs(tmp_path)
     assert run.name.endswith("-er-seq-digits-m200-s0")
@@ -67,6 +67,8 @@ def test_train_writes_the_run_directory(tmp_path: Path, capsys) -> None:
         "accuracy_matrix.png",
         "task_il_matrix.png",
     }
+    for name in ("accuracy.png", "accuracy_matrix.png", "task_il_matrix.png"):  # each names its run
+        readable(saved_figures[name], run=run.name)
 
 
 def snapshot(run: Path) -> dict[str, tuple[bytes | None, int]]:

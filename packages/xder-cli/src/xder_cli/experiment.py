@@ -76,6 +76,7 @@ from xder_cli.trackers import check_loggers
 from xder_cli.train import build_plan, resolve_config
 from xder_data import list_benchmarks
 from xder_eval import PublishedResult, compare_to_published
+from xder_eval.plots import legend_outside, new_figure, save_figure, set_percent_axis
 from xder_methods import method_config_class
 
 __all__ = [
@@ -1080,17 +1081,23 @@ def table_csv(summary: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Plots (matplotlib's object API: no pyplot, no global backend state)
-
-
-def _figure(width: float, height: float) -> Any:
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height), dpi=120, layout="constrained")
+# Plots (xder_eval.plots' figure helper: matplotlib's object API, titles fitted to the figure)
 
 
 def _nan(value: float | None) -> float:
     return math.nan if value is None else float(value)
+
+
+def _percent_bars_axis(ax: Any, cells: Sequence[dict[str, Any]], metric: str) -> None:
+    """A 0-100% axis for bars of ``cells``' ``<metric>_mean`` (± ``_std``), room left for the
+    tallest error bar; ticks to 100."""
+    tops = [
+        _nan(c[f"{metric}_mean"]) + (_nan(c[f"{metric}_std"]) if c[f"{metric}_std"] else 0.0) for c in cells
+    ]
+    top = max([100.0, *(t for t in tops if math.isfinite(t))])
+    ax.set_ylim(0, top + 3)
+    ax.set_yticks(range(0, 101, 20))
+    ax.grid(axis="y", alpha=0.3)
 
 
 def plot_flatness(summary: dict[str, Any], path: Path) -> None:
@@ -1099,19 +1106,23 @@ def plot_flatness(summary: dict[str, Any], path: Path) -> None:
     rows = summary["rows"]
     labels = [f"{row['pair']}→{row['pair'] + 1}" for row in rows]
     colours = {"none": "0.55", "lfr": "tab:blue", "llr": "tab:orange"}
-    if len(rows) >= 3:
-        fig = _figure(5.5, 5.5)
+    radar = len(rows) >= 3
+    if radar:
+        fig = new_figure(6, 6.3)
         ax = fig.add_subplot(projection="polar")
         angles = [2 * math.pi * i / len(rows) for i in range(len(rows))]
         for reg in REGULARISERS:
             values = [_nan(row["cells"][reg]["first_task_accuracy_mean"]) for row in rows]
             ax.plot([*angles, angles[0]], [*values, values[0]], marker="o", color=colours[reg], label=reg)
             ax.fill([*angles, angles[0]], [*values, values[0]], color=colours[reg], alpha=0.08)
-        ax.set_xticks(angles, labels)
+        ax.set_xticks(angles, [f"tasks {label}" for label in labels])
         ax.set_ylim(0, 100)
-        ax.legend(title="regulariser", loc="upper right", bbox_to_anchor=(1.15, 1.1), fontsize="small")
+        ax.set_rlabel_position(90 + 180 / len(rows))  # the radial scale between two pairs' spokes
+        ax.legend(
+            title="regulariser", loc="upper center", bbox_to_anchor=(0.5, -0.08), ncols=3, fontsize="small"
+        )
     else:
-        fig = _figure(max(5.5, 1.8 + 1.6 * len(rows)), 4)
+        fig = new_figure(max(5.5, 1.8 + 1.6 * len(rows)), 4)
         ax = fig.add_subplot()
         width = 0.8 / len(REGULARISERS)
         for i, reg in enumerate(REGULARISERS):
@@ -1126,19 +1137,21 @@ def plot_flatness(summary: dict[str, Any], path: Path) -> None:
                 label=reg,
             )
         ax.set_xticks(range(len(rows)), [f"tasks {label}" for label in labels])
+        ax.set_xlabel("pair of adjacent tasks (first → second)")
         ax.set_ylabel("first-task accuracy (%)")
-        ax.set_ylim(0, 115)
-        ax.set_yticks(range(0, 101, 20))
-        ax.grid(axis="y", alpha=0.3)
-        ax.legend(title="regulariser", loc="upper center", ncols=3, fontsize="small")
-    ax.set_title(f"{summary['benchmark']}: final accuracy (%) on each pair's first task", fontsize="medium")
-    fig.savefig(path)
+        _percent_bars_axis(
+            ax, [row["cells"][reg] for row in rows for reg in REGULARISERS], "first_task_accuracy"
+        )
+        legend_outside(ax, title="regulariser")
+    title = f"{summary['benchmark']}: final accuracy (%) on each pair's first task"
+    ax.set_title(title, fontsize="medium", pad=32 if radar else None)  # clear of the top spoke's label
+    save_figure(fig, path)
 
 
 def plot_class_order(summary: dict[str, Any], path: Path) -> None:
     """Grouped bars of FAA (± std) per method, one bar per class order."""
     rows = summary["rows"]
-    fig = _figure(max(5.0, 1.8 + 1.4 * len(rows)), 4)
+    fig = new_figure(max(5.0, 1.8 + 1.4 * len(rows)), 4)
     ax = fig.add_subplot()
     width = 0.38
     for i, order in enumerate(ORDERS):
@@ -1152,13 +1165,12 @@ def plot_class_order(summary: dict[str, Any], path: Path) -> None:
             label=order,
         )
     ax.set_xticks(range(len(rows)), [row["method"] for row in rows])
+    ax.set_xlabel("method")
     ax.set_ylabel("FAA (%)")
-    ax.set_ylim(0, 115)
-    ax.set_yticks(range(0, 101, 20))
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(title="class order", loc="upper center", ncols=2, fontsize="small")
+    _percent_bars_axis(ax, [row["cells"][order] for row in rows for order in ORDERS], "faa")
+    legend_outside(ax, title="class order")
     ax.set_title(f"{summary['benchmark']}: forward vs backward class order", fontsize="medium")
-    fig.savefig(path)
+    save_figure(fig, path)
 
 
 def _numeric(values: Sequence[Any]) -> bool:
@@ -1167,9 +1179,16 @@ def _numeric(values: Sequence[Any]) -> bool:
 
 def plot_sensitivity(summary: dict[str, Any], path: Path) -> None:
     """One panel per parameter: test FAA (mean ± std over seeds) against its value, the base
-    value dashed; a log axis for positive values spanning a factor of 10 or more."""
+    value dashed (named "(base)" on a categorical axis); a log axis for positive values spanning
+    a factor of 10 or more. The panels share one FAA range, chosen from the data."""
     params = summary["params"]
-    fig = _figure(4.2 * len(params), 3.6)
+    fig = new_figure(4.2 * len(params), 3.8)
+    drawn = [
+        _nan(row["faa_mean"]) + sign * (_nan(row["faa_std"]) if row["faa_std"] else 0.0)
+        for param in params
+        for row in param["rows"]
+        for sign in (-1, 1)
+    ]
     for i, param in enumerate(params):
         ax = fig.add_subplot(1, len(params), i + 1)
         values = [row["value"] for row in param["rows"]]
@@ -1190,7 +1209,11 @@ def plot_sensitivity(summary: dict[str, Any], path: Path) -> None:
                 ax.axvline(float(base), color="0.5", linestyle="--", label=f"base {base}")
                 ax.legend(fontsize="small")
         else:
-            ax.set_xticks(xs, [json.dumps(v) for v in values])
+            names = [json.dumps(v) + (" (base)" if v == base else "") for v in values]
+            crowded = sum(len(name) for name in names) > 30
+            ax.set_xticks(xs, names, rotation=30 if crowded else 0, ha="right" if crowded else "center")
+            ax.set_xlim(-0.5, len(xs) - 0.5)
+        set_percent_axis(ax, drawn)
         ax.set_xlabel(param["key"])
         ax.set_ylabel("test FAA (%)")
         ax.grid(alpha=0.3)
@@ -1198,7 +1221,7 @@ def plot_sensitivity(summary: dict[str, Any], path: Path) -> None:
         f"{summary['method']} on {summary['benchmark']}: one-at-a-time sensitivity (test FAA)",
         fontsize="medium",
     )
-    fig.savefig(path)
+    save_figure(fig, path)
 
 
 def plot_table(summary: dict[str, Any], path: Path) -> None:
@@ -1208,7 +1231,7 @@ def plot_table(summary: dict[str, Any], path: Path) -> None:
     rows = summary["rows"]
     where = f"{summary['benchmark']} m{summary['buffer_size']}"
     if summary["mode"] == "ours only":
-        fig = _figure(max(5.0, 1.0 + 0.6 * len(rows)), 4)
+        fig = new_figure(max(5.0, 1.0 + 0.6 * len(rows)), 4)
         ax = fig.add_subplot()
         ax.bar(
             range(len(rows)),
@@ -1217,14 +1240,15 @@ def plot_table(summary: dict[str, Any], path: Path) -> None:
             capsize=3,
         )
         ax.set_xticks(range(len(rows)), [r["entry"] for r in rows], rotation=45, ha="right")
+        ax.set_xlabel("method (table entry)")
         ax.set_ylabel("FAA (%)")
         ax.set_ylim(0, 100)
         ax.grid(axis="y", alpha=0.3)
         ax.set_title(f"{where}: ours (no published results)", fontsize="medium")
-        fig.savefig(path)
+        save_figure(fig, path)
         return
     metrics = [m for m in ("faa", "ff") if any(r[m]["published"] is not None for r in rows)]
-    fig = _figure(5.0 * len(metrics), 5.0)
+    fig = new_figure(5.0 * len(metrics), 5.0)
     for i, metric in enumerate(metrics):
         ax = fig.add_subplot(1, len(metrics), i + 1)
         for index, r in enumerate(rows):  # one colour per entry, the same in both panels
@@ -1258,7 +1282,7 @@ def plot_table(summary: dict[str, Any], path: Path) -> None:
     if summary["mode"] == "orientation":
         title += f"\n(protocol {summary['protocol']}: published values for orientation only)"
     fig.suptitle(title, fontsize="medium")
-    fig.savefig(path)
+    save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------

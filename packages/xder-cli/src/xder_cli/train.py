@@ -467,6 +467,7 @@ class RunRecorder(Callback):
             plots.mkdir(exist_ok=True)
         history = loop.history
         name = f"{self.plan.settings.method} on {self.plan.settings.benchmark}"
+        run = self.run_dir.name  # each plot names its run in a suptitle
         if history.class_il:
             curves = {
                 "Class-IL": average_accuracy_curve(history.class_il),
@@ -475,19 +476,19 @@ class RunRecorder(Callback):
             self.plot(
                 "accuracy.png",
                 lambda path: plot_accuracy_curves(
-                    curves, path, title=f"{name}: average accuracy on seen tasks"
+                    curves, path, title=f"{name}: average accuracy on seen tasks", run=run
                 ),
             )
             self.plot(
                 "accuracy_matrix.png",
                 lambda path: plot_accuracy_matrix(
-                    history.class_il, path, title=f"{name}: Class-IL accuracy (%)"
+                    history.class_il, path, title=f"{name}: Class-IL accuracy (%)", run=run
                 ),
             )
             self.plot(
                 "task_il_matrix.png",
                 lambda path: plot_accuracy_matrix(
-                    history.task_il, path, title=f"{name}: Task-IL accuracy (%)"
+                    history.task_il, path, title=f"{name}: Task-IL accuracy (%)", run=run
                 ),
             )
         self.log({"event": "end", "wall_time_s": self.elapsed()})

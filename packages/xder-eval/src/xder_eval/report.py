@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from xder_eval.metrics import average_accuracy_curve, final_average_accuracy, final_forgetting
-from xder_eval.plots import _figure, plot_accuracy_matrix
+from xder_eval.plots import legend_outside, new_figure, plot_accuracy_matrix, save_figure, set_percent_axis
 from xder_eval.published import PublishedResult
 
 __all__ = [
@@ -924,10 +924,11 @@ def plot_report_curves(
     tasks after each task, one line per row shown in ``column`` (buffer-less methods included),
     with a band of ± one sample std over seeds where there are two or more."""
     setting = "Task-IL" if task_il else "Class-IL"
-    fig = _figure(7, 4.5)
+    fig = new_figure(7.5, 4.5)
     ax = fig.add_subplot()
     longest = 1
-    for row in report.rows:
+    drawn: list[float] = []
+    for index, row in enumerate(report.rows):
         group = report.cell(row, column)
         if group is None:
             continue
@@ -936,20 +937,21 @@ def plot_report_curves(
         std = np.asarray([np.nan if s is None else s for s in mode.curve_std], dtype=np.float64)
         tasks = np.arange(1, mean.size + 1)
         longest = max(longest, mean.size)
-        (line,) = ax.plot(tasks, mean, marker="o", label=f"{row.name} (n={group.n})")
+        marker = "osD^vPX*"[index % 8]
+        (line,) = ax.plot(tasks, mean, marker=marker, label=f"{row.name} (n={group.n})")
+        drawn += mean.tolist()
         if np.any(~np.isnan(std)):
             ax.fill_between(tasks, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+            drawn += (mean - std).tolist() + (mean + std).tolist()
     ax.set_xlabel("tasks trained")
     ax.set_ylabel(f"{setting} accuracy on seen tasks (%)")
-    ax.set_ylim(0, 100)
-    ax.set_xticks(np.arange(1, longest + 1))
+    set_percent_axis(ax, drawn)
+    ax.set_xlim(0.7, longest + 0.3)
+    ax.set_xticks(np.arange(1, longest + 1, max(1, math.ceil(longest / 20))))
     ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small")
+    legend_outside(ax)
     ax.set_title(f"{column.header}: mean ± std over seeds")
-    path = Path(path)
-    fig.savefig(path)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_report_matrix(
