@@ -41,7 +41,8 @@ def saved_figures(monkeypatch) -> SavedFigures:
     Figure back after the plot function returned, as it was written."""
     from pathlib import Path
 
-    matplotlib = pytest.importorskip("matplotlib")
+    import matplotlib  # the plots extra: every test session installs it, so none may skip
+
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 

@@ -224,3 +224,25 @@ def test_table_plot(mode: str, tmp_path: Path, saved_figures, readable) -> None:
     }
     plot_table(summary, tmp_path / "table.png")
     readable(saved_figures["table.png"])
+
+
+def test_a_plot_of_runs_with_overrides_names_them(tmp_path: Path, saved_figures, readable) -> None:
+    """An experiment's plot carries its --set overrides above its title (placement keys left out)."""
+    rows = [
+        {
+            "method": "er",
+            "cells": {
+                "natural": {"faa_mean": 60.0, "faa_std": 2.0},
+                "reversed": {"faa_mean": 62.0, "faa_std": 1.0},
+            },
+        }
+    ]
+    sets = {"train.epochs": 1, "backbone.width": 4, "run.device": "cpu"}
+    plot_class_order({"benchmark": "seq-digits", "rows": rows, "sets": sets}, tmp_path / "class_order.png")
+    fig = saved_figures["class_order.png"]
+    readable(fig)
+    assert fig._suptitle.get_text() == "with overrides: train.epochs=1, backbone.width=4"
+    plot_class_order(
+        {"benchmark": "seq-digits", "rows": rows, "sets": {"run.device": "cpu"}}, tmp_path / "b.png"
+    )
+    assert saved_figures["b.png"]._suptitle is None  # nothing that changes what is trained

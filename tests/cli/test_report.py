@@ -64,7 +64,7 @@ def expected_cell(results: list[dict], prefix: str = "") -> str:
     )
 
 
-def test_report_of_a_runs_folder(runs: Path, tmp_path: Path, capsys) -> None:
+def test_report_of_a_runs_folder(runs: Path, tmp_path: Path, capsys, saved_figures) -> None:
     out = tmp_path / "report"
     capsys.readouterr()
     assert command_report(SimpleNamespace(run_dirs=[str(runs)], out=str(out), task_il=False)) == 0
@@ -97,6 +97,12 @@ def test_report_of_a_runs_folder(runs: Path, tmp_path: Path, capsys) -> None:
     assert "Trained with settings their preset and protocol do not give" in table
     assert "- er (none) on seq-digits, buffer 200: `train.epochs=1, backbone.width=4`" in table
     assert "- sgd (none) on seq-digits, buffer 0: `train.epochs=1, backbone.width=4`" in table
+    matrix = saved_figures["matrix_seq-digits_m200_er.png"]
+    assert matrix._suptitle.get_text() == "with overrides: train.epochs=1, backbone.width=4"
+    assert (
+        saved_figures["curves_seq-digits_m200.png"]._suptitle.get_text()
+        == "some rows with overrides (see table.md)"
+    )
 
     rows = list(csv.DictReader(io.StringIO((out / "table.csv").read_text())))
     assert [(r["benchmark"], r["buffer"], r["method"], r["n"], r["seeds"]) for r in rows] == [

@@ -677,6 +677,12 @@ def _with_overrides(lines: list[str], summary: dict[str, Any]) -> list[str]:
     return [f"{lines[0]}, with overrides", "", note, *lines[1:]]
 
 
+def _overrides_label(summary: dict[str, Any]) -> str | None:
+    """The line a plot carries above its title when ``--set`` changed every run (else None)."""
+    text = overrides_text(summary.get("sets", {}))
+    return f"with overrides: {text}" if text else None
+
+
 def _not_finished(records: Sequence[dict[str, Any]]) -> list[str]:
     lines = [
         f"- {r['run_dir']}: {r['status']}{outcome_note(r)}" for r in records if r["status"] != "finished"
@@ -1145,7 +1151,7 @@ def plot_flatness(summary: dict[str, Any], path: Path) -> None:
         legend_outside(ax, title="regulariser")
     title = f"{summary['benchmark']}: final accuracy (%) on each pair's first task"
     ax.set_title(title, fontsize="medium", pad=32 if radar else None)  # clear of the top spoke's label
-    save_figure(fig, path)
+    save_figure(fig, path, run=_overrides_label(summary))
 
 
 def plot_class_order(summary: dict[str, Any], path: Path) -> None:
@@ -1170,7 +1176,7 @@ def plot_class_order(summary: dict[str, Any], path: Path) -> None:
     _percent_bars_axis(ax, [row["cells"][order] for row in rows for order in ORDERS], "faa")
     legend_outside(ax, title="class order")
     ax.set_title(f"{summary['benchmark']}: forward vs backward class order", fontsize="medium")
-    save_figure(fig, path)
+    save_figure(fig, path, run=_overrides_label(summary))
 
 
 def _numeric(values: Sequence[Any]) -> bool:
@@ -1221,7 +1227,7 @@ def plot_sensitivity(summary: dict[str, Any], path: Path) -> None:
         f"{summary['method']} on {summary['benchmark']}: one-at-a-time sensitivity (test FAA)",
         fontsize="medium",
     )
-    save_figure(fig, path)
+    save_figure(fig, path, run=_overrides_label(summary))
 
 
 def plot_table(summary: dict[str, Any], path: Path) -> None:
@@ -1245,7 +1251,7 @@ def plot_table(summary: dict[str, Any], path: Path) -> None:
         ax.set_ylim(0, 100)
         ax.grid(axis="y", alpha=0.3)
         ax.set_title(f"{where}: ours (no published results)", fontsize="medium")
-        save_figure(fig, path)
+        save_figure(fig, path, run=_overrides_label(summary))
         return
     metrics = [m for m in ("faa", "ff") if any(r[m]["published"] is not None for r in rows)]
     fig = new_figure(5.0 * len(metrics), 5.0)
@@ -1282,7 +1288,7 @@ def plot_table(summary: dict[str, Any], path: Path) -> None:
     if summary["mode"] == "orientation":
         title += f"\n(protocol {summary['protocol']}: published values for orientation only)"
     fig.suptitle(title, fontsize="medium")
-    save_figure(fig, path)
+    save_figure(fig, path, run=_overrides_label(summary))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -133,6 +133,20 @@ def group_overrides(groups: Any, configs: dict[str, Any]) -> list[dict[str, Any]
     return out
 
 
+def _override_note(overrides: list[dict[str, Any]], key: Any) -> str | None:
+    """The line above a group's plot naming its overrides (None without any)."""
+    for o in overrides:
+        if (o["benchmark"], o["buffer_size"], o["method"], o["preset"], o["settings"]) == (
+            key.benchmark,
+            key.buffer_size,
+            key.method,
+            key.preset,
+            key.settings,
+        ):
+            return "with overrides: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in o["overrides"].items())
+    return None
+
+
 def overrides_markdown(overrides: list[dict[str, Any]]) -> str:
     """The report's note on groups trained with overrides (empty when there are none)."""
     if not overrides:
@@ -176,14 +190,20 @@ def command_report(args: Any) -> int:
     plots: list[str] = []
     for column in report.columns:
         name = f"curves_{file_token(column.benchmark)}_m{column.buffer_size}.png"
-        plot_report_curves(report, column, out / name, task_il=task_il)
+        shown = [
+            o
+            for o in overrides
+            if o["benchmark"] == column.benchmark and o["buffer_size"] in (column.buffer_size, 0)
+        ]
+        note = "some rows with overrides (see table.md)" if shown else None
+        plot_report_curves(report, column, out / name, task_il=task_il, note=note)
         plots.append(name)
     for group in report.groups:
         k = group.key
         name = (
             f"matrix_{file_token(k.benchmark)}_m{k.buffer_size}_{file_token(report.row_of(group).name)}.png"
         )
-        plot_report_matrix(report, group, out / name, task_il=task_il)
+        plot_report_matrix(report, group, out / name, task_il=task_il, note=_override_note(overrides, k))
         plots.append(name)
     payload = report_dict(report, task_il=task_il)
     payload["files"] = [TABLE_MD, TABLE_CSV, REPORT_JSON, *plots]

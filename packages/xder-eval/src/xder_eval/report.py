@@ -918,11 +918,12 @@ def file_token(text: str) -> str:
 
 
 def plot_report_curves(
-    report: Report, column: ReportColumn, path: str | Path, *, task_il: bool = False
+    report: Report, column: ReportColumn, path: str | Path, *, task_il: bool = False, note: str | None = None
 ) -> Path:
     """The paper's Fig. "accuracies" for one (benchmark, buffer): the mean accuracy on the seen
     tasks after each task, one line per row shown in ``column`` (buffer-less methods included),
-    with a band of ± one sample std over seeds where there are two or more."""
+    with a band of ± one sample std over seeds where there are two or more. ``note``: a line
+    above the title (e.g. the overrides the runs were trained with)."""
     setting = "Task-IL" if task_il else "Class-IL"
     fig = new_figure(7.5, 4.5)
     ax = fig.add_subplot()
@@ -951,17 +952,19 @@ def plot_report_curves(
     ax.grid(alpha=0.3)
     legend_outside(ax)
     ax.set_title(f"{column.header}: mean ± std over seeds")
-    return save_figure(fig, path)
+    return save_figure(fig, path, run=note)
 
 
 def plot_report_matrix(
-    report: Report, group: GroupSummary, path: str | Path, *, task_il: bool = False
+    report: Report, group: GroupSummary, path: str | Path, *, task_il: bool = False, note: str | None = None
 ) -> Path:
-    """Heat map of a group's mean accuracy matrix (:func:`xder_eval.plot_accuracy_matrix`)."""
+    """Heat map of a group's mean accuracy matrix (:func:`xder_eval.plot_accuracy_matrix`);
+    ``note``: a line above the title (e.g. the overrides the runs were trained with)."""
     setting = "Task-IL" if task_il else "Class-IL"
     where = ReportColumn(group.key.benchmark, group.key.buffer_size).header
     return plot_accuracy_matrix(
         [list(row) for row in group.setting(task_il).matrix_mean],
         path,
         title=f"{report.row_of(group).name} on {where}\nmean {setting} accuracy (%), n={group.n}",
+        run=note,
     )
