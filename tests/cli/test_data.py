@@ -205,3 +205,23 @@ def test_protocol_help_promises_config_toml_only_where_a_run_is_written(argv, re
     text = " ".join(capsys.readouterr().out.split())
     assert "--protocol NAME the benchmark's training protocol" in text
     assert ("recorded in config.toml" in text) is recorded
+
+
+@pytest.mark.parametrize("command", ["train", "experiment"])
+def test_the_help_examples_parse(command: str, capsys) -> None:
+    """Each example in ``--help`` is a command line the parser takes as it stands."""
+    import shlex
+
+    from xder_cli.main import EXPERIMENT_EXAMPLES, TRAIN_EXAMPLES
+
+    text = {"train": TRAIN_EXAMPLES, "experiment": EXPERIMENT_EXAMPLES}[command]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    assert text.splitlines()[1] in capsys.readouterr().out
+    lines = text.replace("\\\n", " ").splitlines()[1:]
+    assert len(lines) >= 3
+    for line in lines:
+        argv = shlex.split(line, comments=True)
+        assert argv[:2] == ["xder-run", command]
+        args = build_parser().parse_args(argv[1:])
+        assert args.command == command

@@ -98,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser(
         "train",
+        formatter_class=_ExamplesFormatter,
+        epilog=TRAIN_EXAMPLES,
         help=f"train one run (default: {DEFAULT_METHOD} on {DEFAULT_BENCHMARK}) into a run directory",
         description=(
             "Train a continual learner on a class-incremental benchmark, evaluating every seen task "
@@ -196,6 +198,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+TRAIN_EXAMPLES = """examples:
+  xder-run train                                    # X-DER on seq-digits, the tuned preset
+  xder-run train --method derpp --benchmark seq-cifar10 --protocol laptop --seed 1
+  xder-run train --benchmark folder --data-root my_images --set benchmark.tasks=3 --epochs 5
+  xder-run train --resume runs/20261124-214107-xder-seq-digits-m200-s0"""
+
+EXPERIMENT_EXAMPLES = """examples:
+  xder-run experiment table --benchmark seq-cifar100 --protocol laptop --buffer-size 500 \\
+      --seeds 0,1,2 --set run.data_root=data --out tables/c100-laptop
+  xder-run experiment class-order --benchmark seq-digits --methods xder,er --out exp/order
+  xder-run experiment sensitivity --method xder --param method.alpha=0.1,0.3,0.6 --out exp/alpha"""
+
+
+class _ExamplesFormatter(argparse.HelpFormatter):
+    """Wraps the description as usual; keeps an ``examples:`` epilog's lines as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 def _add_protocol_argument(parser: argparse.ArgumentParser, *, recorded: bool = True) -> None:
     """``--protocol``; ``recorded``: the command writes run directories, whose config.toml records it."""
     parser.add_argument(
@@ -212,6 +236,8 @@ def _add_experiment_parser(commands: argparse._SubParsersAction) -> None:
 
     experiment = commands.add_parser(
         "experiment",
+        formatter_class=_ExamplesFormatter,
+        epilog=EXPERIMENT_EXAMPLES,
         help="the paper's experiments as protocols: flatness, class-order, sensitivity; table: a published "
         "table reproduced and set beside its numbers",
         description="Run one of the X-DER paper's experiments as ordinary run directories under OUT/runs/ "
