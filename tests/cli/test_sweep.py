@@ -236,3 +236,20 @@ def test_cli_usage_errors_exit_2(tmp_path: Path, capsys) -> None:
     assert len(errors) == 5
     assert all(line.startswith("xder-run sweep: error: ") for line in errors)
     assert sweep_module.SWEEP_JSON == "sweep.json"
+
+
+def test_the_shipped_selection_grids_give_every_method_the_same_budget() -> None:
+    """examples/selection/seq-cifar100-laptop: one grid per method, each 4 points x 2 seeds on the
+    validation split, planned (every configuration valid) as the sweep would run it."""
+    from xder_cli.sweep import load_spec, plan_trials
+
+    folder = Path(__file__).resolve().parents[2] / "examples" / "selection" / "seq-cifar100-laptop"
+    grids = sorted(folder.glob("*.toml"))
+    assert [g.stem for g in grids] == ["der", "derpp", "er", "er_ace", "icarl", "xder"]
+    for grid in grids:
+        spec = load_spec(grid)
+        trials = plan_trials(spec)
+        assert (spec.method, spec.benchmark, spec.buffer_size) == (grid.stem, "seq-cifar100", 500)
+        assert (spec.protocol, spec.validation, spec.seeds) == ("laptop", 0.1, (0, 1)), grid.stem
+        assert len(trials) == 8, grid.stem
+        assert len({json.dumps(t.point, sort_keys=True) for t in trials}) == 4, grid.stem
