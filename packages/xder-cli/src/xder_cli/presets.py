@@ -29,7 +29,8 @@ default preset of a run is the first of :data:`DEFAULT_ORDER` with an entry for 
 protocol, buffer size and method, else ``none``.
 
 ``published.toml`` in the same folder is not a preset: it holds the papers' published results,
-keyed the same way (:mod:`xder_cli.published`).
+keyed the same way (:mod:`xder_cli.published`); nor is ``claims.toml``, the papers' claims about
+those tables (:mod:`xder_cli.claims`).
 """
 
 from __future__ import annotations
@@ -124,17 +125,21 @@ def split_preset(text: str) -> tuple[str, str | None]:
 
 PUBLISHED = "published"
 """``presets/published.toml`` holds published results, not a preset (:mod:`xder_cli.published`)."""
+NOT_PRESETS = frozenset({PUBLISHED, "claims"})
+"""The data files beside the presets that are none: the published results and the papers' claims
+about them (:mod:`xder_cli.claims`)."""
 
 
 def list_presets() -> list[str]:
-    """``none`` and every preset file shipped with xder-cli (``published.toml`` is no preset)."""
+    """``none`` and every preset file shipped with xder-cli (``published.toml`` and ``claims.toml``
+    are none)."""
     folder = resources.files("xder_cli") / "presets"
     names = (
         [p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml")]
         if folder.is_dir()
         else []
     )
-    return ["none", *sorted(n for n in names if n != PUBLISHED)]
+    return ["none", *sorted(n for n in names if n not in NOT_PRESETS)]
 
 
 @functools.cache
