@@ -261,3 +261,11 @@ def test_derpp_adds_beta_times_buffer_cross_entropy(stream, transforms, tiny_net
     expected = 2.0 * F.cross_entropy(logits, method.buffer.labels[second])
     torch.testing.assert_close(out.terms["buffer_ce"], expected.detach())
     assert float(out.terms["der"]) == 0.0
+
+
+def test_check_settings_raises_the_first_failed_check() -> None:
+    from xder_methods import MethodConfigError, check_settings
+
+    check_settings([(True, "a"), (True, "b")])  # all pass: nothing raised
+    with pytest.raises(MethodConfigError, match="^train: b$"):
+        check_settings([(True, "a"), (False, "b"), (False, "c")], prefix="train: ")

@@ -33,9 +33,7 @@ the files :func:`prepare_cifar10` writes).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -44,7 +42,7 @@ from xder_data._archive import download_folder, md5_file
 from xder_data._cifar_format import CifarFiles, CifarImport, Split, decode_copy, split_dict, write_pickle
 from xder_data._image_copy import ImageCopy, staged_folder
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
-from xder_data.benchmark import Benchmark, BenchmarkDefaults, no_progress, register_benchmark
+from xder_data.benchmark import Benchmark, BenchmarkDefaults, Progress, no_progress, register_benchmark
 
 __all__ = [
     "CIFAR10_ARCHIVE",
@@ -240,7 +238,6 @@ def download_cifar10(
 # ---------------------------------------------------------------------------------------------
 # Import from an image-folder copy
 
-Progress = Callable[[Iterable[Any]], Iterable[Any]]
 """Wraps the iterable a converter walks through (e.g. ``tqdm``); the identity by default."""
 
 _SHUFFLE_SEED = 0

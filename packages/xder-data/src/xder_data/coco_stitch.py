@@ -81,7 +81,7 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,7 +92,7 @@ import torch
 import torch.nn.functional as F
 
 from xder_data.augment import Compose, CropFlip, Normalize
-from xder_data.benchmark import Benchmark, BenchmarkDefaults, no_progress, register_benchmark
+from xder_data.benchmark import Benchmark, BenchmarkDefaults, Progress, no_progress, register_benchmark
 from xder_data.cifar100 import CIFAR100_MEAN, CIFAR100_STD, seq_cifar100, upsample_images
 from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
 
@@ -186,7 +186,6 @@ COCO_STITCH_DEFAULTS = BenchmarkDefaults(
     backbone_options={"width": 64, "in_channels": 3},
 )
 
-Progress = Callable[[Iterable[Any]], Iterable[Any]]
 """Wraps the iterable a converter walks through (e.g. ``tqdm``); the identity by default."""
 
 

@@ -64,7 +64,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,7 +90,7 @@ from xder_data._cub_format import (
 )
 from xder_data._hdf5 import read_attr
 from xder_data.augment import Compose, Normalize, StrongAugment
-from xder_data.benchmark import Benchmark, BenchmarkDefaults, no_progress, register_benchmark
+from xder_data.benchmark import Benchmark, BenchmarkDefaults, Progress, no_progress, register_benchmark
 from xder_data.errors import BenchmarkFormatError, BenchmarkOptionError, DataNotFoundError
 
 __all__ = [
@@ -153,7 +153,6 @@ _PREPARE_HINT = (
     "(xder_data.cub200.prepare_cub200)"
 )
 
-Progress = Callable[[Iterable[Any]], Iterable[Any]]
 """Wraps the iterable a converter walks through (e.g. ``tqdm``); the identity by default."""
 
 

@@ -42,7 +42,7 @@ import dataclasses
 import os
 import pickle
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,7 @@ import torch
 
 from xder_data._image_copy import Entry, ImageCopy, staged_folder
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
-from xder_data.benchmark import Benchmark, BenchmarkDefaults, no_progress, register_benchmark
+from xder_data.benchmark import Benchmark, BenchmarkDefaults, Progress, no_progress, register_benchmark
 from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
 
 __all__ = [
@@ -286,7 +286,6 @@ def _plan_split(
     return [(order[:test_per_class], order[test_per_class:]) for order in orders]
 
 
-Progress = Callable[[Iterable[Any]], Iterable[Any]]
 """Wraps the iterable an importer walks through (e.g. ``tqdm``); the identity by default."""
 
 

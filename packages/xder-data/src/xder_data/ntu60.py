@@ -53,10 +53,10 @@ Benchmark choices:
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import h5py
 import numpy as np
@@ -82,7 +82,7 @@ from xder_data._ntu_format import (
     valid_frames,
 )
 from xder_data.augment import Compose
-from xder_data.benchmark import Benchmark, BenchmarkDefaults, no_progress, register_benchmark
+from xder_data.benchmark import Benchmark, BenchmarkDefaults, Progress, no_progress, register_benchmark
 from xder_data.errors import BenchmarkFormatError, DataNotFoundError
 from xder_data.skeleton import SkeletonAugment, SkeletonNormalize
 
@@ -385,9 +385,6 @@ _PREPARE_HINT = "run `xder-run data prepare ntu60 --raw DIR --data-root ROOT`"
 
 
 SKIP_REASONS = ("missing_list", "no_body", "not_ntu60", "malformed")
-
-Progress = Callable[[Iterable[Any]], Iterable[Any]]
-"""Wraps the iterable a converter walks through (e.g. ``tqdm``); the identity by default."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -40,6 +40,7 @@ from xder_methods.errors import (
     MethodError,
     NonFiniteLossError,
     UnknownMethodError,
+    check_settings,
 )
 from xder_methods.flatness import ERFlat, ERFlatConfig, local_flatness, local_linearity
 from xder_methods.gdumb import GDumb, GDumbConfig
@@ -139,6 +140,7 @@ __all__ = [
     "XDERConfig",
     "autocast",
     "batch_bounds",
+    "check_settings",
     "create_method",
     "evaluate",
     "fit",

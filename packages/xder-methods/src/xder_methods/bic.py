@@ -84,7 +84,7 @@ from xder_methods._registry import register_method
 from xder_methods.base import MethodBase
 from xder_methods.buffer import Buffer
 from xder_methods.er import ReplayConfig, join_replay, stream_buffer_groups
-from xder_methods.errors import MethodConfigError
+from xder_methods.errors import check_settings
 from xder_methods.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
 from xder_methods.xder import rank_within_class
 
@@ -137,9 +137,7 @@ class BiCConfig(ReplayConfig):
             (self.bias_lr > 0, f"method.bias_lr must be > 0, got {self.bias_lr}"),
             (self.bias_batch_size >= 1, f"method.bias_batch_size must be >= 1, got {self.bias_batch_size}"),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise MethodConfigError(message)
+        check_settings(checks)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-__all__ = ["MethodConfigError", "MethodError", "NonFiniteLossError", "UnknownMethodError"]
+from collections.abc import Iterable
+
+__all__ = ["MethodConfigError", "MethodError", "NonFiniteLossError", "UnknownMethodError", "check_settings"]
 
 
 class MethodError(Exception):
@@ -18,6 +20,18 @@ class UnknownMethodError(MethodError, KeyError):
 
 class MethodConfigError(MethodError, ValueError):
     """A method setting out of its range (e.g. a negative buffer size)."""
+
+
+def check_settings(checks: Iterable[tuple[bool, str]], *, prefix: str = "") -> None:
+    """The configuration checks of a settings dataclass, in order: the first ``(ok, message)`` that
+    fails raises :class:`MethodConfigError` with ``prefix + message``.
+
+    Raises:
+        MethodConfigError: a check failed.
+    """
+    for ok, message in checks:
+        if not ok:
+            raise MethodConfigError(prefix + message)
 
 
 class NonFiniteLossError(MethodError, FloatingPointError):

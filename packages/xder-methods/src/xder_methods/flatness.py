@@ -57,7 +57,7 @@ from torch import Tensor
 from xder_methods._registry import register_method
 from xder_methods.base import frozen_batchnorm_stats
 from xder_methods.er import ER, ReplayConfig
-from xder_methods.errors import MethodConfigError
+from xder_methods.errors import check_settings
 from xder_methods.protocols import Batch, StepOutput
 
 __all__ = ["ERFlat", "ERFlatConfig", "local_flatness", "local_linearity"]
@@ -227,9 +227,7 @@ class ERFlatConfig(ReplayConfig):
                 f"method.step_size must be > 0, got {self.step_size}",
             ),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise MethodConfigError(message)
+        check_settings(checks)
 
     @property
     def weight(self) -> float:

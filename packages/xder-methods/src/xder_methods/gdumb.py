@@ -60,7 +60,7 @@ from torch import Tensor, nn
 from xder_methods._registry import register_method
 from xder_methods.base import MethodBase
 from xder_methods.buffer import Buffer
-from xder_methods.errors import MethodConfigError
+from xder_methods.errors import MethodConfigError, check_settings
 from xder_methods.loop import batch_bounds
 from xder_methods.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
 
@@ -135,9 +135,7 @@ class GDumbConfig:
                 f"method.fit_after must be every_task or last_task, got {self.fit_after!r}",
             ),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise MethodConfigError(message)
+        check_settings(checks)
 
 
 # ---------------------------------------------------------------------------------------------

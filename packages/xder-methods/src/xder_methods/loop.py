@@ -22,7 +22,7 @@ from typing import Any, Literal, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from xder_methods.errors import MethodConfigError, NonFiniteLossError
+from xder_methods.errors import MethodConfigError, NonFiniteLossError, check_settings
 from xder_methods.protocols import (
     Batch,
     ContinualMethod,
@@ -137,9 +137,7 @@ class TrainingSchedule:
             (list(self.milestones) == sorted(self.milestones), "milestones must be increasing"),
             (self.tasks is None or self.tasks >= 1, "tasks must be >= 1 (or unset: every task)"),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise MethodConfigError(f"train: {message}")
+        check_settings(checks, prefix="train: ")
 
 
 def learning_rate(schedule: TrainingSchedule, epoch: int, step: int = 0, steps_per_epoch: int = 1) -> float:

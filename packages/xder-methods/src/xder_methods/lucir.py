@@ -65,7 +65,7 @@ from xder_methods._registry import register_method
 from xder_methods.base import MethodBase, frozen_batchnorm_stats
 from xder_methods.buffer import Buffer
 from xder_methods.er import ReplayConfig, join_replay
-from xder_methods.errors import MethodConfigError
+from xder_methods.errors import check_settings
 from xder_methods.heads import CosineHead
 from xder_methods.icarl import class_mean_features, eval_features, update_herding_buffer
 from xder_methods.loop import batch_bounds
@@ -131,9 +131,7 @@ class LUCIRConfig(ReplayConfig):
             (self.fitting_batch_size >= 2, "method.fitting_batch_size must be >= 2"),
             (self.forward_batch_size >= 1, "method.forward_batch_size must be >= 1"),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise MethodConfigError(message)
+        check_settings(checks)
 
 
 # ---------------------------------------------------------------------------------------------

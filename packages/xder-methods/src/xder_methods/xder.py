@@ -21,7 +21,7 @@ from xder_methods._registry import register_method
 from xder_methods.base import MethodBase, frozen_batchnorm_stats
 from xder_methods.buffer import Buffer
 from xder_methods.er import DarkReplayConfig, forward_parts
-from xder_methods.errors import MethodConfigError
+from xder_methods.errors import MethodConfigError, check_settings
 from xder_methods.heads import polytope_logits, regular_simplex
 from xder_methods.losses import (
     future_constraint,
@@ -111,9 +111,7 @@ class XDERConfig(DarkReplayConfig):
                 "method.future_heads = none keeps no future head: leave preallocated_heads unset",
             ),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise MethodConfigError(message)
+        check_settings(checks)
 
 
 # ---------------------------------------------------------------------------------------------
