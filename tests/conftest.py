@@ -1,4 +1,4 @@
-"""Every test session gets a register of training runs of its own (xder_cli.cpushare): runs a test
+"""Every test session gets a register of training runs of its own (xder_cli.runs.cpushare): runs a test
 starts share cores only with each other, never with whatever else this machine is running, so a
 test's numbers do not depend on the machine's other work."""
 

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from xder_cli import rundir
-from xder_cli.analyze import ANALYSES, analyse_pointing, load_trained_run
 from xder_cli.main import main
+from xder_cli.runs import rundir
+from xder_cli.runs.analyses import ANALYSES, analyse_pointing, load_trained_run
 
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
 FAST = ["--buffer-epochs", "2", "--max-items", "40"]

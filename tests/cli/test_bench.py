@@ -11,8 +11,8 @@ import pytest
 from xder_cli import bench
 from xder_cli.bench import run_bench
 from xder_cli.bench_share import share_ratio
-from xder_cli.cpushare import machine_cores
 from xder_cli.main import main
+from xder_cli.runs.cpushare import machine_cores
 
 
 def _args(**overrides) -> SimpleNamespace:

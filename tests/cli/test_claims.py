@@ -7,8 +7,8 @@ import operator
 
 import pytest
 
-from xder_cli.claims import _parse, claim_line, claims, on_table, table_claims
-from xder_cli.published import published_buffer_sizes, published_table
+from xder_cli.runs.claims import _parse, claim_line, claims, on_table, table_claims
+from xder_cli.runs.published import published_buffer_sizes, published_table
 
 COMPARE = {">": operator.gt, "<": operator.lt, ">=": operator.ge, "<=": operator.le}
 

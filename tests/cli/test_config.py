@@ -7,10 +7,10 @@ from typing import Literal
 
 import pytest
 
-from xder_cli.config import coerce, parse_assignment
 from xder_cli.errors import UsageError
-from xder_cli.rundir import read_config, write_config
-from xder_cli.train import build_plan, resolve_config
+from xder_cli.runs.config import coerce, parse_assignment
+from xder_cli.runs.plan import build_plan, resolve_config
+from xder_cli.runs.rundir import read_config, write_config
 
 
 def test_parse_assignment_reads_toml_values() -> None:

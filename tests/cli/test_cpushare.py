@@ -1,4 +1,4 @@
-"""The machine's register of training runs and the thread counts it gives (xder_cli.cpushare)."""
+"""The machine's register of training runs and the thread counts it gives (xder_cli.runs.cpushare)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from xder_cli.cpushare import RECHECK_SECONDS, CpuShare, ThreadPolicy, fair_threads, fixed_threads
+from xder_cli.runs.cpushare import RECHECK_SECONDS, CpuShare, ThreadPolicy, fair_threads, fixed_threads
 
 
 @pytest.mark.parametrize(
@@ -36,7 +36,7 @@ def test_runs_come_and_go(tmp_path: Path) -> None:
 
 def test_a_killed_run_is_not_counted_and_its_file_goes(tmp_path: Path) -> None:
     script = (
-        "import sys, time\nfrom pathlib import Path\nfrom xder_cli.cpushare import CpuShare\n"
+        "import sys, time\nfrom pathlib import Path\nfrom xder_cli.runs.cpushare import CpuShare\n"
         "share = CpuShare(Path(sys.argv[1])).__enter__()\nprint('in', flush=True)\ntime.sleep(600)\n"
     )
     child = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True)

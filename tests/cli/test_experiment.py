@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from xder_cli import rundir
 from xder_cli import train as train_module
 from xder_cli.errors import UsageError
 from xder_cli.experiment import (
@@ -30,6 +29,7 @@ from xder_cli.experiment import (
     table_entries,
 )
 from xder_cli.main import main
+from xder_cli.runs import rundir
 
 TINY = ["--set", "train.epochs=1", "--set", "backbone.width=4", "--set", "run.device=cpu"]
 PNG = b"\x89PNG\r\n\x1a\n"

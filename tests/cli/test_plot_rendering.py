@@ -13,7 +13,8 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from xder_cli.analyze import (
+from xder_cli.experiment import REGULARISERS, plot_class_order, plot_flatness, plot_sensitivity, plot_table
+from xder_cli.runs.analyses import (
     analyse_buffer_logits,
     analyse_ece,
     analyse_fewshot,
@@ -21,7 +22,6 @@ from xder_cli.analyze import (
     analyse_grad_norms,
     analyse_head_bias,
 )
-from xder_cli.experiment import REGULARISERS, plot_class_order, plot_flatness, plot_sensitivity, plot_table
 
 RUN = "20260101-120000-derpp-seq-digits-m200-s0"
 CLASSES_PER_TASK = (2, 2, 2)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import xder_cli.plugins as plugins
+import xder_cli.runs.plugins as plugins
 from xder_cli.main import main
 from xder_cli.sweep import SweepSpec, plan_trials, train_trial
 from xder_data import benchmark as data_registry

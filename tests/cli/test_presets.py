@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from xder_cli.errors import UsageError
-from xder_cli.presets import (
+from xder_cli.runs.plan import build_plan, resolve_config
+from xder_cli.runs.presets import (
     PresetEntry,
     default_preset,
     list_presets,
@@ -14,7 +15,6 @@ from xder_cli.presets import (
     preset_entry,
     preset_values,
 )
-from xder_cli.train import build_plan, resolve_config
 from xder_data import benchmark_defaults
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from xder_cli.errors import UsageError
 from xder_cli.experiment import table_entries
-from xder_cli.presets import default_preset, list_presets, preset_entries, preset_entry
-from xder_cli.published import (
+from xder_cli.runs.presets import default_preset, list_presets, preset_entries, preset_entry
+from xder_cli.runs.published import (
     published_benchmarks,
     published_buffer_sizes,
     published_results,

@@ -13,11 +13,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from xder_cli import rundir
 from xder_cli.errors import UsageError
 from xder_cli.main import main
 from xder_cli.report import command_report, find_run_dirs, read_run
-from xder_cli.train import build_plan, resolve_config
+from xder_cli.runs import rundir
+from xder_cli.runs.plan import build_plan, resolve_config
 
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -260,8 +260,8 @@ def test_bad_paths_are_usage_errors(make, message, tmp_path: Path) -> None:
 def test_a_run_without_overrides_has_none(method, benchmark, preset, protocol, tmp_path: Path) -> None:
     """A configuration as config.toml holds it (written, read back) differs from its preset and
     protocol in nothing; each change made on top of it is found, and only it."""
-    from xder_cli import rundir
-    from xder_cli.train import build_plan, resolve_config, run_overrides
+    from xder_cli.runs import rundir
+    from xder_cli.runs.plan import build_plan, resolve_config, run_overrides
 
     def written(sets: list) -> dict:
         plan = build_plan(

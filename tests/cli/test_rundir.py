@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from xder_cli import rundir
+from xder_cli.runs import rundir
 
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path: Path, monkeypatch) -> None:
@@ -130,7 +130,7 @@ def test_a_holder_killed_with_sigkill_leaves_no_lock(tmp_path: Path) -> None:
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from xder_cli import rundir\n"
+        "from xder_cli.runs import rundir\n"
         "with rundir.lock_run_dir(Path(sys.argv[1]), then='retry'):\n"
         "    print('locked', flush=True)\n"
         "    time.sleep(300)\n"

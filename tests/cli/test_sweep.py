@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from xder_cli import rundir
 from xder_cli import sweep as sweep_module
-from xder_cli import train as train_module
 from xder_cli.errors import UsageError
 from xder_cli.main import main
+from xder_cli.progress import Progress
+from xder_cli.runs import rundir
+from xder_cli.runs.plan import build_plan
+from xder_cli.runs.training import run_training
 from xder_cli.sweep import (
     SweepSpec,
     Trial,
@@ -50,11 +52,11 @@ def _events(run_dir: Path) -> list[dict]:
 
 def _interrupt_after_second_task(trial: Trial, run_dir: Path, monkeypatch) -> None:
     """Leave ``run_dir`` as a run killed after its second task: checkpoint, partial results."""
-    plan = train_module.build_plan(trial.config)
+    plan = build_plan(trial.config)
     run_dir.mkdir(parents=True)
     (run_dir / "plots").mkdir()
-    train_module.rundir.write_config(run_dir / "config.toml", plan.config)
-    original = train_module.Progress.on_task_end
+    rundir.write_config(run_dir / "config.toml", plan.config)
+    original = Progress.on_task_end
 
     def crash(self, loop, record) -> None:
         original(self, loop, record)
@@ -62,9 +64,9 @@ def _interrupt_after_second_task(trial: Trial, run_dir: Path, monkeypatch) -> No
             raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(train_module.Progress, "on_task_end", crash)
+        patch.setattr(Progress, "on_task_end", crash)
         with pytest.raises(KeyboardInterrupt):
-            train_module.run_training(plan, run_dir)
+            run_training(plan, run_dir, callbacks=[Progress()])
     assert json.loads((run_dir / "results.json").read_text())["complete"] is False
 
 

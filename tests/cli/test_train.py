@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from xder_cli import plugins as plugins_module
-from xder_cli import rundir
 from xder_cli import train as train_module
 from xder_cli.main import main
+from xder_cli.runs import rundir
+from xder_cli.runs import training as training_module
 
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
 
@@ -355,7 +356,7 @@ def test_an_interrupted_start_keeps_its_folder_and_resume_says_it_starts_over(
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(train_module, "_train", stop)
+        patch.setattr(training_module, "_train", stop)
         assert main(["train", "--method", "sgd", "--out", str(tmp_path), *TINY]) == 130
     (run,) = run_dirs(tmp_path)
     err = capsys.readouterr().err

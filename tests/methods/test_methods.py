@@ -267,5 +267,5 @@ def test_check_settings_raises_the_first_failed_check() -> None:
     from xder_methods import MethodConfigError, check_settings
 
     check_settings([(True, "a"), (True, "b")])  # all pass: nothing raised
-    with pytest.raises(MethodConfigError, match="^train: b$"):
+    with pytest.raises(MethodConfigError, match=r"^train: b$"):
         check_settings([(True, "a"), (False, "b"), (False, "c")], prefix="train: ")

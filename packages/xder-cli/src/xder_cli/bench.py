@@ -17,7 +17,7 @@ like the benchmark (its buffer full), then:
   benchmark's epochs and tasks (the step time of task T taken for every task; evaluation and
   end-of-task work left out).
 
-The process takes its CPU threads as a training run does (:mod:`xder_cli.cpushare`: all cores
+The process takes its CPU threads as a training run does (:mod:`xder_cli.runs.cpushare`: all cores
 alone, a fair share beside other runs, or a fixed ``OMP_NUM_THREADS``); ``threads`` lists the
 counts it used. ``--concurrent N,...`` measures several such processes at once instead
 (:mod:`xder_cli.bench_share`).
@@ -36,8 +36,8 @@ from typing import Any
 import torch
 
 from xder_cli.bench_share import print_share, run_share_bench, wait_for_start
-from xder_cli.cpushare import ThreadPolicy
 from xder_cli.errors import UsageError
+from xder_cli.runs.cpushare import ThreadPolicy
 from xder_data import (
     DEFAULT_PROTOCOL,
     BenchmarkDefaults,
@@ -206,7 +206,7 @@ def _protocol_settings(args: Any, defaults: BenchmarkDefaults) -> None:
 def run_bench(args: Any) -> dict[str, Any]:
     """Measure every method of ``args.methods``; returns the JSON payload. ``--backbone``,
     ``--width``, ``--batch-size`` and ``--buffer-size`` left unset (None) take the protocol's values."""
-    from xder_cli.train import resolve_device
+    from xder_cli.runs.plan import resolve_device
 
     device = resolve_device(args.device)
     if args.benchmark not in BENCH_SHAPES:
@@ -337,7 +337,7 @@ def command_bench(args: Any) -> int:
         payload = run_share_bench(args, groups)
         print_share(payload)
         if args.json:
-            from xder_cli.rundir import write_json
+            from xder_cli.runs.rundir import write_json
 
             write_json(Path(args.json), payload)
             print(f"written: {args.json}")
@@ -361,7 +361,7 @@ def command_bench(args: Any) -> int:
     for name, value in payload["ratios"].items():
         print(f"{name}: {value:.2f}")
     if args.json:
-        from xder_cli.rundir import write_json
+        from xder_cli.runs.rundir import write_json
 
         write_json(Path(args.json), payload)
         print(f"written: {args.json}")

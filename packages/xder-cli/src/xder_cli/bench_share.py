@@ -3,7 +3,7 @@
 PERFORMANCE.md's terms, at the level of processes: for each method, the same fixed work (the
 timed training steps of ``xder-run bench``, warm-up excluded) is run by one process alone, then by
 N processes at once, each a separate ``xder-run bench`` with the user's default settings (so it
-takes its threads as a training run does: :mod:`xder_cli.cpushare`). Processes wait for each other
+takes its threads as a training run does: :mod:`xder_cli.runs.cpushare`). Processes wait for each other
 after their warm-up and start their timed steps together. Rounds interleave methods and group
 sizes, so that drift on the machine hits all of them alike.
 

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
-from xder_cli.config import benchmark_settings
 from xder_cli.errors import UsageError
+from xder_cli.progress import progress_bar
+from xder_cli.runs.config import benchmark_settings
 from xder_data import (
     DEFAULT_PROTOCOL,
     Benchmark,
-    Progress,
     benchmark_defaults,
     download_cifar10,
     download_cifar100,
@@ -32,7 +29,7 @@ from xder_data import (
     prepare_ntu60,
 )
 
-__all__ = ["PREPARE_KINDS", "benchmark_info", "command_data", "progress_bar"]
+__all__ = ["PREPARE_KINDS", "benchmark_info", "command_data"]
 
 PREPARE_KINDS = (
     "cifar10",
@@ -137,15 +134,6 @@ def _print_info(info: dict[str, Any]) -> None:
     for task in info["tasks"]:
         label = ", ".join(names[c] for c in task["classes"]) if names else str(task["original_classes"])
         print(f"  task {task['task'] + 1}: {task['train_size']} train / {task['test_size']} test | {label}")
-
-
-def progress_bar(description: str) -> Progress:
-    """A tqdm bar over the items a reader walks through (shown on a terminal only)."""
-
-    def wrap(items: Iterable[Any]) -> Iterable[Any]:
-        return tqdm(items, desc=description, unit="item", leave=False, disable=None)
-
-    return wrap
 
 
 def command_data(args: Any) -> int:

@@ -21,7 +21,7 @@ invocation is training is reported as ``running elsewhere`` and left to it.
   plus ``--set``); test FAA against the value. Its runs are planned as one-key grids by
   :func:`xder_cli.sweep.plan_trials` and trained on Ray by :func:`xder_cli.sweep.run_on_ray`.
 * ``table`` (reproduction): every row of a paper's published table for one benchmark and buffer
-  size (:mod:`xder_cli.published`: the X-DER paper's Table 1, the DER paper's Table 2 on
+  size (:mod:`xder_cli.runs.published`: the X-DER paper's Table 1, the DER paper's Table 2 on
   ``seq-cifar10``), each entry with its default preset (a variant, e.g. ``xder-rpc``, with its
   preset entry, ``paper:xder-rpc``), over the seeds; methods without a buffer train once (their
   run directories, ``<entry>-s<seed>``, carry no buffer size, so tables of several buffer sizes
@@ -29,11 +29,11 @@ invocation is training is reported as ``running elsewhere`` and left to it.
   published value, the difference and whether it exceeds two standard errors
   (:func:`xder_eval.compare_to_published`), then the papers' claims about the table
   (``presets/claims.toml``, e.g. "X-DER's FAA is above DER++'s"), each checked on our rows as
-  holds / does not hold / not separated (:mod:`xder_cli.claims`). On a protocol other than
+  holds / does not hold / not separated (:mod:`xder_cli.runs.claims`). On a protocol other than
   ``paper`` (``--protocol laptop``) the table is a quick one: the published values are shown for
   orientation only and no difference with them is judged; the claims are checked all the same.
   A benchmark with no published results at all (``seq-digits``) trains and tabulates every method
-  of the X-DER paper's Table 1 (:func:`xder_cli.published.xder_table_methods`: ``joint``, ``sgd``,
+  of the X-DER paper's Table 1 (:func:`xder_cli.runs.published.xder_table_methods`: ``joint``, ``sgd``,
   ``lwf_mc``, ``er``, ``gdumb``, ``er_ace``, ``rpc``, ``bic``, ``icarl``, ``lucir``, ``der``,
   ``derpp``, ``xder``; not the X-DER variants, which are ``paper`` preset entries of the paper's
   benchmarks only), ours alone.
@@ -56,12 +56,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xder_cli import rundir
-from xder_cli.claims import check_table_claims, claims_markdown
-from xder_cli.config import SECTIONS
 from xder_cli.errors import UsageError
-from xder_cli.presets import DEFAULT_ORDER, PAPER_PROTOCOL, list_presets, preset_entry
-from xder_cli.published import published_table, xder_table_methods
+from xder_cli.runs import rundir
+from xder_cli.runs.claims import check_table_claims, claims_markdown
+from xder_cli.runs.config import SECTIONS
+from xder_cli.runs.plan import build_plan, resolve_config
+from xder_cli.runs.presets import DEFAULT_ORDER, PAPER_PROTOCOL, list_presets, preset_entry
+from xder_cli.runs.published import published_table, xder_table_methods
+from xder_cli.runs.trackers import check_loggers
 from xder_cli.sweep import (
     RUNNING_ELSEWHERE,
     SweepSpec,
@@ -72,8 +74,6 @@ from xder_cli.sweep import (
     split_finished,
     train_trial,
 )
-from xder_cli.trackers import check_loggers
-from xder_cli.train import build_plan, resolve_config
 from xder_data import list_benchmarks
 from xder_eval import PublishedResult, compare_to_published
 from xder_eval.plots import legend_outside, new_figure, save_figure, set_percent_axis
@@ -418,7 +418,7 @@ def table_entries(
     methods: Sequence[str] | None = None,
 ) -> list[TableEntry]:
     """The rows ``experiment table`` trains, in the paper's order: every entry of the benchmark's
-    published table at ``buffer_size`` (:func:`xder_cli.published.published_table`), or, for a
+    published table at ``buffer_size`` (:func:`xder_cli.runs.published.published_table`), or, for a
     benchmark with no published results, every method of the X-DER paper's Table 1; only those
     named in ``methods`` when given.
 
@@ -959,7 +959,7 @@ def summarize_table(
 ) -> dict[str, Any]:
     """experiment.json of ``table``: per entry our FAA and FF (mean, std over the finished seeds),
     the published values, the differences and their 2-SE judgement, the papers' claims about the
-    table checked on our rows (:func:`xder_cli.claims.check_table_claims`, whatever the mode: they
+    table checked on our rows (:func:`xder_cli.runs.claims.check_table_claims`, whatever the mode: they
     compare our rows with each other), and every run.
 
     ``mode``: ``judged`` (paper protocol, published values), ``orientation`` (another protocol:

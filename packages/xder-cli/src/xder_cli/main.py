@@ -9,9 +9,9 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from xder_cli.config import LOGGERS, parse_assignment
 from xder_cli.errors import Interrupted, UsageError
-from xder_cli.plugins import load_plugins, plugin_arguments
+from xder_cli.runs.config import LOGGERS, parse_assignment
+from xder_cli.runs.plugins import load_plugins, plugin_arguments
 from xder_data import DataError, DataNotFoundError, list_benchmarks
 from xder_methods import MethodError, list_methods
 from xder_models import UnknownBackboneError, list_backbones
@@ -447,7 +447,7 @@ def _add_report_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _add_analyze_parser(commands: argparse._SubParsersAction) -> None:
-    from xder_cli.analyze import ANALYSES, RECORDED
+    from xder_cli.runs.analyses import ANALYSES, RECORDED
 
     analyze = commands.add_parser(
         "analyze",

@@ -3,7 +3,7 @@
 Reading is here; grouping, statistics, tables and plots are :mod:`xder_eval.report`. A run that
 cannot be used (no results.json, unreadable files, ``complete: false``) is listed, never fatal;
 only a path that does not exist, or a folder holding no run directory, is a usage error. The
-published results shipped beside the presets (:mod:`xder_cli.published`) are passed in, so each
+published results shipped beside the presets (:mod:`xder_cli.runs.published`) are passed in, so each
 group of runs on a paper protocol that matches a published entry shows its published FAA (FF).
 """
 
@@ -14,9 +14,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from xder_cli import rundir
 from xder_cli.errors import UsageError
-from xder_cli.published import published_results
+from xder_cli.runs import rundir
+from xder_cli.runs.published import published_results
 from xder_data import DataError
 from xder_eval import (
     RunRecord,
@@ -110,7 +110,7 @@ def group_overrides(groups: Any, configs: dict[str, Any]) -> list[dict[str, Any]
     """Per group whose runs differ from their preset and protocol (:func:`xder_cli.train.run_overrides`
     of its first run): the group and those settings; groups whose method or benchmark is unknown
     here (a plugin not loaded) are left out."""
-    from xder_cli.train import run_overrides
+    from xder_cli.runs.plan import run_overrides
 
     out = []
     for group in groups:

@@ -27,7 +27,7 @@ seeds of the VALIDATION final average accuracy; the test FAA is reported, never 
 ``sweep.json`` and ``sweep.md`` (the report). A trial that fails is recorded with its error and
 the sweep goes on; running the same sweep again skips finished trials and resumes interrupted
 ones from their checkpoints. Each trial holds its run directory's lock while it trains
-(:func:`xder_cli.rundir.lock_run_dir`): the same sweep started twice on one DIR never trains a
+(:func:`xder_cli.runs.rundir.lock_run_dir`): the same sweep started twice on one DIR never trains a
 trial twice; a trial the other one holds is reported as ``running elsewhere`` (not failed, not
 selected on) and a later rerun picks it up as finished.
 """
@@ -51,12 +51,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xder_cli import rundir
 from xder_cli.errors import UsageError
-from xder_cli.plugins import load_plugins, loaded_plugins
-from xder_cli.presets import PAPER_PROTOCOL, preset_entry, split_dotted
-from xder_cli.trackers import check_loggers
-from xder_cli.train import build_plan, resolve_config, run_training
+from xder_cli.progress import Progress, print_notice, progress_bar
+from xder_cli.runs import rundir
+from xder_cli.runs.plan import build_plan, resolve_config
+from xder_cli.runs.plugins import load_plugins, loaded_plugins
+from xder_cli.runs.presets import PAPER_PROTOCOL, preset_entry, split_dotted
+from xder_cli.runs.trackers import check_loggers
+from xder_cli.runs.training import run_training
 
 __all__ = [
     "RUNNING_ELSEWHERE",
@@ -309,7 +311,14 @@ def _train_locked(path: Path, config: dict[str, dict[str, Any]], plugins: Sequen
             plan = build_plan(config)
             if not resume:
                 rundir.write_config(path / rundir.CONFIG, plan.config)
-            run_training(plan, path, resume=resume)
+            run_training(
+                plan,
+                path,
+                resume=resume,
+                callbacks=[Progress()],
+                notify=print_notice,
+                read_progress=progress_bar("images"),
+            )
         except Exception as error:  # a failed trial is recorded, never fatal to the sweep
             traceback.print_exc(file=log)
             return trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
@@ -571,7 +580,7 @@ def run_on_ray(
     """Train each ``(name, run_dir, config)`` with :func:`train_trial` as a Ray task, at most
     ``max_concurrent`` at once (None: as many as Ray schedules); ``on_done(name, outcome)`` runs
     here, in the driver, as each ends (a worker that dies is a failed trial). Workers load the
-    plugins this process loaded (:func:`xder_cli.plugins.loaded_plugins`).
+    plugins this process loaded (:func:`xder_cli.runs.plugins.loaded_plugins`).
 
     Args:
         address: a running Ray cluster (``ray://host:10001`` or ``host:6379``); None starts a local

@@ -53,6 +53,7 @@ __all__ = [
     "lock_run_dir",
     "new_run_dir",
     "read_config",
+    "resume_hint",
     "save_checkpoint",
     "write_config",
     "write_errors",
@@ -67,6 +68,11 @@ CONFIG, EVENTS, RESULTS, CHECKPOINT, PLOTS, LOCK = (
     "plots",
     ".lock",
 )
+
+
+def resume_hint(run_dir: Path) -> str:
+    """How to continue ``run_dir``, for the messages of a write that failed."""
+    return f"continue with xder-run train --resume {run_dir}"
 
 
 def _file_mode() -> int:

@@ -29,8 +29,8 @@ default preset of a run is the first of :data:`DEFAULT_ORDER` with an entry for 
 protocol, buffer size and method, else ``none``.
 
 ``published.toml`` in the same folder is not a preset: it holds the papers' published results,
-keyed the same way (:mod:`xder_cli.published`); nor is ``claims.toml``, the papers' claims about
-those tables (:mod:`xder_cli.claims`).
+keyed the same way (:mod:`xder_cli.runs.published`); nor is ``claims.toml``, the papers' claims about
+those tables (:mod:`xder_cli.runs.claims`).
 """
 
 from __future__ import annotations
@@ -124,16 +124,16 @@ def split_preset(text: str) -> tuple[str, str | None]:
 
 
 PUBLISHED = "published"
-"""``presets/published.toml`` holds published results, not a preset (:mod:`xder_cli.published`)."""
+"""``presets/published.toml`` holds published results, not a preset (:mod:`xder_cli.runs.published`)."""
 NOT_PRESETS = frozenset({PUBLISHED, "claims"})
 """The data files beside the presets that are none: the published results and the papers' claims
-about them (:mod:`xder_cli.claims`)."""
+about them (:mod:`xder_cli.runs.claims`)."""
 
 
 def list_presets() -> list[str]:
     """``none`` and every preset file shipped with xder-cli (``published.toml`` and ``claims.toml``
     are none)."""
-    folder = resources.files("xder_cli") / "presets"
+    folder = resources.files("xder_cli.runs") / "presets"
     names = (
         [p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml")]
         if folder.is_dir()
@@ -146,7 +146,7 @@ def list_presets() -> list[str]:
 def _load(name: str) -> dict[str, Any]:
     if name not in list_presets() or name == "none":
         raise UsageError(f"unknown preset {name!r}: choose one of {', '.join(list_presets())}")
-    text = (resources.files("xder_cli") / "presets" / f"{name}.toml").read_text()
+    text = (resources.files("xder_cli.runs") / "presets" / f"{name}.toml").read_text()
     return tomllib.loads(text)
 
 

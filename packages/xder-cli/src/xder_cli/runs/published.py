@@ -120,7 +120,7 @@ def _parse(data: dict[str, Any]) -> tuple[dict[str, tuple[str, int | None]], tup
 
 @functools.cache
 def _load() -> tuple[dict[str, tuple[str, int | None]], tuple[PublishedResult, ...]]:
-    return _parse(tomllib.loads((resources.files("xder_cli") / "presets" / PUBLISHED_FILE).read_text()))
+    return _parse(tomllib.loads((resources.files("xder_cli.runs") / "presets" / PUBLISHED_FILE).read_text()))
 
 
 def published_results() -> tuple[PublishedResult, ...]:

@@ -81,7 +81,7 @@ def _parse(data: dict[str, Any]) -> tuple[Claim, ...]:
 @functools.cache
 def claims() -> tuple[Claim, ...]:
     """Every shipped claim, in the file's order."""
-    return _parse(tomllib.loads((resources.files("xder_cli") / "presets" / CLAIMS_FILE).read_text()))
+    return _parse(tomllib.loads((resources.files("xder_cli.runs") / "presets" / CLAIMS_FILE).read_text()))
 
 
 def table_claims(benchmark: str, buffer_size: int) -> list[Claim]:

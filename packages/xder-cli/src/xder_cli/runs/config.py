@@ -68,7 +68,7 @@ class RunSettings:
             not configure it: reports and experiments never compare them.
         threads: CPU threads of the run's kernels. 0 (default): a fair share of this machine's
             cores among the training runs on it (all of them alone, ``cores // n`` beside n-1
-            others, followed as runs start and end: :mod:`xder_cli.cpushare`), unless
+            others, followed as runs start and end: :mod:`xder_cli.runs.cpushare`), unless
             ``OMP_NUM_THREADS`` fixes it. A count fixes it. CPU results depend on the count
             (``results.json`` ``environment.threads`` lists those used): fix it for numbers that
             repeat whatever else the machine runs. Not compared by reports and experiments.

@@ -1,0 +1,73 @@
+"""What a training run shows on a terminal: a progress bar per task and one line per task, bars
+over the images a reader walks through, and the run's notes and warnings."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tqdm import tqdm
+
+from xder_methods import (
+    Callback,
+    EpochRecord,
+    Loop,
+    TaskRecord,
+)
+
+__all__ = ["Progress", "print_notice", "progress_bar"]
+
+
+def progress_bar(description: str) -> Callable[[Iterable[Any]], Iterable[Any]]:
+    """A tqdm bar over the items a reader walks through (shown on a terminal only)."""
+
+    def wrap(items: Iterable[Any]) -> Iterable[Any]:
+        return tqdm(items, desc=description, unit="item", leave=False, disable=None)
+
+    return wrap
+
+
+def print_notice(message: str) -> None:
+    """A run's line for its user, on the terminal: warnings on stderr, the rest on stdout."""
+    print(message, file=sys.stderr if message.startswith("warning:") else sys.stdout, flush=True)
+
+
+class Progress(Callback):
+    """A tqdm bar per task (on a terminal) and one printed line per finished task."""
+
+    def __init__(self) -> None:
+        self.bar: tqdm | None = None
+
+    def on_task_start(self, loop: Loop) -> None:
+        total = (loop.schedule.epochs - loop.epoch) * loop.steps_per_epoch
+        self.bar = tqdm(
+            total=total,
+            desc=f"task {loop.task + 1}/{loop.n_tasks}",
+            unit="step",
+            leave=False,
+            disable=None,
+        )
+
+    def on_step(self, loop: Loop) -> None:
+        if self.bar is not None:
+            self.bar.update()
+
+    def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix(
+                epoch=record.epoch + 1, loss=f"{record.losses.get('loss', float('nan')):.3f}"
+            )
+
+    def on_task_end(self, loop: Loop, record: TaskRecord) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        cil = " ".join(f"{a:5.1f}" for a in record.class_il)
+        cil_mean = sum(record.class_il) / len(record.class_il)
+        til_seen = record.task_il[: record.task + 1]
+        print(
+            f"task {record.task + 1}/{loop.n_tasks} | class-il [{cil}] avg {cil_mean:.2f}"
+            f" | task-il avg {sum(til_seen) / len(til_seen):.2f} | {record.seconds:.1f} s",
+            flush=True,
+        )

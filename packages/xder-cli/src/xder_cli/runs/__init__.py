@@ -1,0 +1,8 @@
+"""The run as a library: a run's configuration resolved and planned (:mod:`~xder_cli.runs.plan`,
+:mod:`~xder_cli.runs.config`, :mod:`~xder_cli.runs.presets`), trained into a run directory with
+resume and a lock (:mod:`~xder_cli.runs.training`, :mod:`~xder_cli.runs.recorder`,
+:mod:`~xder_cli.runs.rundir`), logged to trackers (:mod:`~xder_cli.runs.trackers`), analysed
+(:mod:`~xder_cli.runs.analyses`), and set beside the papers' tables and claims
+(:mod:`~xder_cli.runs.published`, :mod:`~xder_cli.runs.claims`). The commands of ``xder-run``
+are a thin layer over it: they parse, print and show progress; these modules do neither.
+"""

@@ -1,0 +1,251 @@
+"""What a run records while it trains: the run directory kept current (events, checkpoint,
+results, plots: :class:`RunRecorder`), the thread count followed (:class:`ThreadShare`), and the
+results of a history (:func:`summarize`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from xder_cli.runs import rundir
+from xder_cli.runs.analyses import task_end_analysis
+from xder_cli.runs.cpushare import ThreadPolicy
+from xder_cli.runs.plan import RunPlan
+from xder_eval import (
+    average_accuracy_curve,
+    backward_transfer,
+    final_average_accuracy,
+    final_forgetting,
+    forward_transfer,
+    plot_accuracy_curves,
+    plot_accuracy_matrix,
+)
+from xder_methods import (
+    Callback,
+    EpochRecord,
+    History,
+    Loop,
+    TaskRecord,
+)
+
+__all__ = ["RunRecorder", "ThreadShare", "summarize"]
+
+
+def _matrix_metrics(matrix: list[list[float]], prefix: str) -> dict[str, Any]:
+    out: dict[str, Any] = {f"{prefix}faa": None, f"{prefix}ff": None, f"{prefix}bwt": None}
+    if matrix:
+        out[f"{prefix}faa"] = final_average_accuracy(matrix)
+        out[f"{prefix}average_accuracy"] = average_accuracy_curve(matrix)
+    if len(matrix) >= 2:
+        out[f"{prefix}ff"] = final_forgetting(matrix)
+        out[f"{prefix}bwt"] = backward_transfer(matrix)
+    return out
+
+
+def summarize(history: History, *, forgetting_defined: bool = True) -> dict[str, Any]:
+    """The metrics of ``results.json`` from the accuracy matrices (in %).
+
+    Keys: ``accuracy_matrix``/``faa``/``ff``/``bwt``/``average_accuracy`` (Class-IL),
+    ``task_il_accuracy_matrix`` (square: every task after each task) with ``task_il_faa``,
+    ``task_il_ff``, ``task_il_bwt`` and ``fwt`` (Task-IL forward transfer against the untrained
+    network), and the same with a ``val_`` prefix when there is a validation split. With
+    ``forgetting_defined=False`` (a method whose rows before the last task are not trained models,
+    as JT's default) FF and BWT are null and ``forgetting_defined`` says why.
+    """
+    out: dict[str, Any] = {
+        "accuracy_matrix": history.class_il,
+        "task_il_accuracy_matrix": history.task_il,
+        "random_init_task_il_accuracy": history.random_init_task_il,
+        "tasks_done": len(history.class_il),
+    }
+    out |= _matrix_metrics(history.class_il, "")
+    out |= _matrix_metrics(history.task_il, "task_il_")
+    out["fwt"] = None
+    if len(history.task_il) >= 2 and history.random_init_task_il is not None:
+        out["fwt"] = forward_transfer(history.task_il, history.random_init_task_il)
+    if history.val_class_il:
+        out["val_accuracy_matrix"] = history.val_class_il
+        out["val_task_il_accuracy_matrix"] = history.val_task_il
+        out |= _matrix_metrics(history.val_class_il, "val_")
+        out |= _matrix_metrics(history.val_task_il, "val_task_il_")
+    out["forgetting_defined"] = forgetting_defined
+    if not forgetting_defined:
+        out |= {k: None for k in out if k.endswith(("ff", "bwt"))}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Callbacks
+
+
+class RunRecorder(Callback):
+    """Keeps the run directory current: events, checkpoint, results, plots.
+
+    A write that fails (a full disk...) ends the run with a one-line :class:`rundir.RunDirWriteError`;
+    every file is replaced atomically and the event log cut back, so the previous checkpoint and
+    results stay whole and ``xder-run train --resume`` continues from that checkpoint.
+    ``results.json`` with ``complete: true`` is written last: a run that says it is complete is.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        plan: RunPlan,
+        device: torch.device,
+        events: rundir.EventLog,
+        elapsed_before: float,
+        threads: ThreadPolicy | None = None,
+        threads_before: list[int] | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        self.plan = plan
+        self.device = device
+        self.events = events
+        self.elapsed_before = elapsed_before
+        self.threads = threads
+        self.threads_before = list(threads_before or [])
+        self.started = time.perf_counter()
+        self.results: dict[str, Any] = {}
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.started
+
+    def _writing(self, path: Path) -> Any:
+        return rundir.write_errors(path, then=rundir.resume_hint(self.run_dir))
+
+    def log(self, event: dict[str, Any]) -> None:
+        with self._writing(self.events.path):
+            self.events.append(event)
+
+    def threads_used(self) -> list[int]:
+        """Every CPU thread count the run trained with, before a resume and since."""
+        used = list(self.threads_before)
+        for count in self.threads.used if self.threads is not None else []:
+            if count not in used:
+                used.append(count)
+        return used
+
+    def checkpoint(self, loop: Loop) -> None:
+        state = loop.snapshot()
+        state["run"] = {
+            "events": self.events.count,
+            "elapsed_s": self.elapsed(),
+            "threads": self.threads_used(),
+        }
+        path = self.run_dir / rundir.CHECKPOINT
+        with self._writing(path):
+            rundir.save_checkpoint(path, state)
+
+    def write_results(self, loop: Loop, *, complete: bool) -> None:
+        settings = self.plan.settings
+        self.results = {
+            "method": settings.method,
+            "benchmark": settings.benchmark,
+            "seed": settings.seed,
+            "buffer_size": self.plan.buffer_size,
+            "n_tasks": loop.n_tasks,
+            "complete": complete,
+            **summarize(loop.history, forgetting_defined=getattr(loop.method, "forgetting_defined", True)),
+            "wall_time_s": self.elapsed(),
+            "environment": {
+                "device": str(self.device),
+                "threads": self.threads_used(),
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+            },
+        }
+        path = self.run_dir / rundir.RESULTS
+        with self._writing(path):
+            rundir.write_json(path, self.results)
+
+    def plot(self, name: str, draw: Callable[[Path], Any]) -> None:
+        """``draw(path)`` renders a figure into a scratch folder; it is then written atomically
+        into ``plots/`` like every other file of the run directory."""
+        path = self.run_dir / rundir.PLOTS / name
+        with self._writing(path), tempfile.TemporaryDirectory() as scratch:
+            draw(Path(scratch) / name)
+            rundir.atomic_write_bytes(path, (Path(scratch) / name).read_bytes())
+
+    def on_fit_start(self, loop: Loop) -> None:
+        kind = "resume" if self.elapsed_before else "start"
+        self.log(
+            {"event": kind, "task": loop.task, "epoch": loop.epoch, "time": datetime.now(UTC).isoformat()}
+        )
+
+    def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None:
+        self.log({"event": "epoch", **dataclasses.asdict(record)})
+        self.checkpoint(loop)
+
+    def on_task_end(self, loop: Loop, record: TaskRecord) -> None:
+        self.log(task_end_analysis(loop, full=self.plan.settings.record_analyses))
+        self.log({"event": "task", **dataclasses.asdict(record)})
+        self.write_results(loop, complete=False)
+        self.checkpoint(loop)
+
+    def on_fit_end(self, loop: Loop) -> None:
+        plots = self.run_dir / rundir.PLOTS
+        with self._writing(plots):
+            plots.mkdir(exist_ok=True)
+        history = loop.history
+        name = f"{self.plan.settings.method} on {self.plan.settings.benchmark}"
+        run = self.run_dir.name  # each plot names its run in a suptitle
+        if history.class_il:
+            curves = {
+                "Class-IL": average_accuracy_curve(history.class_il),
+                "Task-IL": average_accuracy_curve(history.task_il),
+            }
+            self.plot(
+                "accuracy.png",
+                lambda path: plot_accuracy_curves(
+                    curves, path, title=f"{name}: average accuracy on seen tasks", run=run
+                ),
+            )
+            self.plot(
+                "accuracy_matrix.png",
+                lambda path: plot_accuracy_matrix(
+                    history.class_il, path, title=f"{name}: Class-IL accuracy (%)", run=run
+                ),
+            )
+            self.plot(
+                "task_il_matrix.png",
+                lambda path: plot_accuracy_matrix(
+                    history.task_il, path, title=f"{name}: Task-IL accuracy (%)", run=run
+                ),
+            )
+        self.log({"event": "end", "wall_time_s": self.elapsed()})
+        self.write_results(loop, complete=True)
+
+
+class ThreadShare(Callback):
+    """Keeps a fair-share run's CPU thread count current (:class:`ThreadPolicy`), between steps,
+    and logs each change to ``events.jsonl`` (``{"event": "threads", ...}``)."""
+
+    def __init__(self, policy: ThreadPolicy, log: Callable[[dict[str, Any]], None]) -> None:
+        self.policy = policy
+        self.log = log
+
+    def on_fit_start(self, loop: Loop) -> None:
+        self.log(
+            {
+                "event": "threads",
+                "task": loop.task,
+                "epoch": loop.epoch,
+                "threads": torch.get_num_threads(),
+                "auto": self.policy.auto,
+            }
+        )
+
+    def on_step(self, loop: Loop) -> None:
+        changed = self.policy.poll()
+        if changed is not None:
+            self.log(
+                {"event": "threads", "task": loop.task, "epoch": loop.epoch, "threads": changed, "auto": True}
+            )
