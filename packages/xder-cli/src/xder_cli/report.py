@@ -107,7 +107,7 @@ def read_run(path: Path) -> RunRecord:
 
 
 def group_overrides(groups: Any, configs: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per group whose runs differ from their preset and protocol (:func:`xder_cli.train.run_overrides`
+    """Per group whose runs differ from their preset and protocol (:func:`xder_cli.runs.plan.run_overrides`
     of its first run): the group and those settings; groups whose method or benchmark is unknown
     here (a plugin not loaded) are left out."""
     from xder_cli.runs.plan import run_overrides

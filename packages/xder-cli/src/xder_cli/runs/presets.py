@@ -1,4 +1,4 @@
-"""Presets: hyperparameter values shipped as data (TOML files in ``xder_cli/presets/``).
+"""Presets: hyperparameter values shipped as data (TOML files in ``xder_cli/runs/presets/``).
 
 A preset file ``<name>.toml`` holds, per benchmark, a ``protocol`` table (the benchmark's fixed
 settings) and one entry per method, under ``m<buffer size>`` for methods with a buffer::
