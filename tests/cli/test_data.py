@@ -212,7 +212,8 @@ def test_the_help_examples_parse(command: str, capsys) -> None:
     """Each example in ``--help`` is a command line the parser takes as it stands."""
     import shlex
 
-    from xder_cli.main import EXPERIMENT_EXAMPLES, TRAIN_EXAMPLES
+    from xder_cli.commands.experiment import EXPERIMENT_EXAMPLES
+    from xder_cli.commands.train import TRAIN_EXAMPLES
 
     text = {"train": TRAIN_EXAMPLES, "experiment": EXPERIMENT_EXAMPLES}[command]
     with pytest.raises(SystemExit):

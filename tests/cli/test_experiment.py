@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from xder_cli import train as train_module
+from xder_cli.commands import train as train_module
 from xder_cli.errors import UsageError
 from xder_cli.experiment import (
     REGULARISERS,

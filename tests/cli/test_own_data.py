@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import xder_cli.train as train_module
+import xder_cli.commands.train as train_module
 from xder_cli.main import main
 
 CLASSES = ("apple", "bee", "cloud", "drum", "egg", "fern")

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from xder_cli.commands.report import command_report, find_run_dirs, read_run
 from xder_cli.errors import UsageError
 from xder_cli.main import main
-from xder_cli.report import command_report, find_run_dirs, read_run
 from xder_cli.runs import rundir
 from xder_cli.runs.plan import build_plan, resolve_config
 

@@ -271,7 +271,7 @@ def test_sweep_and_experiment_runs_get_the_loggers(tmp_path: Path, monkeypatch) 
 def test_a_resumed_run_continues_its_logs(tmp_path: Path, monkeypatch) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    import xder_cli.train as train_module
+    import xder_cli.commands.train as train_module
 
     quiet_wandb(monkeypatch, tmp_path / "home")
     out = tmp_path / "runs"

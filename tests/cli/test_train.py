@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from xder_cli import plugins as plugins_module
-from xder_cli import train as train_module
+from xder_cli.commands import train as train_module
 from xder_cli.main import main
 from xder_cli.runs import rundir
 from xder_cli.runs import training as training_module

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import math
@@ -11,6 +12,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from xder_cli.commands.common import (
+    DEFAULT_BENCHMARK,
+    DEFAULT_METHOD,
+    DEFAULT_OUT,
+    ExamplesFormatter,
+    add_logger_argument,
+    add_plugin_argument,
+    add_protocol_argument,
+    assignment,
+    class_order,
+    fraction,
+)
 from xder_cli.errors import Interrupted, UsageError
 from xder_cli.progress import Progress, print_notice, progress_bar
 from xder_cli.runs import rundir
@@ -18,7 +31,7 @@ from xder_cli.runs.plan import RunPlan, build_plan, resolve_config, resolve_devi
 from xder_cli.runs.plugins import PluginError, load_plugin, loaded_plugins
 from xder_cli.runs.trackers import check_loggers
 from xder_cli.runs.training import run_training
-from xder_data import DEFAULT_PROTOCOL, DataError
+from xder_data import DEFAULT_PROTOCOL, DataError, list_benchmarks
 from xder_methods import (
     MethodError,
     list_methods,
@@ -224,3 +237,115 @@ def _train_flags(args: Any) -> dict[str, Any]:
         "--set": args.set or None,
         "--out": args.out_given,
     }
+
+
+TRAIN_EXAMPLES = """examples:
+  xder-run train                                    # X-DER on seq-digits, the tuned preset
+  xder-run train --method derpp --benchmark seq-cifar10 --protocol laptop --seed 1
+  xder-run train --benchmark folder --data-root my_images --set benchmark.tasks=3 --epochs 5
+  xder-run train --resume runs/20261124-214107-xder-seq-digits-m200-s0"""
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add ``xder-run train`` to the subcommands."""
+    train = commands.add_parser(
+        "train",
+        formatter_class=ExamplesFormatter,
+        epilog=TRAIN_EXAMPLES,
+        help=f"train one run (default: {DEFAULT_METHOD} on {DEFAULT_BENCHMARK}) into a run directory",
+        description=(
+            "Train a continual learner on a class-incremental benchmark, evaluating every seen task "
+            "after each task. The run directory OUT/<date>-<method>-<benchmark>-m<buffer>-s<seed>/ "
+            "receives config.toml, events.jsonl, results.json, checkpoint.pt and plots/; one process at a "
+            "time writes it (RUN_DIR/.lock). "
+            "Settings layer as: method defaults < benchmark protocol < preset < flags < --set. "
+            "On a CPU the run takes a fair share of the cores among the xder-run trainings of the "
+            "machine (all of them alone), followed as others start and end; --set run.threads=N or "
+            "OMP_NUM_THREADS fixes the count."
+        ),
+    )
+    train.add_argument(
+        "--method",
+        dest="method_given",
+        metavar="NAME",
+        help=f"continual method: {', '.join(list_methods())} (default: {DEFAULT_METHOD})",
+    )
+    train.add_argument(
+        "--benchmark",
+        dest="benchmark_given",
+        metavar="NAME",
+        help=f"benchmark: {', '.join(list_benchmarks())} (default: {DEFAULT_BENCHMARK})",
+    )
+    add_protocol_argument(train)
+    train.add_argument(
+        "--buffer-size", type=int, metavar="N", help="replay buffer size (default: the protocol's)"
+    )
+    train.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="seed of initialisation and of every random draw (default: 0)",
+    )
+    train.add_argument("--epochs", type=int, metavar="N", help="epochs per task (default: the protocol's)")
+    train.add_argument(
+        "--class-order",
+        type=class_order,
+        metavar="ORDER",
+        help="natural (default), reversed, random (from the seed) or a permutation such as 9,8,7,...,0",
+    )
+    train.add_argument("--data-root", metavar="DIR", help="folder holding the datasets (default: data)")
+    train.add_argument("--device", metavar="DEV", help="auto (default: CUDA if available), cpu, cuda, cuda:N")
+    train.add_argument(
+        "--validation",
+        type=fraction,
+        metavar="FRACTION",
+        help="hold out this stratified fraction of train for model selection, e.g. 0.1 (default: 0)",
+    )
+    train.add_argument(
+        "--out",
+        dest="out_given",
+        metavar="DIR",
+        help=f"where run directories go (default: {DEFAULT_OUT})",
+    )
+    train.add_argument(
+        "--set",
+        action="append",
+        type=assignment,
+        metavar="KEY=VALUE",
+        help="override any setting, e.g. --set method.alpha=0.2 --set train.lr=0.03 --set benchmark.tasks=3 "
+        "(repeatable; sections run, train, backbone, method, benchmark)",
+    )
+    train.add_argument(
+        "--preset",
+        metavar="NAME[:ENTRY]",
+        help="hyperparameter preset: paper (the published chosen values per benchmark and buffer size: "
+        "the X-DER paper's, the DER paper's on seq-cifar10), tuned (ours, selected on validation: "
+        "seq-digits, seq-cifar10) or none (benchmark protocol + the method's own defaults); NAME:ENTRY "
+        "picks a variant's entry, e.g. paper:xder-rpc (default: tuned, else paper, where it has an entry "
+        "for this benchmark, protocol, buffer size and method, else none)",
+    )
+    add_logger_argument(train, "the run")
+    train.add_argument(
+        "--record-analyses",
+        action="store_const",
+        const=True,
+        help="also record what xder-run analyze's grad_norms and future_fewshot_auc read (gradient norms, "
+        "few-shot curves of the future heads, buffer logits per task): a few percent of the run's time; "
+        "results unchanged (run.record_analyses)",
+    )
+    train.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue an interrupted run from its last checkpoint (a complete run only prints its summary; "
+        "refused while another process writes RUN_DIR)",
+    )
+    add_plugin_argument(train)
+    train.set_defaults(handler="train")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``xder-run train``, its defaults filled in."""
+    args.method = args.method_given or DEFAULT_METHOD
+    args.benchmark = args.benchmark_given or DEFAULT_BENCHMARK
+    args.out = args.out_given or DEFAULT_OUT
+    return command_train(args)

@@ -9,11 +9,15 @@ group of runs on a paper protocol that matches a published entry shows its publi
 
 from __future__ import annotations
 
+import argparse
 import json
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from xder_cli.commands.common import (
+    add_plugin_argument,
+)
 from xder_cli.errors import UsageError
 from xder_cli.runs import rundir
 from xder_cli.runs.published import published_results
@@ -216,3 +220,41 @@ def command_report(args: Any) -> int:
         f"{REPORT_JSON} and {len(plots)} plots to {out}"
     )
     return 0
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add ``xder-run report`` to the subcommands."""
+
+    report = commands.add_parser(
+        "report",
+        help="Table-1-style tables (FAA ± std (FF ± std) over seeds) and plots from run directories",
+        description=(
+            "Tabulate the final average accuracy (FAA) and final forgetting (FF) of complete runs as "
+            "mean ± sample std over seeds: one row per method (and preset, and any setting on which its "
+            "runs differ), one column per benchmark and buffer size, buffer-less methods in every column "
+            "of their benchmark. Plots the accuracy after each task (mean ± std band) per column and the "
+            "mean accuracy matrix per group. Runs without results.json, unreadable or incomplete runs, "
+            "and missing seeds are listed, not fatal. DIR receives table.md, table.csv, report.json, "
+            "curves_<benchmark>_m<buffer>.png and matrix_<benchmark>_m<buffer>_<method>.png."
+        ),
+    )
+    report.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="a run directory, or a folder whose subfolders are run directories (e.g. runs)",
+    )
+    report.add_argument(
+        "--out",
+        default=DEFAULT_REPORT_OUT,
+        metavar="DIR",
+        help=f"folder for the tables, plots and report.json (default: {DEFAULT_REPORT_OUT})",
+    )
+    report.add_argument(
+        "--task-il", action="store_true", help="tabulate and plot Task-IL accuracy instead of Class-IL"
+    )
+    add_plugin_argument(report)
+    report.set_defaults(handler="report")
+
+
+run = command_report

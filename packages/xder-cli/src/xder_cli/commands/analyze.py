@@ -3,6 +3,7 @@ each printed in one line and written to ``RUN_DIR/analysis/analysis.json`` with 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -11,6 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from xder_cli.commands.common import (
+    add_plugin_argument,
+)
 from xder_cli.errors import UsageError
 from xder_cli.runs import rundir
 from xder_cli.runs.analyses import (
@@ -138,3 +142,53 @@ def _analyze(run_dir: Path, names: list[str], args: Any) -> None:
         print(json.dumps(rundir.json_safe(report), indent=2))
     else:
         print(f"written: {out / 'analysis.json'}")
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add ``xder-run analyze`` to the subcommands."""
+    from xder_cli.runs.analyses import ANALYSES, RECORDED
+
+    analyze = commands.add_parser(
+        "analyze",
+        help="the paper's analyses of a trained run, into RUN_DIR/analysis/",
+        description="Analyses of a trained run (X-DER paper Sec. 6): "
+        + ", ".join(ANALYSES)
+        + ". Those that do not apply (no super-classes, no masks, no buffer...) are skipped with the reason; "
+        + " and ".join(RECORDED)
+        + " need a run trained with --record-analyses (asked for with --only on a run without, they are "
+        "an error). "
+        "Results: RUN_DIR/analysis/analysis.json and PNG plots. Refused while another process writes "
+        "RUN_DIR (a training run).",
+    )
+    analyze.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by xder-run train")
+    analyze.add_argument("--only", metavar="NAME,...", help="run only these analyses (comma-separated)")
+    analyze.add_argument(
+        "--json", action="store_true", help="print the JSON instead of one line per analysis"
+    )
+    analyze.add_argument("--device", metavar="DEV", help="where to compute (default: the run's)")
+    analyze.add_argument("--data-root", metavar="DIR", help="datasets folder (default: the run's)")
+    analyze.add_argument(
+        "--max-items",
+        type=int,
+        default=500,
+        metavar="N",
+        help="training items per task for flatness/Fisher (500)",
+    )
+    analyze.add_argument(
+        "--buffer-epochs",
+        type=int,
+        default=70,
+        metavar="N",
+        help="epochs of the from-scratch buffer training (70)",
+    )
+    analyze.add_argument(
+        "--probe-epochs", type=int, default=50, metavar="N", help="epochs of the secondary-targets probe (50)"
+    )
+    analyze.add_argument(
+        "--tolerance", type=float, default=0.0, metavar="PX", help="pointing-game tolerance in pixels (0)"
+    )
+    add_plugin_argument(analyze)
+    analyze.set_defaults(handler="analyze")
+
+
+run = command_analyze

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
 
+from xder_cli.commands.common import (
+    Parser,
+    add_plugin_argument,
+    add_protocol_argument,
+    assignment,
+    class_order,
+)
 from xder_cli.errors import UsageError
 from xder_cli.progress import progress_bar
 from xder_cli.runs.config import benchmark_settings
@@ -20,6 +28,7 @@ from xder_data import (
     import_miniimagenet_pickle,
     import_ntu60_efficientgcn,
     import_ntu60_stgcn,
+    list_benchmarks,
     list_protocols,
     load_benchmark,
     prepare_cifar10,
@@ -266,3 +275,90 @@ def _detect_miniimagenet(source: Path) -> str:
         "image folders: point --source at one of the miniImageNet distributions (or a tar archive of "
         "the image folders), or pass --format"
     )
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add ``xder-run data`` to the subcommands."""
+
+    data = commands.add_parser(
+        "data",
+        help="inspect a benchmark, convert raw datasets, download where allowed",
+        description="What a benchmark holds (info), converters from the distributed formats (prepare), "
+        "and downloads where the source allows them (download).",
+    )
+    add_plugin_argument(data)
+    data_commands = data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=Parser)
+    data_commands.required = True
+
+    info = data_commands.add_parser("info", help="what a benchmark holds: tasks, classes, sizes, protocol")
+    info.add_argument("benchmark", metavar="BENCHMARK", help=f"one of {', '.join(list_benchmarks())}")
+    info.add_argument("--data-root", default="data", metavar="DIR", help="folder holding the datasets (data)")
+    info.add_argument("--class-order", type=class_order, metavar="ORDER", help="as for train (natural)")
+    add_protocol_argument(info, recorded=False)
+    info.add_argument("--seed", type=int, default=0, metavar="N", help="seed of --class-order random (0)")
+    info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    info.add_argument(
+        "--set",
+        action="append",
+        type=assignment,
+        metavar="benchmark.KEY=VALUE",
+        help="a benchmark option, as for train, e.g. --set benchmark.tasks=3 on folder (repeatable)",
+    )
+    add_plugin_argument(info)
+
+    prepare = data_commands.add_parser(
+        "prepare",
+        help="convert a dataset from its distributed format into the layout its benchmark reads",
+        description="cifar10: an image-folder copy of CIFAR-10 (--source: a folder or tar archive holding "
+        "train/<class>/* and test/<class>/*, 32x32 images) -> DATA_ROOT/cifar-10-batches-py/ in the official "
+        "format; cifar100: the same for CIFAR-100 (train/<fine class>/*, 500 a class, and "
+        "test/<fine class>/*, 100 a class, the 100 fine class names of the official meta file; the "
+        "super-classes from the standard table) -> DATA_ROOT/cifar-100-python/ in the official format; "
+        "ntu60: raw .skeleton files (--raw) -> DATA_ROOT/ntu60/xsub.h5; ntu60-stgcn, "
+        "ntu60-efficientgcn: those projects' preprocessed .npy + .pkl (--source) -> the same file; "
+        "miniimagenet: the CSV + images or mini-imagenet-cache-*.pkl distribution (--source) -> "
+        "DATA_ROOT/MINIIMG/*.npy with a seeded per-class train/test split, or image folders already "
+        "split (--format folders: a folder or tar archive holding train/<wnid>/* and val/<wnid>/*, "
+        "84x84; val/ is the test set, the split is kept); the format is detected (a tar archive, or "
+        "train/ and val/ subfolders: folders); cub200: decode "
+        "DATA_ROOT/CUB_200_2011 (+ segmentations/) once into the cache DATA_ROOT/cub200/cub200.h5; "
+        "coco-stitch: COCO 2017 objects (--source: annotations/, train2017/, val2017/) pasted on "
+        "CIFAR-100 images of DATA_ROOT (the secondary-targets set, DATA_ROOT/coco_stitch/).",
+    )
+    prepare.add_argument("kind", choices=PREPARE_KINDS, metavar="KIND", help=", ".join(PREPARE_KINDS))
+    prepare.add_argument("--raw", metavar="DIR", help="ntu60: the folder of raw .skeleton files")
+    prepare.add_argument(
+        "--source",
+        metavar="DIR",
+        help="the folder (cifar10, cifar100, miniimagenet folders: or tar archive) holding the files "
+        "to convert",
+    )
+    prepare.add_argument("--data-root", default="data", metavar="DIR", help="where to write (data)")
+    prepare.add_argument("--frames", type=int, default=80, metavar="T", help="ntu60*: frames per sample (80)")
+    prepare.add_argument(
+        "--missing", metavar="FILE", help="ntu60*: the official NTU_RGBD_samples_with_missing_skeletons.txt"
+    )
+    prepare.add_argument(
+        "--format",
+        choices=("csv", "pickle", "folders"),
+        help="miniimagenet: the source's format (detected)",
+    )
+    prepare.add_argument(
+        "--test-per-class",
+        type=int,
+        metavar="N",
+        help="miniimagenet csv, pickle: test images drawn per class (100)",
+    )
+    prepare.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="miniimagenet csv, pickle; coco-stitch: seed (0)"
+    )
+    add_plugin_argument(prepare)
+
+    download = data_commands.add_parser("download", help="fetch and checksum an official archive")
+    download.add_argument("dataset", choices=DOWNLOADS, metavar="DATASET", help=", ".join(DOWNLOADS))
+    download.add_argument("--data-root", default="data", metavar="DIR", help="where to unpack it (data)")
+    add_plugin_argument(download)
+    data.set_defaults(handler="data")
+
+
+run = command_data

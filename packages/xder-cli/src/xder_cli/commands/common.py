@@ -1,0 +1,126 @@
+"""What the commands' parsers share: argument types, the flags several commands take, and the
+help formatter that keeps an ``examples:`` epilog as written."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import NoReturn
+
+from xder_cli.errors import UsageError
+from xder_cli.runs.config import LOGGERS, parse_assignment
+
+__all__ = [
+    "DEFAULT_BENCHMARK",
+    "DEFAULT_METHOD",
+    "DEFAULT_OUT",
+    "ExamplesFormatter",
+    "Parser",
+    "add_logger_argument",
+    "add_plugin_argument",
+    "add_protocol_argument",
+    "add_ray_arguments",
+    "assignment",
+    "class_order",
+    "fraction",
+]
+
+DEFAULT_METHOD = "xder"
+DEFAULT_BENCHMARK = "seq-digits"
+DEFAULT_OUT = "runs"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def class_order(text: str) -> str | list[int]:
+    if text in ("natural", "reversed", "random"):
+        return text
+    try:
+        value = json.loads(text if text.lstrip().startswith("[") else f"[{text}]")
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not natural, reversed, random or a comma-separated permutation like 3,1,0,2"
+        )
+    return value
+
+
+def assignment(text: str) -> tuple[str, str, object]:
+    try:
+        return parse_assignment(text)
+    except UsageError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from error
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not in [0, 1)")
+    return value
+
+
+def add_plugin_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        metavar="MODULE_OR_FILE",
+        help="import a module (by name) or a .py file first, for the methods, benchmarks and backbones it "
+        "registers (repeatable; installed packages declaring xder.methods, xder.benchmarks or "
+        "xder.backbones entry points load by themselves)",
+    )
+
+
+def add_logger_argument(parser: argparse.ArgumentParser, runs: str) -> None:
+    parser.add_argument(
+        "--logger",
+        action="append",
+        choices=LOGGERS,
+        metavar="NAME",
+        help=f"also log {runs} to an experiment tracker: {' or '.join(LOGGERS)} (repeatable; under each run "
+        "directory, wandb offline unless WANDB_MODE says otherwise; recorded as run.loggers)",
+    )
+
+
+class ExamplesFormatter(argparse.HelpFormatter):
+    """Wraps the description as usual; keeps an ``examples:`` epilog's lines as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def add_protocol_argument(parser: argparse.ArgumentParser, *, recorded: bool = True) -> None:
+    """``--protocol``; ``recorded``: the command writes run directories, whose config.toml records it."""
+    parser.add_argument(
+        "--protocol",
+        metavar="NAME",
+        help="the benchmark's training protocol: paper (default: the paper's epochs, backbone, batches, "
+        "buffer) or a variant the benchmark defines, e.g. laptop on seq-cifar10 and seq-cifar100 (sized for "
+        "a CPU, with presets of its own)" + ("; recorded in config.toml" if recorded else ""),
+    )
+
+
+def add_ray_arguments(parser: argparse.ArgumentParser, unit: str) -> None:
+    """``--max-concurrent``, ``--address`` and ``--gpus-per-<unit>`` of the commands run on Ray."""
+    parser.add_argument(
+        "--max-concurrent", type=int, metavar="N", help=f"{unit}s at once on Ray (default: as Ray schedules)"
+    )
+    parser.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="a running Ray cluster, e.g. ray://head:10001 (default: start a local Ray instance); OUT must "
+        "then be on a filesystem every node sees",
+    )
+    parser.add_argument(
+        f"--gpus-per-{unit}", type=float, default=0.0, metavar="G", help=f"GPUs Ray reserves per {unit} (0)"
+    )

@@ -1,0 +1,108 @@
+"""``xder-run experiment``: its parser; the work is :func:`xder_cli.experiment.command_experiment`."""
+
+from __future__ import annotations
+
+import argparse
+
+from xder_cli.commands.common import (
+    DEFAULT_BENCHMARK,
+    ExamplesFormatter,
+    add_logger_argument,
+    add_plugin_argument,
+    add_protocol_argument,
+    add_ray_arguments,
+    assignment,
+)
+
+__all__ = ["add_parser", "run"]
+
+
+EXPERIMENT_EXAMPLES = """examples:
+  xder-run experiment table --benchmark seq-cifar100 --protocol laptop --buffer-size 500 \\
+      --seeds 0,1,2 --set run.data_root=data --out tables/c100-laptop
+  xder-run experiment class-order --benchmark seq-digits --methods xder,er --out exp/order
+  xder-run experiment sensitivity --method xder --param method.alpha=0.1,0.3,0.6 --out exp/alpha"""
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add ``xder-run experiment`` to the subcommands."""
+    from xder_cli.experiment import DEFAULT_METHODS, DEFAULT_SEEDS, DEFAULT_SENSITIVITY_METHOD, EXPERIMENTS
+
+    experiment = commands.add_parser(
+        "experiment",
+        formatter_class=ExamplesFormatter,
+        epilog=EXPERIMENT_EXAMPLES,
+        help="the paper's experiments as protocols: flatness, class-order, sensitivity; table: a published "
+        "table reproduced and set beside its numbers",
+        description="Run one of the X-DER paper's experiments as ordinary run directories under OUT/runs/ "
+        "and tabulate them: OUT receives experiment.json (every number, per run and aggregated), "
+        "experiment.md (the table, also printed) and a PNG plot. flatness (Sec. 6.2): for each pair of "
+        "adjacent tasks (k, k+1), a two-task sequence trained with er_flat for regulariser none (the plastic "
+        "regime), lfr and llr; the final accuracy on the pair's first task and its forgetting. class-order "
+        "(App. A): each method in natural and reversed class order; FAA and FF. sensitivity (App. "
+        '"Sensitivity analysis"): each --param value varied alone around the run\'s resolved values, test '
+        "FAA against the value, on Ray like a sweep. table (--buffer-size M): every row of the published "
+        "table of the benchmark at buffer M (the X-DER paper's Table 1; the DER paper's Table 2 on "
+        "seq-cifar10), each with its preset, over the seeds; OUT receives table.md and table.csv (per "
+        "method: our FAA and FF, the published value, the difference, whether it exceeds two standard "
+        "errors; then the papers' claims about the table, each checked on our rows: holds, does not hold or "
+        "not separated by two standard errors) and table.png (ours against published). Another --protocol "
+        "(laptop on seq-cifar10 or seq-cifar100) gives a quick table, "
+        "the published values for orientation only; a benchmark with nothing published (seq-digits) trains "
+        "the X-DER paper's Table 1 methods and tabulates ours alone. flatness, class-order and table train "
+        "in this process one run after the other unless --max-concurrent or --address sends them to Ray. "
+        "Rerunning skips finished runs and resumes interrupted ones; a run another process is training is "
+        "reported as running elsewhere and left to it.",
+    )
+    experiment.add_argument("name", choices=EXPERIMENTS, metavar="NAME", help=", ".join(EXPERIMENTS))
+    experiment.add_argument(
+        "--out", required=True, metavar="DIR", help="the experiment's folder (runs, table, plot)"
+    )
+    experiment.add_argument(
+        "--benchmark", default=DEFAULT_BENCHMARK, metavar="NAME", help=f"benchmark ({DEFAULT_BENCHMARK})"
+    )
+    add_protocol_argument(experiment)
+    seeds = ",".join(map(str, DEFAULT_SEEDS))
+    experiment.add_argument("--seeds", default=seeds, metavar="S,S", help=f"seeds of every setting ({seeds})")
+    experiment.add_argument(
+        "--set",
+        action="append",
+        type=assignment,
+        metavar="KEY=VALUE",
+        help="override a setting of every run, e.g. --set train.epochs=2 (repeatable)",
+    )
+    experiment.add_argument(
+        "--pairs", metavar="K,K", help="flatness: pairs (k, k+1) to run, by k (default: all T-1)"
+    )
+    experiment.add_argument(
+        "--methods",
+        metavar="A,B",
+        help=f"class-order: methods ({','.join(DEFAULT_METHODS)}); table: some of the table's rows, by "
+        "method or variant entry, e.g. er,derpp,xder-rpc (default: every row)",
+    )
+    experiment.add_argument(
+        "--buffer-size",
+        type=int,
+        metavar="M",
+        help="table (required): the buffer size of the published table, e.g. 200, 500 or 5120 on seq-cifar10",
+    )
+    experiment.add_argument(
+        "--method", metavar="NAME", help=f"sensitivity: the method ({DEFAULT_SENSITIVITY_METHOD})"
+    )
+    experiment.add_argument(
+        "--param",
+        action="append",
+        metavar="KEY=V1,V2",
+        help="sensitivity: a parameter and its values, e.g. --param method.alpha=0.1,0.3,0.6 (repeatable)",
+    )
+    add_ray_arguments(experiment, "run")
+    add_logger_argument(experiment, "every run")
+    add_plugin_argument(experiment)
+    experiment.set_defaults(handler="experiment")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``xder-run experiment`` (``args`` from its parser)."""
+    from xder_cli.experiment import command_experiment
+
+    return command_experiment(args)
