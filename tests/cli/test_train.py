@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from xder_cli import plugins as plugins_module
 from xder_cli.commands import train as train_module
 from xder_cli.main import main
+from xder_cli.runs import plugins as plugins_module
 from xder_cli.runs import rundir
 from xder_cli.runs import training as training_module
 
