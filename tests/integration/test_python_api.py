@@ -95,3 +95,82 @@ def test_every_name_it_imports_is_exported_and_documented() -> None:
             for alias in node.names:
                 assert alias.name in package.__all__, f"{node.module}.{alias.name} is not exported"
                 assert getattr(package, alias.name).__doc__, f"{node.module}.{alias.name} has no docstring"
+
+
+RUN_EXAMPLE = """\
+from xder_cli.runs import analyse, load_plan, load_run, resolve_run, start_run, train_run
+from xder_methods import Callback
+
+
+class StopAfterFirstTask(Callback):  # stands in for a crash or a lost machine
+    def on_task_end(self, loop, record):
+        if record.task == 0:
+            raise KeyboardInterrupt
+
+
+# X-DER on seq-digits with its tuned preset, two settings overridden, logged to TensorBoard.
+plan = resolve_run(
+    "xder",
+    "seq-digits",
+    preset="tuned",
+    seed=0,
+    overrides={"train.epochs": 2, "backbone.width": 8},
+    loggers=["tensorboard"],
+)
+run_dir = start_run(plan, "runs")  # runs/<date>-xder-seq-digits-m200-s0/config.toml
+try:
+    train_run(plan, run_dir, callbacks=[StopAfterFirstTask()])
+except KeyboardInterrupt:
+    print("stopped after task 1; checkpoint:", (run_dir / "checkpoint.pt").exists())
+
+results = train_run(load_plan(run_dir), run_dir, resume=True)  # from the last checkpoint
+print(f"FAA {results['faa']:.2f}  FF {results['ff']:.2f}  tasks {results['tasks_done']}")
+
+run = load_run(run_dir)  # the trained method, its benchmark and its records
+ece = analyse(run, "ece")  # also writes run_dir/analysis/reliability.png
+print(f"ECE {100 * ece['ece']:.2f}%")
+"""
+
+
+def page_run_example() -> str:
+    text = PAGE.read_text()
+    section = text[text.index("## A run directory, from Python") :]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start : section.index("```", start)]
+
+
+def test_the_run_example_copy_is_the_page_example() -> None:
+    assert page_run_example() == RUN_EXAMPLE
+
+
+def test_the_run_example_trains_resumes_loads_and_analyses(tmp_path: Path, monkeypatch) -> None:
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(RUN_EXAMPLE, "docs/python-api.md (A run directory)", "exec"), namespace)
+    run_dir = namespace["run_dir"]
+    assert run_dir.parent == Path("runs")
+    lines = printed.getvalue().splitlines()
+    assert lines[0] == "stopped after task 1; checkpoint: True"
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["complete"] is True
+    assert [len(row) for row in results["accuracy_matrix"]] == [1, 2, 3, 4, 5]
+    assert lines[1] == f"FAA {results['faa']:.2f}  FF {results['ff']:.2f}  tasks 5"
+    config = namespace["plan"].config
+    assert (config["train"]["epochs"], config["backbone"]["width"], config["run"]["preset"]) == (
+        2,
+        8,
+        "tuned",
+    )
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds.count("task") == 5  # task 1 once: the resumed run did not train it again
+    assert kinds.count("epoch") == 10
+    assert any((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
+    assert (run_dir / "analysis" / "reliability.png").is_file()
+    ece = namespace["ece"]["ece"]
+    assert 0.0 <= ece <= 1.0
+    assert lines[2] == f"ECE {100 * ece:.2f}%"

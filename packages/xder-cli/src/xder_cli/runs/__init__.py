@@ -6,3 +6,20 @@ resume and a lock (:mod:`~xder_cli.runs.training`, :mod:`~xder_cli.runs.recorder
 (:mod:`~xder_cli.runs.published`, :mod:`~xder_cli.runs.claims`). The commands of ``xder-run``
 are a thin layer over it: they parse, print and show progress; these modules do neither.
 """
+
+from xder_cli.runs.analyses import AnalysisSkipped, TrainedRun, analyse
+from xder_cli.runs.analyses import load_trained_run as load_run
+from xder_cli.runs.plan import RunPlan, load_plan, resolve_run
+from xder_cli.runs.training import start_run, train_run
+
+__all__ = [
+    "AnalysisSkipped",
+    "RunPlan",
+    "TrainedRun",
+    "analyse",
+    "load_plan",
+    "load_run",
+    "resolve_run",
+    "start_run",
+    "train_run",
+]

@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,7 @@ __all__ = [
     "RUNNERS",
     "AnalysisSkipped",
     "TrainedRun",
+    "analyse",
     "load_trained_run",
     "task_end_analysis",
 ]
@@ -719,3 +721,28 @@ def _plot_buffer_logits(
     ax.set_title(title)
     fig.colorbar(image, ax=ax, shrink=0.8, label="mean stored logit")
     return save_figure(fig, path, run=run)
+
+
+def analyse(run: TrainedRun, name: str, *, out: str | Path | None = None, **options: Any) -> dict[str, Any]:
+    """One analysis of :data:`ANALYSES` on a trained run (:func:`load_trained_run`), its plots
+    written to ``out`` (default: ``RUN_DIR/analysis``). ``options`` are those of ``xder-run
+    analyze`` (``max_items=500``, ``buffer_epochs=70``, ``probe_epochs=50``, ``tolerance=0.0``,
+    ``data_root=None``).
+
+    Raises:
+        AnalysisSkipped: the analysis does not apply to this run (the reason says why).
+        KeyError: no analysis of that name.
+    """
+    settings = {
+        "max_items": 500,
+        "buffer_epochs": 70,
+        "probe_epochs": 50,
+        "tolerance": 0.0,
+        "data_root": None,
+    }
+    unknown = set(options) - set(settings)
+    if unknown:
+        raise TypeError(f"analyse() got unknown options {sorted(unknown)}; it takes {sorted(settings)}")
+    folder = Path(out) if out is not None else run.run_dir / "analysis"
+    folder.mkdir(parents=True, exist_ok=True)
+    return RUNNERS[name](run, folder, SimpleNamespace(**(settings | options)))

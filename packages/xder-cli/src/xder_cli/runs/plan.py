@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from xder_cli.errors import UsageError
+from xder_cli.runs import rundir
 from xder_cli.runs.config import SECTIONS, RunSettings, benchmark_settings, validate_section
 from xder_cli.runs.presets import default_preset, preset_values
 from xder_data import DEFAULT_PROTOCOL, Benchmark, benchmark_defaults
@@ -291,3 +293,50 @@ def place_data(bench: Benchmark, device: torch.device, where: str, notify: Notif
 
 # ---------------------------------------------------------------------------------------------
 # Results
+
+
+def resolve_run(
+    method: str,
+    benchmark: str,
+    *,
+    preset: str | None = None,
+    protocol: str = DEFAULT_PROTOCOL,
+    seed: int = 0,
+    buffer_size: int | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    **run: Any,
+) -> RunPlan:
+    """The plan of a run, as ``xder-run train`` resolves it: the method's defaults, the
+    benchmark's ``protocol``, the ``preset`` (default: the method's, ``tuned`` else ``paper``
+    else ``none``), then ``buffer_size`` and ``overrides`` (dotted keys, as ``--set`` takes
+    them: ``{"train.epochs": 2, "backbone.width": 8}``). ``run`` holds further ``[run]``
+    settings (``loggers=["tensorboard"]``, ``data_root="data"``, ``threads=1``, ...).
+
+    Raises:
+        UsageError: an unknown method, benchmark, preset, protocol or setting, or a value out of
+            its range (the message names the setting).
+    """
+    sets = []
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        if section not in SECTIONS or not key:
+            raise UsageError(
+                f"{dotted!r}: a setting is section.name with section one of {', '.join(SECTIONS)}"
+            )
+        sets.append((section, key, value))
+    config = resolve_config(
+        method=method,
+        benchmark=benchmark,
+        preset=preset,
+        run={"seed": seed, **run},
+        train={},
+        method_values={} if buffer_size is None else {"buffer_size": buffer_size},
+        sets=sets,
+        protocol_name=protocol,
+    )
+    return build_plan(config)
+
+
+def load_plan(run_dir: Path) -> RunPlan:
+    """The plan a run directory was trained with (its ``config.toml``)."""
+    return build_plan(rundir.read_config(Path(run_dir) / rundir.CONFIG))

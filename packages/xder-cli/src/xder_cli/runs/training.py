@@ -29,7 +29,7 @@ from xder_methods import (
 )
 from xder_models import create_backbone
 
-__all__ = ["run_training"]
+__all__ = ["run_training", "start_run", "train_run"]
 
 
 def run_training(
@@ -183,3 +183,41 @@ def _train(
         plan.schedule if settings.record_analyses else dataclasses.replace(plan.schedule, record_every=0)
     )
     fit(method, bench, schedule, generator=generator, callbacks=callbacks, resume=state)
+
+
+def start_run(plan: RunPlan, out: str | Path = "runs") -> Path:
+    """A new run directory for ``plan`` under ``out`` (``<date>-<method>-<benchmark>-m<buffer>-s<seed>``,
+    as ``xder-run train`` names it), holding its ``config.toml``."""
+    settings = plan.settings
+    run_dir = rundir.new_run_dir(
+        Path(out), settings.method, settings.benchmark, plan.buffer_size, settings.seed
+    )
+    rundir.write_config(run_dir / rundir.CONFIG, plan.config)
+    return run_dir
+
+
+def train_run(
+    plan: RunPlan,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    callbacks: Sequence[Callback] = (),
+    notify: Notify = ignore,
+) -> dict[str, Any]:
+    """Train ``plan`` into ``run_dir`` (from :func:`start_run`), holding the run directory's lock
+    (:func:`rundir.lock_run_dir`) throughout; ``resume`` continues from its last checkpoint, and a
+    run that is complete already is not trained again. ``callbacks`` and ``notify`` as for
+    :func:`run_training`.
+
+    Returns:
+        The run's ``results.json``.
+
+    Raises:
+        rundir.RunDirBusyError: another process is training it.
+    """
+    run_dir = Path(run_dir)
+    with rundir.lock_run_dir(run_dir, then="train it again once that process ends"):
+        done = rundir.complete_results(run_dir) if resume else None
+        if done is not None:
+            return done
+        return run_training(plan, run_dir, resume=resume, callbacks=callbacks, notify=notify)
