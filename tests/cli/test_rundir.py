@@ -153,3 +153,20 @@ def test_a_holder_killed_with_sigkill_leaves_no_lock(tmp_path: Path) -> None:
     assert json.loads((tmp_path / rundir.LOCK).read_text())["pid"] == holder.pid  # its name stays...
     with rundir.lock_run_dir(tmp_path, then="retry"):  # ...but the kernel released its lock
         assert json.loads((tmp_path / rundir.LOCK).read_text())["pid"] == os.getpid()
+
+
+def test_read_results_is_the_one_reader_of_results_json(tmp_path: Path) -> None:
+    from xder_cli.runs.rundir import ResultsUnreadableError, complete_results, read_results
+
+    assert read_results(tmp_path) is None  # no file: no results yet
+    (tmp_path / "results.json").write_text('{"complete": false, "faa": 1.5}')
+    assert read_results(tmp_path) == {"complete": False, "faa": 1.5}
+    assert complete_results(tmp_path) is None
+    (tmp_path / "results.json").write_text('{"complete": true}')
+    assert complete_results(tmp_path) == {"complete": True}
+    broken = (("{not json", "unreadable results.json: "), ("[1, 2]", "results.json is not a JSON object"))
+    for text, why in broken:
+        (tmp_path / "results.json").write_text(text)
+        with pytest.raises(ResultsUnreadableError, match=f"^{why}"):
+            read_results(tmp_path)
+        assert complete_results(tmp_path) is None

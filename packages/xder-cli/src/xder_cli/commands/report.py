@@ -89,7 +89,7 @@ def read_run(path: Path) -> RunRecord:
     config: dict[str, Any] | None = None
     results: Any = None
     errors: list[str] = []
-    config_path, results_path = path / rundir.CONFIG, path / rundir.RESULTS
+    config_path = path / rundir.CONFIG
     if not config_path.is_file():
         errors.append(f"no {rundir.CONFIG}")
     else:
@@ -97,16 +97,10 @@ def read_run(path: Path) -> RunRecord:
             config = tomllib.loads(config_path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
             errors.append(f"unreadable {rundir.CONFIG}: {_first_line(error)}")
-    if results_path.is_file():
-        try:
-            results = json.loads(results_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            errors.append(f"unreadable {rundir.RESULTS}: {_first_line(error)}")
-            results = None
-        else:
-            if not isinstance(results, dict):
-                errors.append(f"{rundir.RESULTS} is not a JSON object")
-                results = None
+    try:
+        results = rundir.read_results(path)
+    except rundir.ResultsUnreadableError as error:
+        errors.append(str(error))
     return RunRecord(str(path), config, results, "; ".join(errors) or None)
 
 

@@ -246,9 +246,7 @@ def load_trained_run(run_dir: Path, *, device: str | None = None, data_root: str
     events_path = run_dir / rundir.EVENTS
     if events_path.exists():
         run.events = [json.loads(line) for line in events_path.read_text().splitlines() if line.strip()]
-    results_path = run_dir / rundir.RESULTS
-    if results_path.exists():
-        run.results = json.loads(results_path.read_text())
+    run.results = rundir.read_results(run_dir) or {}
     return run
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "PLOTS",
     "RESULTS",
     "EventLog",
+    "ResultsUnreadableError",
     "RunDirBusyError",
     "RunDirWriteError",
     "atomic_write_bytes",
@@ -53,6 +54,7 @@ __all__ = [
     "lock_run_dir",
     "new_run_dir",
     "read_config",
+    "read_results",
     "resume_hint",
     "save_checkpoint",
     "write_config",
@@ -233,14 +235,46 @@ def check_run_dir(path: Path, *, flag: str | None = "--resume") -> Path:
     return path
 
 
+class ResultsUnreadableError(ValueError):
+    """A ``results.json`` that exists but cannot be used: the message says why, in one line."""
+
+
+def read_results(run_dir: Path) -> dict[str, Any] | None:
+    """The ``results.json`` of ``run_dir`` (the one reader of that file); None where there is none.
+    Safe without the lock: the file is replaced atomically.
+
+    Raises:
+        ResultsUnreadableError: the file exists but cannot be read, is not JSON, or is not an object.
+    """
+    path = Path(run_dir) / RESULTS
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ResultsUnreadableError(f"unreadable {RESULTS}: {_first_line(error)}") from error
+    try:
+        results = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ResultsUnreadableError(f"unreadable {RESULTS}: {_first_line(error)}") from error
+    if not isinstance(results, dict):
+        raise ResultsUnreadableError(f"{RESULTS} is not a JSON object")
+    return results
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def complete_results(run_dir: Path) -> dict[str, Any] | None:
     """The ``results.json`` of ``run_dir`` if it records a complete run, else None (no file, an
-    unreadable one, or ``complete: false``). Safe without the lock: the file is replaced atomically."""
+    unreadable one, or ``complete: false``)."""
     try:
-        results = json.loads((Path(run_dir) / RESULTS).read_text())
-    except (OSError, ValueError):
+        results = read_results(run_dir)
+    except ResultsUnreadableError:
         return None
-    return results if isinstance(results, dict) and results.get("complete") is True else None
+    return results if results is not None and results.get("complete") is True else None
 
 
 # ---------------------------------------------------------------------------------------------
