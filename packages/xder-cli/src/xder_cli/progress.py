@@ -16,7 +16,7 @@ from xder_methods import (
     TaskRecord,
 )
 
-__all__ = ["Progress", "print_notice", "progress_bar"]
+__all__ = ["Progress", "on_terminal", "print_notice", "progress_bar"]
 
 
 def progress_bar(description: str) -> Callable[[Iterable[Any]], Iterable[Any]]:
@@ -71,3 +71,9 @@ class Progress(Callback):
             f" | task-il avg {sum(til_seen) / len(til_seen):.2f} | {record.seconds:.1f} s",
             flush=True,
         )
+
+
+def on_terminal() -> dict[str, Any]:
+    """The keyword arguments of :func:`xder_cli.runs.training.run_training` that show a run on the
+    terminal: a bar per task and a line per task, a bar over the images read, notes and warnings."""
+    return {"callbacks": [Progress()], "notify": print_notice, "read_progress": progress_bar("images")}

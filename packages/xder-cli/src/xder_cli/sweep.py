@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from xder_cli.errors import UsageError
-from xder_cli.progress import Progress, print_notice, progress_bar
+from xder_cli.progress import on_terminal
 from xder_cli.runs import rundir
 from xder_cli.runs.plan import build_plan, resolve_config
 from xder_cli.runs.plugins import load_plugins, loaded_plugins
@@ -311,14 +311,7 @@ def _train_locked(path: Path, config: dict[str, dict[str, Any]], plugins: Sequen
             plan = build_plan(config)
             if not resume:
                 rundir.write_config(path / rundir.CONFIG, plan.config)
-            run_training(
-                plan,
-                path,
-                resume=resume,
-                callbacks=[Progress()],
-                notify=print_notice,
-                read_progress=progress_bar("images"),
-            )
+            run_training(plan, path, resume=resume, **on_terminal())
         except Exception as error:  # a failed trial is recorded, never fatal to the sweep
             traceback.print_exc(file=log)
             return trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])

@@ -25,7 +25,7 @@ from xder_cli.commands.common import (
     fraction,
 )
 from xder_cli.errors import Interrupted, UsageError
-from xder_cli.progress import Progress, print_notice, progress_bar
+from xder_cli.progress import on_terminal
 from xder_cli.runs import rundir
 from xder_cli.runs.plan import RunPlan, build_plan, resolve_config, resolve_device
 from xder_cli.runs.plugins import PluginError, load_plugin, loaded_plugins
@@ -44,14 +44,7 @@ __all__ = ["command_train", "print_summary"]
 
 def _run(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[str, Any]:
     """Train ``plan`` into ``run_dir`` with the terminal's progress bars and lines."""
-    return run_training(
-        plan,
-        run_dir,
-        resume=resume,
-        callbacks=[Progress()],
-        notify=print_notice,
-        read_progress=progress_bar("images"),
-    )
+    return run_training(plan, run_dir, resume=resume, **on_terminal())
 
 
 def _fmt(value: float | None) -> str:
