@@ -1531,6 +1531,6 @@ def command_experiment(args: Any) -> int:
             "twice?): run it again after that process ends to include them"
         )
     if summary["retries"]:
-        print(f"note: {retry_note(summary['retries'], 'run')}")
+        print(retry_note(summary["retries"], "run"))
     failed = sum(outcome["status"] == "failed" for outcome in outcomes.values())
     return 1 if failed == len(protocol.runs) else 0

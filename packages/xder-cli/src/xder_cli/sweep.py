@@ -507,12 +507,13 @@ def trial_retries(outcome: dict[str, Any]) -> int:
 
 
 def retry_note(count: int, unit: str = "trial") -> str:
-    """The line saying how many retries a sweep or experiment needed ("" if none)."""
+    """``retries: N (...)``, how many times Ray ran a sweep's trials (or an experiment's runs,
+    ``unit``) again after losing their worker or node ("" if none)."""
     if not count:
         return ""
     return (
-        f"{count} {unit} retr{'y' if count == 1 else 'ies'} after a lost Ray worker or node "
-        "(each resumed from its last checkpoint)"
+        f"retries: {count} (a {unit} run again after a lost Ray worker or node resumes from its last "
+        "checkpoint)"
     )
 
 
@@ -567,7 +568,7 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
         lines += [f"- {t['run_dir']}: {t['status']}{outcome_note(t)}" for t in failed]
     retried = [t for t in summary["trials"] if t.get("retries")]
     if retried:
-        lines += ["", f"{retry_note(summary.get('retries', 0)).capitalize()}:", ""]
+        lines += ["", f"R{retry_note(summary.get('retries', 0))[1:]}:", ""]
         lines += [f"- {t['run_dir']}: {t['status']}, {t['attempts']} attempts" for t in retried]
     return "\n".join(lines) + "\n"
 
@@ -824,7 +825,7 @@ def command_sweep(args: Any) -> int:
     sys.stdout.write(sweep_markdown(summary))
     print(f"summary: {out / SWEEP_JSON}  report: {out / SWEEP_MD}")
     if summary["retries"]:
-        print(f"note: {retry_note(summary['retries'])}")
+        print(retry_note(summary["retries"]))
     elsewhere = sum(t["status"] == RUNNING_ELSEWHERE for t in summary["trials"])
     if elsewhere:
         print(
