@@ -259,7 +259,8 @@ def test_a_lost_node_costs_only_time(reference, two_nodes: TwoNodes, tmp_path: P
     note = "etries: 1 (a trial run again after a lost Ray worker or node resumes from its last checkpoint)"
     assert f"\nr{note}\n" in printed
     assert f"\nR{note}:\n\n- trials/{victim.name}: finished, 2 attempts\n" in (out / "sweep.md").read_text()
-    # It resumed inside task 1, from the checkpoint of an epoch of task 1, repeating nothing.
+    # It resumed in task 1 (from the checkpoint of task 0's end or of an epoch of task 1), repeating
+    # nothing (check_trained_once below).
     resume = next(e for e in read_jsonl(victim / "events.jsonl") if e["event"] == "resume")
     assert resume["task"] == 1
     # The diverging trial: failed once, by its own fault, not retried.
