@@ -4,10 +4,13 @@ resumes instead of repeating."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import statistics
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from xder_cli.runs import rundir
 from xder_cli.runs.plan import build_plan
 from xder_cli.runs.training import run_training
 from xder_cli.sweep import (
+    ATTEMPTS,
     SweepSpec,
     Trial,
     load_spec,
@@ -27,6 +31,7 @@ from xder_cli.sweep import (
     run_sweep,
     select,
     spec_from_preset,
+    sweep_markdown,
     train_trial,
     trial_cpus,
 )
@@ -166,6 +171,71 @@ def test_a_failing_trial_is_recorded_not_raised(tmp_path: Path) -> None:
     assert outcome["status"] == "failed"
     assert outcome["error"].startswith("DataNotFoundError: ")
     assert "Traceback" in (tmp_path / trial.name / "log.txt").read_text()
+
+
+def test_a_retry_waits_for_the_lock_its_lost_attempt_held(tmp_path: Path, monkeypatch) -> None:
+    """Ray runs a task again after losing its worker or node; the lost attempt's lock may outlive
+    it for a while (a dead node's lock on NFS): the retry, the same submission, waits for it and
+    then trains; another submission (the sweep started twice) does not wait."""
+    spec = SweepSpec(
+        method="sgd",
+        benchmark="seq-digits",
+        seeds=(0,),
+        grid={"train.lr": [0.1]},
+        fixed={"train.epochs": 1, "train.tasks": 2, "backbone.width": 4, "run.device": "cpu"},
+    )
+    (trial,) = plan_trials(spec)
+    run_dir = tmp_path / trial.name
+    run_dir.mkdir()
+    lost = {"submission": "lost", "node": {"id": "n1", "ip": None, "host": "h"}, "pid": 1, "resume": False}
+    rundir.EventLog(run_dir / ATTEMPTS).append(lost)
+    monkeypatch.setattr(sweep_module, "RETRY_LOCK_WAIT_S", 0.5)
+    with rundir.lock_run_dir(run_dir, then="-"):  # the lost attempt's lock, still held
+        begin = time.monotonic()
+        other = train_trial(str(run_dir), trial.config, (), "another sweep")
+        assert other["status"] == "running elsewhere"
+        assert time.monotonic() - begin < 0.5
+        waited = train_trial(str(run_dir), trial.config, (), "lost")  # gives up after RETRY_LOCK_WAIT_S
+        assert waited["status"] == "running elsewhere"
+        assert time.monotonic() - begin >= 0.5
+
+    monkeypatch.setattr(sweep_module, "RETRY_LOCK_WAIT_S", 60.0)
+    with contextlib.ExitStack() as held:
+        held.enter_context(rundir.lock_run_dir(run_dir, then="-"))
+        threading.Timer(1.0, held.pop_all().close).start()  # the lock goes a second later
+        outcome = train_trial(str(run_dir), trial.config, (), "lost")
+    assert outcome["status"] == "finished"
+    assert outcome["attempts"] == 2
+    assert outcome["node"] == {"id": None, "ip": None, "host": socket.gethostname()}  # not on Ray
+    first, second = [json.loads(line) for line in (run_dir / ATTEMPTS).read_text().splitlines()]
+    assert first == lost
+    assert (second["submission"], second["pid"], second["resume"]) == ("lost", os.getpid(), False)
+
+
+def test_retries_are_counted_in_the_summary_and_the_report() -> None:
+    spec = SweepSpec(method="er", benchmark="seq-digits", seeds=(0,), grid={"train.lr": [0.1, 0.2]})
+    trials = [Trial(f"p{i}-s0", {"train.lr": lr}, 0, {}) for i, lr in enumerate((0.1, 0.2))]
+    node = {"id": "abc", "ip": "10.0.0.2", "host": "node2"}
+    outcomes = {
+        "p0-s0": {"status": "finished", "val_faa": 50.0, "faa": 40.0, "attempts": 3, "node": node},
+        "p1-s0": {"status": "finished", "val_faa": 60.0, "faa": 40.0, "attempts": 1, "node": node},
+    }
+    summary = select(spec, trials, outcomes)
+    assert summary["retries"] == 2
+    assert [(t["attempts"], t["retries"], t["node"]) for t in summary["trials"]] == [
+        (3, 2, node),
+        (1, 0, node),
+    ]
+    report = sweep_markdown(summary)
+    assert (
+        "\nRetries: 2 (a trial run again after a lost Ray worker or node resumes from its last checkpoint):"
+        in report
+    )
+    assert "- trials/p0-s0: finished, 3 attempts\n" in report
+    assert "p1-s0" not in report
+    assert sweep_module.outcome_note(outcomes["p0-s0"]) == " (retried 2 x after a lost worker or node)"
+    assert select(spec, trials, {})["retries"] == 0
+    assert "Retries" not in sweep_markdown(select(spec, trials, {}))
 
 
 def test_selection_ignores_test_accuracy_and_unfinished_points() -> None:

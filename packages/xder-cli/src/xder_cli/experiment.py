@@ -6,7 +6,10 @@ run and aggregated), ``OUT/experiment.md`` (a Markdown table) and a PNG plot. Re
 command skips finished runs and resumes interrupted ones from their checkpoints; a run directory
 trained with other settings is an error, never silently reused. Each run holds its run
 directory's lock while it trains (:func:`xder_cli.sweep.train_trial`): a run that another
-invocation is training is reported as ``running elsewhere`` and left to it.
+invocation is training is reported as ``running elsewhere`` and left to it. On Ray, a run whose
+worker or node is lost is run again from its last checkpoint (:func:`xder_cli.sweep.run_on_ray`);
+each run's record in experiment.json names the node that trained it (``node``) and counts its
+starts (``attempts``, ``retries``).
 
 * ``flatness`` (paper Sec. 6.2, the "stable regime" study): for each pair of adjacent tasks
   (k, k+1), a two-task sequence (``train.tasks = 2``, ``run.class_order`` a permutation putting
@@ -70,9 +73,11 @@ from xder_cli.sweep import (
     outcome_note,
     plan_trials,
     progress_recorder,
+    retry_note,
     run_on_ray,
     split_finished,
     train_trial,
+    trial_retries,
 )
 from xder_data import list_benchmarks
 from xder_eval import PublishedResult, compare_to_published
@@ -636,6 +641,9 @@ def _run_records(
                 "error": outcome.get("error"),
                 "held_by": outcome.get("held_by"),
                 "skipped": bool(outcome.get("skipped")),
+                "node": outcome.get("node"),
+                "attempts": int(outcome.get("attempts") or 0),
+                "retries": trial_retries(outcome),
                 **{k: None for k in metrics(None)},
                 **(metrics(results) if finished else {}),
             }
@@ -1493,7 +1501,8 @@ def command_experiment(args: Any) -> int:
     files = [EXPERIMENT_JSON, *(name for name, _ in texts), PLOT[args.name]]
 
     def write(outcomes: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        summary = protocol.summarize(outcomes, root) | {"files": files}
+        retried = sum(trial_retries(outcome) for outcome in outcomes.values())
+        summary = protocol.summarize(outcomes, root) | {"files": files, "retries": retried}
         rundir.write_json(out / EXPERIMENT_JSON, summary)
         for name, render in texts:
             rundir.atomic_write_bytes(out / name, render(summary).encode())
@@ -1521,5 +1530,7 @@ def command_experiment(args: Any) -> int:
             f"note: {elsewhere} run(s) are being trained by another process (this experiment started "
             "twice?): run it again after that process ends to include them"
         )
+    if summary["retries"]:
+        print(retry_note(summary["retries"], "run"))
     failed = sum(outcome["status"] == "failed" for outcome in outcomes.values())
     return 1 if failed == len(protocol.runs) else 0

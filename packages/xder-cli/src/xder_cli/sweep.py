@@ -30,6 +30,13 @@ ones from their checkpoints. Each trial holds its run directory's lock while it 
 (:func:`xder_cli.runs.rundir.lock_run_dir`): the same sweep started twice on one DIR never trains a
 trial twice; a trial the other one holds is reported as ``running elsewhere`` (not failed, not
 selected on) and a later rerun picks it up as finished.
+
+On Ray, a trial whose worker process or node is lost (a Ray system failure) is run again by Ray
+(:data:`RAY_MAX_RETRIES` times at most) on a live node, where it resumes from its last checkpoint;
+a trial that fails by its own fault (a configuration error, a diverged loss, an exception in the
+method) is recorded as failed once, never retried. Every start of a trial is a line of its
+``attempts.jsonl`` (:data:`ATTEMPTS`), naming the Ray node that trained it; each trial's record
+says that node (``node``) and how many times this sweep started it (``attempts``, ``retries``).
 """
 
 from __future__ import annotations
@@ -41,13 +48,16 @@ import itertools
 import json
 import math
 import os
+import socket
 import statistics
 import sys
 import time
 import tomllib
 import traceback
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +71,9 @@ from xder_cli.runs.trackers import check_loggers
 from xder_cli.runs.training import run_training
 
 __all__ = [
+    "ATTEMPTS",
+    "RAY_MAX_RETRIES",
+    "RETRY_LOCK_WAIT_S",
     "RUNNING_ELSEWHERE",
     "SWEEP_JSON",
     "SWEEP_MD",
@@ -71,19 +84,34 @@ __all__ = [
     "outcome_note",
     "plan_trials",
     "progress_recorder",
+    "read_attempts",
+    "retry_note",
     "run_on_ray",
     "run_sweep",
     "select",
     "spec_from_preset",
     "split_finished",
+    "this_node",
     "train_trial",
     "trial_cpus",
     "trial_finished",
     "trial_outcome",
+    "trial_retries",
 ]
 
 SWEEP_JSON, SWEEP_MD, TRIALS = "sweep.json", "sweep.md", "trials"
 RUNNING_ELSEWHERE = "running elsewhere"  # a trial another process holds (the sweep started twice)
+ATTEMPTS = "attempts.jsonl"
+"""A trial's starts, one JSON line each (written under its lock, before it trains): ``submission``
+(one per trial per sweep invocation: Ray's retries of a task share it), ``node`` (:func:`this_node`),
+``pid``, ``time`` and ``resume`` (whether it continued from a checkpoint)."""
+RAY_MAX_RETRIES = 3
+"""How many times Ray runs a trial again after a system failure (its worker process died, its node
+was lost); never after the trial's own failure, which :func:`train_trial` returns as an outcome."""
+RETRY_LOCK_WAIT_S = 150.0
+"""How long a retried trial waits for the run directory's lock still held by its lost attempt: the
+kernel frees it when that process dies, but a shared filesystem may keep a dead node's lock until
+its lease runs out (NFSv4: about 90 s)."""
 _SPEC_KEYS = {
     "method",
     "benchmark",
@@ -261,6 +289,7 @@ def trial_outcome(run_dir: Path, status: str, error: str | None = None) -> dict[
     """A trial's outcome as the sweep records it: ``status``, ``error`` and the metrics of its
     ``results.json`` (None where it has none)."""
     results = _read_results(run_dir) or {}
+    attempts = read_attempts(run_dir)
     return {
         "status": status,
         "val_faa": results.get("val_faa"),
@@ -268,11 +297,46 @@ def trial_outcome(run_dir: Path, status: str, error: str | None = None) -> dict[
         "ff": results.get("ff"),
         "wall_time_s": results.get("wall_time_s"),
         "error": error,
+        "node": attempts[-1].get("node") if attempts else None,
     }
 
 
+def this_node() -> dict[str, str | None]:
+    """Where this process runs: ``{"id", "ip", "host"}``, the Ray node's id and IP address as Ray
+    reports them inside a task (None outside Ray) and the machine's host name."""
+    node: dict[str, str | None] = {"id": None, "ip": None, "host": socket.gethostname()}
+    ray = sys.modules.get("ray")  # imported by a Ray worker; never imported here for this
+    if ray is not None and ray.is_initialized():
+        with contextlib.suppress(Exception):
+            node["id"] = ray.get_runtime_context().get_node_id()
+            node["ip"] = ray.util.get_node_ip_address()
+    return node
+
+
+def read_attempts(run_dir: Path) -> list[dict[str, Any]]:
+    """The lines of ``run_dir/attempts.jsonl`` (:data:`ATTEMPTS`), oldest first; none if it has none."""
+    try:
+        text = (Path(run_dir) / ATTEMPTS).read_text()
+    except OSError:
+        return []
+    attempts = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                attempts.append(record)
+    return attempts
+
+
+def _attempts_of(run_dir: Path, submission: str) -> int:
+    return sum(a.get("submission") == submission for a in read_attempts(run_dir))
+
+
 def train_trial(
-    run_dir: str, config: dict[str, dict[str, Any]], plugins: Sequence[str] = ()
+    run_dir: str,
+    config: dict[str, dict[str, Any]],
+    plugins: Sequence[str] = (),
+    submission: str | None = None,
 ) -> dict[str, Any]:
     """Train one trial into ``run_dir`` (resuming from its checkpoint if it has one); never raises.
 
@@ -284,26 +348,75 @@ def train_trial(
     ``--plugin`` specs) are loaded first, with the installed entry points, so that a worker knows
     the names the driver's plugins registered.
 
+    Each start appends a line to ``run_dir/attempts.jsonl`` (:data:`ATTEMPTS`) naming
+    ``submission`` (None: a new one) and this node. Ray runs the same submission again after a
+    system failure: a retry whose lost attempt still holds the lock (a dead node's lock on a shared
+    filesystem lasts until its lease runs out) waits for it, :data:`RETRY_LOCK_WAIT_S` at most,
+    instead of calling it ``running elsewhere``.
+
     Returns:
         ``{"status": "finished" | "failed" | "running elsewhere", "val_faa", "faa", "ff",
-        "wall_time_s", "error"}`` (and ``held_by``, ``skipped`` where they apply).
+        "wall_time_s", "error", "node", "attempts"}`` (and ``held_by``, ``skipped`` where they
+        apply): ``node`` the node that trained it (:func:`this_node`), ``attempts`` how many
+        times ``submission`` started it.
     """
     path = Path(run_dir)
+    submission = submission or uuid.uuid4().hex
     try:
         path.mkdir(parents=True, exist_ok=True)
-        with rundir.lock_run_dir(path, then="run the sweep again"):
-            return _train_locked(path, config, plugins)
+        with contextlib.ExitStack() as lock:
+            _lock_trial(lock, path, submission)
+            return _train_locked(path, config, plugins, submission)
     except rundir.RunDirBusyError as busy:  # its metrics are those of a run in progress: none
         metrics = dict.fromkeys(("val_faa", "faa", "ff", "wall_time_s"))
-        return {"status": RUNNING_ELSEWHERE, **metrics, "error": None, "held_by": busy.holder}
+        return {
+            "status": RUNNING_ELSEWHERE,
+            **metrics,
+            "error": None,
+            "held_by": busy.holder,
+            "node": None,
+            "attempts": _attempts_of(path, submission),
+        }
     except (OSError, UsageError) as error:  # the folder cannot be created or locked
-        return trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
+        outcome = trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
+        return outcome | {"attempts": _attempts_of(path, submission)}
 
 
-def _train_locked(path: Path, config: dict[str, dict[str, Any]], plugins: Sequence[str]) -> dict[str, Any]:
-    if trial_finished(path):  # finished by another process since this sweep looked
-        return trial_outcome(path, "finished") | {"skipped": True}
+def _lock_trial(stack: contextlib.ExitStack, path: Path, submission: str) -> None:
+    """Take the trial's lock into ``stack``; a retry of ``submission`` (an earlier attempt of it
+    started, then was lost) waits up to :data:`RETRY_LOCK_WAIT_S` for that attempt's lock to go."""
+    deadline = time.monotonic() + RETRY_LOCK_WAIT_S
+    while True:
+        try:
+            stack.enter_context(rundir.lock_run_dir(path, then="run the sweep again"))
+            return
+        except rundir.RunDirBusyError:
+            if _attempts_of(path, submission) == 0 or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+def _train_locked(
+    path: Path, config: dict[str, dict[str, Any]], plugins: Sequence[str], submission: str
+) -> dict[str, Any]:
+    earlier = _attempts_of(path, submission)
+    if trial_finished(path):  # finished since this sweep looked: by another process, or by a lost attempt
+        return trial_outcome(path, "finished") | ({"attempts": earlier} if earlier else {"skipped": True})
     resume = (path / rundir.CHECKPOINT).exists()
+    start = {
+        "submission": submission,
+        "node": this_node(),
+        "pid": os.getpid(),
+        "time": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "resume": resume,
+    }
+    rundir.EventLog(path / ATTEMPTS).append(start)
+    return _train_logged(path, config, plugins, resume) | {"attempts": earlier + 1}
+
+
+def _train_logged(
+    path: Path, config: dict[str, dict[str, Any]], plugins: Sequence[str], resume: bool
+) -> dict[str, Any]:
     with open(path / "log.txt", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
             (path / rundir.PLOTS).mkdir(exist_ok=True)
@@ -372,17 +485,38 @@ def select(spec: SweepSpec, trials: list[Trial], outcomes: dict[str, dict[str, A
         "selected_on": "validation",
         "best": best,
         "points": rows,
+        "retries": sum(trial_retries(outcomes.get(t.name, {})) for t in trials),
         "trials": [
             {
                 "name": t.name,
                 "run_dir": f"{TRIALS}/{t.name}",
                 "point": t.point,
                 "seed": t.seed,
+                "node": None,
+                "attempts": 0,
                 **outcomes.get(t.name, {"status": "not run"}),
+                "retries": trial_retries(outcomes.get(t.name, {})),
             }
             for t in trials
         ],
     }
+
+
+def trial_retries(outcome: dict[str, Any]) -> int:
+    """How many times Ray ran a trial again after losing its worker or node: its ``attempts``
+    (starts in this invocation) less one."""
+    return max(0, int(outcome.get("attempts") or 0) - 1)
+
+
+def retry_note(count: int, unit: str = "trial") -> str:
+    """``retries: N (...)``, how many times Ray ran a sweep's trials (or an experiment's runs,
+    ``unit``) again after losing their worker or node ("" if none)."""
+    if not count:
+        return ""
+    return (
+        f"retries: {count} (a {unit} run again after a lost Ray worker or node resumes from its last "
+        "checkpoint)"
+    )
 
 
 def _fmt(mean: float | None, std: float | None) -> str:
@@ -434,6 +568,10 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
     if failed:
         lines += ["", "Trials not finished:", ""]
         lines += [f"- {t['run_dir']}: {t['status']}{outcome_note(t)}" for t in failed]
+    retried = [t for t in summary["trials"] if t.get("retries")]
+    if retried:
+        lines += ["", f"R{retry_note(summary.get('retries', 0))[1:]}:", ""]
+        lines += [f"- {t['run_dir']}: {t['status']}, {t['attempts']} attempts" for t in retried]
     return "\n".join(lines) + "\n"
 
 
@@ -507,14 +645,17 @@ def split_finished(jobs: Sequence[tuple[str, Path]]) -> tuple[dict[str, dict[str
 
 def outcome_note(outcome: dict[str, Any]) -> str:
     """`` (the error)`` of a failed run, `` (held by <process>)`` of one running elsewhere,
-    `` (finished by another process)`` of one found finished when its turn came, else ``""``."""
+    `` (finished by another process)`` of one found finished when its turn came, else ``""``;
+    then `` (retried N x after a lost worker or node)`` of one Ray ran again."""
+    note = ""
     if outcome.get("error"):
-        return f" ({outcome['error']})"
-    if outcome.get("held_by"):
-        return f" (held by {outcome['held_by']})"
-    if outcome.get("skipped"):  # split_finished's skipped runs never reach a progress line
-        return " (finished by another process)"
-    return ""
+        note = f" ({outcome['error']})"
+    elif outcome.get("held_by"):
+        note = f" (held by {outcome['held_by']})"
+    elif outcome.get("skipped"):  # split_finished's skipped runs never reach a progress line
+        note = " (finished by another process)"
+    count = trial_retries(outcome)
+    return note + (f" (retried {count} x after a lost worker or node)" if count else "")
 
 
 def progress_recorder(
@@ -572,8 +713,14 @@ def run_on_ray(
 ) -> None:
     """Train each ``(name, run_dir, config)`` with :func:`train_trial` as a Ray task, at most
     ``max_concurrent`` at once (None: as many as Ray schedules); ``on_done(name, outcome)`` runs
-    here, in the driver, as each ends (a worker that dies is a failed trial). Workers load the
-    plugins this process loaded (:func:`xder_cli.runs.plugins.loaded_plugins`).
+    here, in the driver, as each ends. Workers load the plugins this process loaded
+    (:func:`xder_cli.runs.plugins.loaded_plugins`).
+
+    A task whose worker process dies or whose node is lost (a Ray system failure) is run again by
+    Ray, :data:`RAY_MAX_RETRIES` times at most, on any live node: it resumes from the trial's last
+    checkpoint. A trial's own failure is an outcome (:func:`train_trial` never raises), so it is
+    never retried. ``outcome["attempts"]`` counts the task's starts (its ``attempts.jsonl`` lines);
+    a task that is still lost after its retries is a failed trial with Ray's error.
 
     Args:
         address: a running Ray cluster (``ray://host:10001`` or ``host:6379``); None starts a local
@@ -605,21 +752,31 @@ def run_on_ray(
     try:
         if cpus_per_trial is None:
             cpus_per_trial = trial_cpus(_node_cpus(ray), max_concurrent)
-        remote = ray.remote(num_cpus=cpus_per_trial, num_gpus=gpus_per_trial, max_retries=0)(train_trial)
+        # Retried on system failures only (retry_exceptions=False): a trial's own errors come back
+        # as outcomes, and a retry resumes from the trial's checkpoint.
+        remote = ray.remote(
+            num_cpus=cpus_per_trial,
+            num_gpus=gpus_per_trial,
+            max_retries=RAY_MAX_RETRIES,
+            retry_exceptions=False,
+        )(train_trial)
         plugins = loaded_plugins()
         limit = max_concurrent or len(jobs)
         queue = list(jobs)
-        running: dict[Any, tuple[str, Path]] = {}
+        running: dict[Any, tuple[str, Path, str]] = {}
         while queue or running:
             while queue and len(running) < limit:
                 name, run_dir, config = queue.pop(0)
-                running[remote.remote(str(Path(run_dir).resolve()), config, plugins)] = (name, Path(run_dir))
+                submission = uuid.uuid4().hex  # one per task; Ray's retries of it share it
+                ref = remote.remote(str(Path(run_dir).resolve()), config, plugins, submission)
+                running[ref] = (name, Path(run_dir), submission)
             ready, _ = ray.wait(list(running), num_returns=1)
-            name, run_dir = running.pop(ready[0])
+            name, run_dir, submission = running.pop(ready[0])
             try:
                 outcome = ray.get(ready[0])
-            except Exception as error:  # the worker died (out of memory, node lost...)
+            except Exception as error:  # lost RAY_MAX_RETRIES + 1 times (worker or node died, OOM...)
                 outcome = trial_outcome(run_dir, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
+                outcome["attempts"] = _attempts_of(run_dir, submission)
             on_done(name, outcome)
     finally:
         if started:
@@ -669,6 +826,8 @@ def command_sweep(args: Any) -> int:
     )
     sys.stdout.write(sweep_markdown(summary))
     print(f"summary: {out / SWEEP_JSON}  report: {out / SWEEP_MD}")
+    if summary["retries"]:
+        print(retry_note(summary["retries"]))
     elsewhere = sum(t["status"] == RUNNING_ELSEWHERE for t in summary["trials"])
     if elsewhere:
         print(

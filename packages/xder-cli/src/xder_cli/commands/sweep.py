@@ -22,8 +22,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description="Train every (grid point, seed) of GRID.toml (or of a preset's grid, --grid) as an "
         "ordinary run directory under OUT/trials/, as Ray tasks: on a local Ray instance started for the "
         "sweep, or on a running cluster (--address). Selection: the highest mean validation FAA over "
-        "seeds (the test FAA is reported, never used). OUT receives sweep.json and sweep.md. A failed "
-        "trial is recorded and the sweep goes on; rerunning skips finished trials and resumes "
+        "seeds (the test FAA is reported, never used). OUT receives sweep.json and sweep.md (each trial "
+        "with the Ray node that trained it). A failed trial is recorded and the sweep goes on; a trial whose "
+        "Ray worker or node is lost is run again on a live node (3 times at most), from its last "
+        "checkpoint; rerunning skips finished trials and resumes "
         "interrupted ones from their checkpoints. A trial another process is training (the sweep started "
         "twice) is reported as running elsewhere and left to it. GRID.toml: method, benchmark, "
         '[buffer_size], [seeds], [validation], [preset], [set] "section.key" = value, '

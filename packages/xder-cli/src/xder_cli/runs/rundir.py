@@ -11,6 +11,9 @@ Layout (DESIGN.md, "The run directory")::
       checkpoint.pt   the whole training state, rewritten after every epoch and task
       plots/          PNG figures
       .lock           the writers' lock (:func:`lock_run_dir`); names the holder while held
+
+A trial of ``sweep`` or ``experiment`` also has ``log.txt`` (its printed output) and
+``attempts.jsonl`` (one line per start, naming the Ray node: :data:`xder_cli.sweep.ATTEMPTS`).
 """
 
 from __future__ import annotations
