@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from xder_cli.commands import train as train_module
 from xder_cli.errors import UsageError
 from xder_cli.experiment import (
     REGULARISERS,
@@ -29,6 +28,7 @@ from xder_cli.experiment import (
     table_entries,
 )
 from xder_cli.main import main
+from xder_cli.progress import Progress
 from xder_cli.runs import rundir
 
 TINY = ["--set", "train.epochs=1", "--set", "backbone.width=4", "--set", "run.device=cpu"]
@@ -99,7 +99,7 @@ def test_flatness_radar_plot_from_three_pairs(tmp_path: Path) -> None:
 def test_flatness_pairs_regularisers_interrupt_and_resume(tmp_path: Path, monkeypatch, capsys) -> None:
     out = tmp_path / "flat"
     argv = ["experiment", "flatness", "--pairs", "1", "--seeds", "0", "--out", str(out), *TINY]
-    original = train_module.Progress.on_task_end
+    original = Progress.on_task_end
 
     def crash(self, loop, record) -> None:  # the lfr run is killed after its first task
         original(self, loop, record)
@@ -107,7 +107,7 @@ def test_flatness_pairs_regularisers_interrupt_and_resume(tmp_path: Path, monkey
             raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(train_module.Progress, "on_task_end", crash)
+        patch.setattr(Progress, "on_task_end", crash)
         assert main(argv) == 130
     runs = out / "runs"
     assert _results(runs / "pair1-none-s0")["complete"] is True

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import xder_cli.commands.train as train_module
 from xder_cli.main import main
+from xder_cli.progress import Progress
 
 CLASSES = ("apple", "bee", "cloud", "drum", "egg", "fern")
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
@@ -101,7 +101,7 @@ def test_resume_keeps_the_benchmark_options(tmp_path: Path, monkeypatch, capsys)
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(train_module.Progress, "on_task_end", stop_after_first_task)
+        patch.setattr(Progress, "on_task_end", stop_after_first_task)
         argv = ["train", "--method", "er", "--benchmark", "folder", "--data-root", str(data)]
         assert (
             main(

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from xder_cli.main import main
+from xder_cli.progress import Progress
 
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
 WANDB_ENV = ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR")
@@ -269,11 +270,9 @@ def test_sweep_and_experiment_runs_get_the_loggers(tmp_path: Path, monkeypatch) 
 def test_a_resumed_run_continues_its_logs(tmp_path: Path, monkeypatch) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    import xder_cli.commands.train as train_module
-
     quiet_wandb(monkeypatch, tmp_path / "home")
     out = tmp_path / "runs"
-    original = train_module.Progress.on_task_end
+    original = Progress.on_task_end
 
     def stop_after_second_task(self, loop, record):
         original(self, loop, record)
@@ -281,7 +280,7 @@ def test_a_resumed_run_continues_its_logs(tmp_path: Path, monkeypatch) -> None:
             raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(train_module.Progress, "on_task_end", stop_after_second_task)
+        patch.setattr(Progress, "on_task_end", stop_after_second_task)
         argv = [
             "train",
             "--method",

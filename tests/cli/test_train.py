@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from xder_cli.commands import train as train_module
 from xder_cli.main import main
+from xder_cli.progress import Progress
 from xder_cli.runs import plugins as plugins_module
 from xder_cli.runs import rundir
 from xder_cli.runs import training as training_module
@@ -95,7 +95,7 @@ def test_resume_of_a_complete_run_just_reports_and_changes_nothing(tmp_path: Pat
 
 def interrupt_after_first_task(monkeypatch, argv: list[str]) -> None:
     """Run ``xder-run train argv`` and stop it (Ctrl-C) after its first task."""
-    original = train_module.Progress.on_task_end
+    original = Progress.on_task_end
 
     def interrupt(self, loop, record) -> None:
         original(self, loop, record)
@@ -103,7 +103,7 @@ def interrupt_after_first_task(monkeypatch, argv: list[str]) -> None:
             raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(train_module.Progress, "on_task_end", interrupt)
+        patch.setattr(Progress, "on_task_end", interrupt)
         assert main(["train", *argv]) == 130
 
 
