@@ -309,3 +309,69 @@ def test_a_killed_driver_costs_only_time(reference, two_nodes: TwoNodes, tmp_pat
         check_trained_once(out / trial["run_dir"])
         assert matrices(out / trial["run_dir"]) == matrices(reference["out"] / trial["run_dir"]), lr
     assert summary["best"] == reference["summary"]["best"]
+
+
+def table_command(address: str) -> list[str]:
+    """``experiment table`` on seq-digits, FT and ER, on the cluster, with the sweep's settings."""
+    command = [
+        "experiment",
+        "table",
+        "--benchmark",
+        "seq-digits",
+        "--buffer-size",
+        "20",
+        "--methods",
+        "sgd,er",
+    ]
+    command += ["--seeds", "0", "--address", address, "--max-concurrent", "2"]
+    return command + [arg for key, value in SETS.items() for arg in ("--set", f"{key}={value}")]
+
+
+def table_matrices(run_dir: Path) -> tuple:
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["complete"] is True
+    return results["accuracy_matrix"], results["task_il_accuracy_matrix"]
+
+
+@pytest.mark.slow
+def test_a_lost_node_costs_an_experiment_table_only_time(two_nodes: TwoNodes, tmp_path: Path) -> None:
+    """As for the sweep: the table's run on the lost node is retried from its checkpoint on a live
+    node, counted, and ends with the figures of the same table trained undisturbed."""
+    reference = tmp_path / "undisturbed"
+    assert main([*table_command(two_nodes.address), "--out", str(reference)]) == 0
+    out = tmp_path / "table"
+    lost = two_nodes.worker
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    driver = subprocess.Popen(
+        [XDER_RUN, *table_command(two_nodes.address), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        victim = wait_inside_task_1(out / "runs", lost.node_id, time.monotonic() + 300)
+        (start,) = read_jsonl(victim / "attempts.jsonl")
+        two_nodes.cluster.remove_node(lost, allow_graceful=False)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(start["pid"], signal.SIGKILL)
+        two_nodes.add_worker()
+        printed, _ = driver.communicate(timeout=600)
+    finally:
+        driver.kill()
+    assert driver.returncode == 0, printed
+
+    summary = json.loads((out / "experiment.json").read_text())
+    runs = {Path(r["run_dir"]).name: r for r in summary["runs"]}
+    assert sorted(runs) == ["er-m20-s0", "sgd-s0"]
+    assert [r["status"] for r in runs.values()] == ["finished", "finished"], printed
+    retried = runs[victim.name]
+    assert (retried["attempts"], retried["retries"]) == (2, 1)
+    assert retried["node"]["id"] != lost.node_id
+    assert summary["retries"] == 1
+    assert "\nretries: 1 (" in printed
+    first, second = read_jsonl(victim / "attempts.jsonl")
+    assert (first["node"]["id"], second["resume"]) == (lost.node_id, True)
+    for name in runs:
+        check_trained_once(out / "runs" / name)
+        assert table_matrices(out / "runs" / name) == table_matrices(reference / "runs" / name), name
