@@ -94,6 +94,7 @@ def test_report_of_a_runs_folder(runs: Path, tmp_path: Path, capsys, saved_figur
     assert "- er [none] on seq-digits m200: seed 2 missing (complete: 0, 1)" in table
     assert "5 runs read, 2 groups" in printed
     # TINY's --epochs and --set: named, since the table is not the protocol's own
+    assert table.startswith("**2 of the groups below were trained with overrides** (named after the table)")
     assert "Trained with settings their preset and protocol do not give" in table
     assert "- er (none) on seq-digits, buffer 200: `train.epochs=1, backbone.width=4`" in table
     assert "- sgd (none) on seq-digits, buffer 0: `train.epochs=1, backbone.width=4`" in table
@@ -138,7 +139,7 @@ def test_report_of_named_run_dirs_in_task_il(runs: Path, tmp_path: Path, capsys)
     args = SimpleNamespace(run_dirs=[*named, named[0]], out=str(out), task_il=True)  # a run named twice
     assert command_report(args) == 0
     table = capsys.readouterr().out
-    assert table.startswith("Task-IL final average accuracy")
+    assert table.split("\n\n", 1)[1].startswith("Task-IL final average accuracy")  # after the overrides line
     assert f"| er | none | {expected_cell(results_of(runs, 'er'), 'task_il_')} |" in table
     assert "Missing or incomplete" not in table  # only seeds 0 and 1 were named
     assert json.loads((out / "report.json").read_text())["setting"] == "task-il"

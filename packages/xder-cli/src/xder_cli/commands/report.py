@@ -182,7 +182,13 @@ def command_report(args: Any) -> int:
         raise UsageError(f"cannot create the output folder {out}: {error.strerror}") from error
 
     overrides = group_overrides(report.groups, {r.path: r.config for r in records})
-    markdown = report_markdown(report, task_il=task_il) + overrides_markdown(overrides)
+    heading = (
+        f"**{len(overrides)} of the groups below were trained with overrides** (named after the table): "
+        "not their protocol's own settings.\n\n"
+        if overrides
+        else ""
+    )
+    markdown = heading + report_markdown(report, task_il=task_il) + overrides_markdown(overrides)
     rundir.atomic_write_bytes(out / TABLE_MD, markdown.encode())
     rundir.atomic_write_bytes(out / TABLE_CSV, report_csv(report).encode())
     plots: list[str] = []
