@@ -216,31 +216,40 @@ def test_an_experiment_table_trains_on_both_nodes_and_says_where(
     assert "retries" not in capsys.readouterr().out
 
 
-@pytest.mark.slow
-def test_a_lost_node_costs_only_time(reference, two_nodes: TwoNodes, tmp_path: Path) -> None:
-    out = tmp_path / "sweep"
+def lose_the_worker_mid_task(two_nodes: TwoNodes, command: list[str]) -> tuple[Path, str]:
+    """Run ``xder-run COMMAND`` (a sweep or an experiment on the cluster) in a subprocess; when a
+    trial on the worker node is inside task 1, lose that node, and every process on it with it (its
+    raylet and the trial's worker, which would end by itself a moment after its raylet, about 2 s
+    here), and add a fresh one, so that the retry need not wait for the head's CPU. Returns the
+    trial's run directory and what the command printed; the command must have succeeded."""
+    out = Path(command[command.index("--out") + 1])
     lost = two_nodes.worker
     env = os.environ | {"OMP_NUM_THREADS": "1"}
     driver = subprocess.Popen(
-        [XDER_RUN, *sweep_command(reference["grid"], out, two_nodes.address)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
+        [XDER_RUN, *command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
     try:
-        victim = wait_inside_task_1(out / "trials", lost.node_id, time.monotonic() + 300)
+        runs = out / ("trials" if command[0] == "sweep" else "runs")
+        victim = wait_inside_task_1(runs, lost.node_id, time.monotonic() + 300)
         (start,) = read_jsonl(victim / "attempts.jsonl")
-        # The node goes, and every process on it with it: its raylet and the trial's worker (which
-        # would end by itself a moment after its raylet, about 2 s here).
         two_nodes.cluster.remove_node(lost, allow_graceful=False)
         with contextlib.suppress(ProcessLookupError):
             os.kill(start["pid"], signal.SIGKILL)
-        two_nodes.add_worker()  # a fresh node, so that the retry need not wait for the head's CPU
+        two_nodes.add_worker()
         printed, _ = driver.communicate(timeout=600)
     finally:
         driver.kill()
     assert driver.returncode == 0, printed
+    return victim, printed
+
+
+@pytest.mark.slow
+def test_a_lost_node_costs_only_time(reference, two_nodes: TwoNodes, tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    lost = two_nodes.worker
+    victim, printed = lose_the_worker_mid_task(
+        two_nodes, sweep_command(reference["grid"], out, two_nodes.address)
+    )
 
     summary = json.loads((out / "sweep.json").read_text())
     by_lr = trials_by_lr(summary)
@@ -341,25 +350,9 @@ def test_a_lost_node_costs_an_experiment_table_only_time(two_nodes: TwoNodes, tm
     assert main([*table_command(two_nodes.address), "--out", str(reference)]) == 0
     out = tmp_path / "table"
     lost = two_nodes.worker
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
-    driver = subprocess.Popen(
-        [XDER_RUN, *table_command(two_nodes.address), "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
+    victim, printed = lose_the_worker_mid_task(
+        two_nodes, [*table_command(two_nodes.address), "--out", str(out)]
     )
-    try:
-        victim = wait_inside_task_1(out / "runs", lost.node_id, time.monotonic() + 300)
-        (start,) = read_jsonl(victim / "attempts.jsonl")
-        two_nodes.cluster.remove_node(lost, allow_graceful=False)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(start["pid"], signal.SIGKILL)
-        two_nodes.add_worker()
-        printed, _ = driver.communicate(timeout=600)
-    finally:
-        driver.kill()
-    assert driver.returncode == 0, printed
 
     summary = json.loads((out / "experiment.json").read_text())
     runs = {Path(r["run_dir"]).name: r for r in summary["runs"]}
