@@ -63,7 +63,7 @@ from xder_cli.errors import UsageError
 from xder_cli.runs import rundir
 from xder_cli.runs.claims import check_table_claims, claims_markdown
 from xder_cli.runs.config import SECTIONS
-from xder_cli.runs.plan import build_plan, resolve_config
+from xder_cli.runs.plan import build_plan, resolve_config, settings_text
 from xder_cli.runs.presets import DEFAULT_ORDER, PAPER_PROTOCOL, list_presets, preset_entry
 from xder_cli.runs.published import published_table, xder_table_methods
 from xder_cli.runs.trackers import check_loggers
@@ -670,7 +670,7 @@ PLACING_KEYS = OBSERVING_KEYS | {"run.device", "run.data_root", "run.data_device
 def overrides_text(sets: dict[str, Any]) -> str:
     """``--set`` overrides that change what is trained, as ``key=value`` pairs (JSON values), e.g.
     ``train.epochs=1, backbone.width=4``; empty when there are none (:data:`PLACING_KEYS` left out)."""
-    return ", ".join(f"{key}={json.dumps(value)}" for key, value in sets.items() if key not in PLACING_KEYS)
+    return settings_text({key: value for key, value in sets.items() if key not in PLACING_KEYS})
 
 
 def _with_overrides(lines: list[str], summary: dict[str, Any]) -> list[str]:

@@ -10,7 +10,6 @@ group of runs on a paper protocol that matches a published entry shows its publi
 from __future__ import annotations
 
 import argparse
-import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from xder_cli.commands.common import (
 )
 from xder_cli.errors import UsageError
 from xder_cli.runs import rundir
+from xder_cli.runs.plan import run_overrides, settings_text
 from xder_cli.runs.published import published_results
 from xder_data import DataError
 from xder_eval import (
@@ -108,8 +108,6 @@ def group_overrides(groups: Any, configs: dict[str, Any]) -> list[dict[str, Any]
     """Per group whose runs differ from their preset and protocol (:func:`xder_cli.runs.plan.run_overrides`
     of its first run): the group and those settings; groups whose method or benchmark is unknown
     here (a plugin not loaded) are left out."""
-    from xder_cli.runs.plan import run_overrides
-
     out = []
     for group in groups:
         config = configs.get(group.paths[0])
@@ -141,7 +139,7 @@ def _override_note(overrides: list[dict[str, Any]], key: Any) -> str | None:
             key.preset,
             key.settings,
         ):
-            return "with overrides: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in o["overrides"].items())
+            return "with overrides: " + settings_text(o["overrides"])
     return None
 
 
@@ -155,7 +153,7 @@ def overrides_markdown(overrides: list[dict[str, Any]]) -> str:
         "",
     ]
     for o in overrides:
-        values = ", ".join(f"{key}={json.dumps(value)}" for key, value in o["overrides"].items())
+        values = settings_text(o["overrides"])
         lines.append(
             f"- {o['method']} ({o['preset']}) on {o['benchmark']}, buffer {o['buffer_size']}: `{values}`"
         )

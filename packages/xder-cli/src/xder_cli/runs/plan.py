@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ __all__ = [
     "resolve_device",
     "run_buffer_size",
     "run_overrides",
+    "settings_text",
 ]
 
 PROTOCOL_TRAIN_KEYS = (
@@ -169,6 +171,12 @@ def _comparable(value: Any) -> Any:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     return value
+
+
+def settings_text(values: Mapping[str, Any]) -> str:
+    """Dotted settings as ``key=value`` pairs, values as JSON (as ``--set`` takes them), e.g.
+    ``train.epochs=1, backbone.width=4``: how overrides are named wherever results are shown."""
+    return ", ".join(f"{key}={json.dumps(value)}" for key, value in values.items())
 
 
 def run_overrides(config: dict[str, dict[str, Any]]) -> dict[str, Any]:
