@@ -4,6 +4,7 @@ keeps half a line, and one writer at a time holds a run directory's lock."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import signal
@@ -170,3 +171,51 @@ def test_read_results_is_the_one_reader_of_results_json(tmp_path: Path) -> None:
         with pytest.raises(ResultsUnreadableError, match=f"^{why}"):
             read_results(tmp_path)
         assert complete_results(tmp_path) is None
+
+
+def test_a_new_holder_is_named_not_the_killed_one_whose_name_it_has_yet_to_overwrite(
+    tmp_path: Path,
+) -> None:
+    # A killed holder's name stays in the lock file; the next holder takes the lock, then (a moment
+    # later) writes its own name. A contender in that moment must not name the dead process.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=30)
+    stale = {"host": socket.gethostname(), "pid": dead.pid, "since": "2026-01-01T00:00:00"}
+    (tmp_path / rundir.LOCK).write_text(json.dumps(stale) + "\n")
+    script = (
+        "import fcntl, json, os, socket, sys, time\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(0.5)\n"
+        "name = {'host': socket.gethostname(), 'pid': os.getpid(), 'since': 'now'}\n"
+        "os.ftruncate(fd, 0); os.pwrite(fd, json.dumps(name).encode(), 0)\n"
+        "time.sleep(300)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / rundir.LOCK)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "locked\n"
+        with pytest.raises(rundir.RunDirBusyError) as busy, rundir.lock_run_dir(tmp_path, then="retry"):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    assert busy.value.holder == f"process {holder.pid} on host {socket.gethostname()} (since now)"
+
+
+def test_a_holder_that_never_writes_its_name_is_called_another_process(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=30)
+    stale = {"host": socket.gethostname(), "pid": dead.pid, "since": "2026-01-01T00:00:00"}
+    (tmp_path / rundir.LOCK).write_text(json.dumps(stale) + "\n")
+    fd = os.open(tmp_path / rundir.LOCK, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # this process holds it through another open file
+        with pytest.raises(rundir.RunDirBusyError) as busy, rundir.lock_run_dir(tmp_path, then="retry"):
+            pass
+    finally:
+        os.close(fd)
+    assert busy.value.holder == "another process (it has not written its name into the lock file)"

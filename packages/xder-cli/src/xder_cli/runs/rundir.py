@@ -300,14 +300,35 @@ class RunDirWriteError(UsageError):
 
 
 def _holder(fd: int) -> str:
-    """Who holds the lock, as the holder wrote it into the lock file just after taking it."""
-    for _ in range(20):  # the holder writes its name a moment after it takes the lock
+    """Who holds the lock, as the holder wrote it into the lock file just after taking it.
+
+    A name left by a holder that was killed (``kill -9`` cannot clear it) stays in the file until
+    the next holder overwrites it, a moment after it takes the lock: a name on this host whose
+    process no longer exists is that stale one, so it is read again until the new name is there.
+    """
+    for _ in range(40):
         try:
             info = json.loads(os.pread(fd, 4096, 0).decode())
-            return f"process {int(info['pid'])} on host {info['host']} (since {info['since']})"
+            pid, host = int(info["pid"]), str(info["host"])
+            if host != socket.gethostname() or _alive(pid):
+                return f"process {pid} on host {host} (since {info['since']})"
         except (OSError, ValueError, KeyError, TypeError):
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
     return "another process (it has not written its name into the lock file)"
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (signal 0 checks without sending anything)."""
+    if pid <= 0:  # 0 and negatives name process groups, not a process
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
 
 
 @contextlib.contextmanager
