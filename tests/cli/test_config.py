@@ -7,8 +7,8 @@ from typing import Literal
 
 import pytest
 
-from xder_cli.errors import UsageError
 from xder_cli.runs.config import coerce, parse_assignment
+from xder_cli.runs.errors import SettingError
 from xder_cli.runs.plan import build_plan, resolve_config
 from xder_cli.runs.rundir import read_config, write_config
 
@@ -24,7 +24,7 @@ def test_parse_assignment_reads_toml_values() -> None:
     )
     assert parse_assignment("train.momentum = 0") == ("train", "momentum", 0)
     for bad in ["alpha=0.2", "model.alpha=1", "method.=1", "method.alpha"]:
-        with pytest.raises(UsageError):
+        with pytest.raises(SettingError):
             parse_assignment(bad)
 
 
@@ -58,7 +58,7 @@ def test_coerce_accepts(value, hint, expected) -> None:
     ],
 )
 def test_coerce_rejects(value, hint) -> None:
-    with pytest.raises(UsageError, match="x = "):
+    with pytest.raises(SettingError, match="x = "):
         coerce(value, hint, "x")
 
 
@@ -93,13 +93,13 @@ def test_layers_protocol_flags_then_set() -> None:
 
 
 def test_unknown_and_ill_typed_keys_are_rejected() -> None:
-    with pytest.raises(UsageError, match=r"method.gamma is not a setting of method 'derpp'.*alpha"):
+    with pytest.raises(SettingError, match=r"method.gamma is not a setting of method 'derpp'.*alpha"):
         build_plan(_resolve(sets=[("method", "gamma", 0.5)]))
-    with pytest.raises(UsageError, match=r"train\.lr = 'fast'"):
+    with pytest.raises(SettingError, match=r"train\.lr = 'fast'"):
         build_plan(_resolve(sets=[("train", "lr", "fast")]))
-    with pytest.raises(UsageError, match=r"backbone\.depth"):
+    with pytest.raises(SettingError, match=r"backbone\.depth"):
         build_plan(_resolve(sets=[("backbone", "depth", 3)]))
-    with pytest.raises(UsageError, match="--method"):
+    with pytest.raises(SettingError, match=r"run\.method cannot be set with overrides: use method$"):
         _resolve(sets=[("run", "method", "er")])
 
 
@@ -121,7 +121,7 @@ def test_milestones_take_fractional_epochs_and_integers_stay_integers(tmp_path: 
         again = build_plan(written)
         assert again.schedule.milestones == expected
         assert [type(m) for m in again.schedule.milestones] == [type(m) for m in expected]
-    with pytest.raises(UsageError, match=r"train\.milestones = 'x' is not valid"):
+    with pytest.raises(SettingError, match=r"train\.milestones = 'x' is not valid"):
         build_plan(_resolve(sets=[("train", "milestones", ["x"])]))
 
 
@@ -147,5 +147,5 @@ def test_train_tasks_refuses_methods_that_train_only_at_the_last_task(
         method_values={},
         sets=[("train", "tasks", 2), ("method", key, value)],
     )
-    with pytest.raises(UsageError, match=f"train.tasks cannot shorten {method} with method.{key}"):
+    with pytest.raises(SettingError, match=f"train.tasks cannot shorten {method} with method.{key}"):
         build_plan(config)

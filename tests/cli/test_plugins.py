@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import xder_cli.runs.plugins as plugins
+from xder_cli.commands.common import plugin_arguments
 from xder_cli.main import main
 from xder_cli.sweep import SweepSpec, plan_trials, train_trial
 from xder_data import benchmark as data_registry
@@ -171,8 +172,8 @@ def test_plugin_arguments_are_found_anywhere() -> None:
         "--plugin",
         "d",
     ]
-    assert plugins.plugin_arguments(argv) == ["a.py", "b", "c"]
-    assert plugins.plugin_arguments(["train", "--plugin"]) == []
+    assert plugin_arguments(argv) == ["a.py", "b", "c"]
+    assert plugin_arguments(["train", "--plugin"]) == []
 
 
 @pytest.mark.parametrize(

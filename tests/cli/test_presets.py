@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from xder_cli.errors import UsageError
+from xder_cli.runs.errors import SettingError
 from xder_cli.runs.plan import build_plan, resolve_config
 from xder_cli.runs.presets import (
     PresetEntry,
@@ -212,11 +212,11 @@ def test_the_buffer_size_picks_the_tuned_entry_on_seq_digits() -> None:
 
 
 def test_missing_entries_are_one_line_errors() -> None:
-    with pytest.raises(UsageError, match="no entry 'er'"):
+    with pytest.raises(SettingError, match="no entry 'er'"):
         preset_values("tuned", "seq-digits", "er", 200)
-    with pytest.raises(UsageError, match="buffer sizes 500, 2000"):
+    with pytest.raises(SettingError, match="buffer sizes 500, 2000"):
         preset_values("paper", "seq-cifar100", "xder", 1000)
-    with pytest.raises(UsageError, match="is for method 'xder', not 'er'"):
+    with pytest.raises(SettingError, match="is for method 'xder', not 'er'"):
         preset_values("paper:xder-rpc", "seq-cifar100", "er", 500)
-    with pytest.raises(UsageError, match="unknown preset"):
+    with pytest.raises(SettingError, match="unknown preset"):
         preset_values("nope", "seq-cifar100", "er", 500)

@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from xder_cli.errors import UsageError
 from xder_cli.experiment import table_entries
+from xder_cli.runs.errors import SettingError
 from xder_cli.runs.presets import default_preset, list_presets, preset_entries, preset_entry
 from xder_cli.runs.published import (
     published_benchmarks,
@@ -135,7 +135,7 @@ def test_lookups() -> None:
     assert [p.entry for p in published_table("seq-cifar10", 5120)] == ["joint", "sgd", "er", "der", "derpp"]
     assert published_table("seq-digits", 200) == []
     with pytest.raises(
-        UsageError, match="no published table at buffer size 300: the published ones are at 200"
+        SettingError, match="no published table at buffer size 300: the published ones are at 200"
     ):
         published_table("seq-cifar10", 300)
     assert xder_table_methods() == (

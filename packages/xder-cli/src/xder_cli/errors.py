@@ -1,4 +1,4 @@
-"""The CLI's own user-facing error."""
+"""The command line's own user-facing errors (the library's are :mod:`xder_cli.runs.errors`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ __all__ = ["Interrupted", "UsageError"]
 
 
 class UsageError(Exception):
-    """A mistake in the command line or a run directory: printed in one line, exit status 2."""
+    """A mistake in the command line: printed in one line, exit status 2."""
 
 
 class Interrupted(Exception):

@@ -9,9 +9,10 @@ import sys
 from collections.abc import Sequence
 
 from xder_cli.commands import command_modules
-from xder_cli.commands.common import Parser, add_plugin_argument
+from xder_cli.commands.common import Parser, add_plugin_argument, error_line, plugin_arguments
 from xder_cli.errors import Interrupted, UsageError
-from xder_cli.runs.plugins import load_plugins, plugin_arguments
+from xder_cli.runs.errors import RunError
+from xder_cli.runs.plugins import load_plugins
 from xder_data import DataError, DataNotFoundError, list_benchmarks
 from xder_methods import MethodError, list_methods
 from xder_models import UnknownBackboneError, list_backbones
@@ -45,8 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         load_plugins(plugin_arguments(argv))
-    except UsageError as error:
-        print(f"xder-run: error: {' '.join(str(error).split())}", file=sys.stderr)
+    except RunError as error:
+        print(f"xder-run: error: {error_line(error)}", file=sys.stderr)
         return 2
     try:
         args = build_parser().parse_args(argv)
@@ -54,8 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else 2
     try:
         return command_modules()[args.handler].run(args)
-    except (UsageError, DataError, MethodError, UnknownBackboneError) as error:
-        message = " ".join(str(error).split())
+    except (RunError, UsageError, DataError, MethodError, UnknownBackboneError) as error:
+        message = error_line(error)
         if isinstance(error, DataNotFoundError) and not ("--data-root" in message or "--source" in message):
             message += " (the data folder is --data-root, run.data_root; default: data)"
         print(f"xder-run {args.command}: error: {message}", file=sys.stderr)

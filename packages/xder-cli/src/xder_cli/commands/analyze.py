@@ -12,9 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from xder_cli.commands.common import (
-    add_plugin_argument,
-)
+from xder_cli.commands.common import add_plugin_argument, flag
 from xder_cli.errors import UsageError
 from xder_cli.runs import rundir
 from xder_cli.runs.analyses import (
@@ -26,6 +24,7 @@ from xder_cli.runs.analyses import (
     load_trained_run,
 )
 from xder_cli.runs.cpushare import ThreadPolicy
+from xder_cli.runs.errors import RunError, render
 
 __all__ = ["command_analyze", "has_training_records"]
 
@@ -77,7 +76,7 @@ def command_analyze(args: Any) -> int:
         unknown = [n for n in names if n not in ANALYSES]
         if unknown:
             raise UsageError(f"unknown analysis {unknown[0]!r}: choose from {', '.join(ANALYSES)}")
-    run_dir = rundir.check_run_dir(Path(args.run_dir), flag=None)
+    run_dir = rundir.check_run_dir(Path(args.run_dir))
     # A writer of the run directory: one at a time, never beside a training run (rundir.lock_run_dir).
     with (
         rundir.lock_run_dir(run_dir, then=f"run xder-run analyze {run_dir} again"),
@@ -94,7 +93,7 @@ def has_training_records(run_dir: Path) -> bool:
         if rundir.read_config(run_dir / rundir.CONFIG).get("run", {}).get("record_analyses"):
             return True
         lines = (run_dir / rundir.EVENTS).read_text().splitlines()
-    except (OSError, UsageError):
+    except (OSError, RunError):
         return False
     for line in lines:
         event = json.loads(line) if line.strip() else {}
@@ -105,10 +104,11 @@ def has_training_records(run_dir: Path) -> bool:
 
 def _analyze(run_dir: Path, names: list[str], args: Any) -> None:
     unrecorded = [] if has_training_records(run_dir) else [n for n in names if n in RECORDED]
+    record_hint = render(RECORD_HINT, flag)
     if unrecorded and args.only:
         raise UsageError(
             f"{run_dir} was trained without recording what {', '.join(unrecorded)} "
-            f"{'reads' if len(unrecorded) == 1 else 'read'}: {RECORD_HINT}"
+            f"{'reads' if len(unrecorded) == 1 else 'read'}: {record_hint}"
         )
     run = load_trained_run(run_dir, device=args.device, data_root=args.data_root)
     out = run.run_dir / "analysis"
@@ -128,9 +128,10 @@ def _analyze(run_dir: Path, names: list[str], args: Any) -> None:
                 raise AnalysisSkipped(f"not recorded while training: {RECORD_HINT}")
             value = RUNNERS[name](run, out, args)
         except AnalysisSkipped as skip:
-            report["skipped"][name] = str(skip)
+            reason = skip.render(flag)
+            report["skipped"][name] = reason
             if not args.json:
-                print(f"{name}: skipped ({skip})")
+                print(f"{name}: skipped ({reason})")
             continue
         value["seconds"] = time.perf_counter() - started
         key_values = {"ss_err": value["ss_err"], "ss_nll": value["ss_nll"]} if name == "ss" else {name: value}

@@ -1,19 +1,22 @@
-"""What the commands' parsers share: argument types, the flags several commands take, and the
-help formatter that keeps an ``examples:`` epilog as written."""
+"""What the commands share: argument types, the flags several commands take, the help formatter
+that keeps an ``examples:`` epilog as written, and the library's errors as the command line words
+them (:func:`flag`, :func:`error_line`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from typing import NoReturn
 
-from xder_cli.errors import UsageError
 from xder_cli.runs.config import LOGGERS, parse_assignment
+from xder_cli.runs.errors import RunError
 
 __all__ = [
     "DEFAULT_BENCHMARK",
     "DEFAULT_METHOD",
     "DEFAULT_OUT",
+    "FLAGS",
     "ExamplesFormatter",
     "Parser",
     "add_logger_argument",
@@ -22,12 +25,44 @@ __all__ = [
     "add_ray_arguments",
     "assignment",
     "class_order",
+    "error_line",
+    "flag",
     "fraction",
+    "plugin_arguments",
 ]
 
 DEFAULT_METHOD = "xder"
 DEFAULT_BENCHMARK = "seq-digits"
 DEFAULT_OUT = "runs"
+
+FLAGS = {
+    "benchmark": "--benchmark",
+    "buffer_size": "--buffer-size",
+    "method": "--method",
+    "overrides": "--set",
+    "preset": "--preset",
+    "protocol": "--protocol",
+    "run.device": "--device",
+    "run.loggers": "--logger",
+    "run.record_analyses": "--record-analyses",
+    "plugin": "--plugin",
+    "train_run": "xder-run train",
+    "resume": "--resume",
+}
+"""The command line's spelling of each option the library's messages name, one for every name of
+:data:`xder_cli.runs.errors.OPTIONS`: its flag (``train_run``: the command)."""
+
+
+def flag(option: str) -> str:
+    """How the command line spells a library option: ``run.device`` -> ``--device``."""
+    return FLAGS[option]
+
+
+def error_line(error: BaseException) -> str:
+    """An error as ``xder-run`` prints it: one line, the library's options spelled as flags
+    (:mod:`xder_cli.runs.errors`)."""
+    text = error.render(flag) if isinstance(error, RunError) else str(error)
+    return " ".join(text.split())
 
 
 class Parser(argparse.ArgumentParser):
@@ -54,8 +89,8 @@ def class_order(text: str) -> str | list[int]:
 def assignment(text: str) -> tuple[str, str, object]:
     try:
         return parse_assignment(text)
-    except UsageError as error:
-        raise argparse.ArgumentTypeError(str(error)) from error
+    except RunError as error:
+        raise argparse.ArgumentTypeError(error_line(error)) from error
 
 
 def fraction(text: str) -> float:
@@ -77,6 +112,22 @@ def add_plugin_argument(parser: argparse.ArgumentParser) -> None:
         "registers (repeatable; installed packages declaring xder.methods, xder.benchmarks or "
         "xder.backbones entry points load by themselves)",
     )
+
+
+def plugin_arguments(argv: Sequence[str]) -> list[str]:
+    """The values of ``--plugin X`` and ``--plugin=X`` anywhere in ``argv`` (before ``--``): the
+    plugins to load before the parser is built."""
+    name = flag("plugin")
+    specs = []
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == name and i + 1 < len(args):
+            specs.append(args[i + 1])
+        elif arg.startswith(name + "="):
+            specs.append(arg[len(name) + 1 :])
+    return specs
 
 
 def add_logger_argument(parser: argparse.ArgumentParser, runs: str) -> None:

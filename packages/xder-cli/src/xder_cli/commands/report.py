@@ -19,6 +19,7 @@ from xder_cli.commands.common import (
 )
 from xder_cli.errors import UsageError
 from xder_cli.runs import rundir
+from xder_cli.runs.errors import RunError
 from xder_cli.runs.plan import run_overrides, settings_text
 from xder_cli.runs.published import published_results
 from xder_data import DataError
@@ -115,7 +116,7 @@ def group_overrides(groups: Any, configs: dict[str, Any]) -> list[dict[str, Any]
             continue
         try:
             found = run_overrides(config)
-        except (UsageError, DataError, MethodError, UnknownBackboneError, KeyError):
+        except (RunError, DataError, MethodError, UnknownBackboneError, KeyError):
             continue
         if found:
             k = group.key

@@ -22,11 +22,13 @@ from xder_cli.commands.common import (
     add_protocol_argument,
     assignment,
     class_order,
+    error_line,
     fraction,
 )
 from xder_cli.errors import Interrupted, UsageError
 from xder_cli.progress import on_terminal
 from xder_cli.runs import rundir
+from xder_cli.runs.errors import RunError
 from xder_cli.runs.plan import RunPlan, build_plan, resolve_config, resolve_device
 from xder_cli.runs.plugins import PluginError, load_plugin, loaded_plugins
 from xder_cli.runs.trackers import check_loggers
@@ -68,7 +70,7 @@ def command_train(args: Any) -> int:
                 f"--resume takes no other settings (got {given[0]}): "
                 "the run continues with its own config.toml"
             )
-        run_dir = rundir.check_run_dir(Path(args.resume))
+        run_dir = rundir.check_run_dir(Path(args.resume), named_by="resume")
         plan = _resumed_plan(run_dir)
         # A complete run is reported without taking the lock: nothing in the folder is touched.
         if _report_if_complete(run_dir):
@@ -144,7 +146,7 @@ def command_train(args: Any) -> int:
             with _interruptible(run_dir):
                 results = _run(plan, run_dir)
             print_summary(results, run_dir)
-    except (UsageError, DataError, MethodError, UnknownBackboneError):
+    except (RunError, UsageError, DataError, MethodError, UnknownBackboneError):
         _remove_if_unstarted(run_dir)
         raise
     return 0
@@ -175,7 +177,7 @@ def _resumed_plan(run_dir: Path) -> RunPlan:
             load_plugin(spec)
         except PluginError as error:
             raise UsageError(
-                f"{run_dir} was trained with --plugin {spec}, which does not load now ({error}): "
+                f"{run_dir} was trained with --plugin {spec}, which does not load now ({error_line(error)}): "
                 "install or restore it, or pass --plugin with where it is now"
             ) from error
     method = config.get("run", {}).get("method")

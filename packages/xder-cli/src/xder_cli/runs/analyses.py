@@ -3,12 +3,11 @@
 Two kinds of analysis:
 
 * recorded while training: by every run, the Class-IL mistakes by head after every task and the
-  peak memory; by a run trained with ``run.record_analyses`` (``xder-run train
-  --record-analyses``) also the gradient norms of stream vs replay data at sampled steps
-  (``train.record_every``) and, at every task end, the few-shot transfer of the future heads and
-  the mean stored logits per class (:func:`task_end_analysis`, written to ``events.jsonl``).
-  Those cost a few percent of a run, so they are off by default: :data:`RECORDED` names the
-  analyses that need them;
+  peak memory; by a run trained with ``run.record_analyses`` also the gradient norms of stream vs
+  replay data at sampled steps (``train.record_every``) and, at every task end, the few-shot
+  transfer of the future heads and the mean stored logits per class (:func:`task_end_analysis`,
+  written to ``events.jsonl``). Those cost a few percent of a run, so they are off by default:
+  :data:`RECORDED` names the analyses that need them;
 * computed from the final checkpoint: calibration, secondary information, flatness, Fisher trace,
   buffer informativeness, Grad-CAM pointing (where the benchmark has masks) and secondary targets
   (where COCO-stitched data are prepared).
@@ -32,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from xder_cli.errors import UsageError
 from xder_cli.runs import rundir
+from xder_cli.runs.errors import AnalysisSkipped, RunDirError, option
 from xder_data import Benchmark, load_benchmark
 from xder_eval import (
     expected_calibration_error,
@@ -89,7 +88,8 @@ ANALYSES = (
 )
 RECORDED = ("grad_norms", "future_fewshot_auc")
 """Analyses that read what only a run trained with ``run.record_analyses`` records."""
-RECORD_HINT = "train it with --record-analyses (run.record_analyses = true)"
+RECORD_HINT = f"train it with {option('run.record_analyses')} (run.record_analyses = true)"
+"""What to do for :data:`RECORDED`, as a template of :mod:`~xder_cli.runs.errors`."""
 FLATNESS_SIGMAS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1)
 FEWSHOT_POOL = max(DEFAULT_SHOTS)  # training examples kept per class for the shots
 
@@ -209,12 +209,15 @@ class TrainedRun:
 
 
 def load_trained_run(run_dir: Path, *, device: str | None = None, data_root: str | None = None) -> TrainedRun:
-    """Rebuild the method of a run directory and load its checkpoint (eval mode)."""
+    """Rebuild the method of a run directory and load its checkpoint (eval mode).
 
-    run_dir = rundir.check_run_dir(run_dir, flag=None)
+    Raises:
+        RunDirError: not a run directory, or one without a checkpoint yet.
+    """
+    run_dir = rundir.check_run_dir(run_dir)
     checkpoint = run_dir / rundir.CHECKPOINT
     if not checkpoint.is_file():
-        raise UsageError(f"{run_dir} has no {rundir.CHECKPOINT} yet: train (or resume) it first")
+        raise RunDirError(f"{run_dir} has no {rundir.CHECKPOINT} yet: train (or resume) it first")
     plan = build_plan(rundir.read_config(run_dir / rundir.CONFIG))
     settings = plan.settings
     target = resolve_device(device or settings.device)
@@ -252,10 +255,6 @@ def load_trained_run(run_dir: Path, *, device: str | None = None, data_root: str
 
 # ---------------------------------------------------------------------------------------------
 # The analyses. Each returns a JSON-able dict, or raises AnalysisSkipped(reason).
-
-
-class AnalysisSkipped(Exception):
-    """An analysis that does not apply to this run."""
 
 
 def _test_logits(run: TrainedRun) -> Tensor:

@@ -11,8 +11,8 @@ A run's configuration has five sections:
   ``folder`` benchmark's ``tasks`` and ``image_size``), passed to :func:`xder_data.load_benchmark`.
 
 Layers, lowest first: the method's dataclass defaults, the benchmark's protocol, the preset,
-the command-line flags, then ``--set section.key=value``. Unknown keys and ill-typed values are
-errors (:class:`UsageError`).
+the caller's values, then the overrides (``section.key=value``). Unknown keys and ill-typed values
+are errors (:class:`~xder_cli.runs.errors.SettingError`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from xder_cli.errors import UsageError
+from xder_cli.runs.errors import SettingError, option
 from xder_data import benchmark_option_types, benchmark_options
 
 __all__ = [
@@ -41,7 +41,7 @@ __all__ = [
 
 SECTIONS = ("run", "train", "backbone", "method", "benchmark")
 LOGGERS = ("tensorboard", "wandb")
-"""Experiment trackers a run can log to (``--logger``, ``run.loggers``)."""
+"""Experiment trackers a run can log to (``run.loggers``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,9 +77,10 @@ class RunSettings:
             ``train.record_every`` steps, and after every task the few-shot curves of the future
             heads and the buffer's mean logits per class. Off by default: they cost a few percent
             of a run (docs/performance.md, "On a shared machine") and change none of its results.
-        plugins: the ``--plugin`` modules and files (as absolute paths) loaded when the run was
-            started: ``xder-run train --resume`` loads them again. Where the code lives, not what
-            is trained (the method's name is): not compared by reports and experiments.
+        plugins: the plugin modules and files (:func:`~xder_cli.runs.plugins.load_plugin`, files as
+            absolute paths) loaded when the run was started: resuming it loads them again. Where
+            the code lives, not what is trained (the method's name is): not compared by reports
+            and experiments.
     """
 
     method: str
@@ -99,23 +100,27 @@ class RunSettings:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.validation < 1.0:
-            raise UsageError(f"run.validation must be in [0, 1), got {self.validation}")
+            raise SettingError(f"run.validation must be in [0, 1), got {self.validation}")
         if len(set(self.loggers)) != len(self.loggers):
-            raise UsageError(f"run.loggers names a logger twice: {self.loggers}")
+            raise SettingError(f"run.loggers names a logger twice: {self.loggers}")
         if self.threads < 0:
-            raise UsageError(f"run.threads must be >= 0 (0: a fair share of the cores), got {self.threads}")
+            raise SettingError(f"run.threads must be >= 0 (0: a fair share of the cores), got {self.threads}")
 
 
 def parse_assignment(text: str) -> tuple[str, str, Any]:
     """Split ``section.key=value``; the value is read as a TOML value (``0.2``, ``true``,
     ``[35, 45]``, ``"text"``), or taken as a bare string when it is not one."""
     if "=" not in text:
-        raise UsageError(f"--set {text!r} needs the form section.key=value, e.g. --set method.alpha=0.2")
+        overrides = option("overrides")
+        raise SettingError(
+            f"{overrides} {text!r} needs the form section.key=value, e.g. {overrides} method.alpha=0.2"
+        )
     dotted, raw = text.split("=", 1)
     section, _, key = dotted.strip().partition(".")
     if section not in SECTIONS or not key:
-        raise UsageError(
-            f"--set {text!r}: the key must be section.name with section one of {', '.join(SECTIONS)}"
+        raise SettingError(
+            f"{option('overrides')} {text!r}: the key must be section.name with section one of "
+            f"{', '.join(SECTIONS)}"
         )
     raw = raw.strip()
     try:
@@ -152,10 +157,10 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
     """Check ``value`` against the type ``hint`` and convert it (int -> float, list -> tuple).
 
     Raises:
-        UsageError: naming ``name``, the value and the expected type.
+        SettingError: naming ``name``, the value and the expected type.
     """
     origin = typing.get_origin(hint)
-    fail = UsageError(f"{name} = {value!r} is not valid: expected {_describe(hint)}")
+    fail = SettingError(f"{name} = {value!r} is not valid: expected {_describe(hint)}")
     if hint is Any:
         return value
     if origin is Literal:
@@ -170,7 +175,7 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
                 continue
             try:
                 return coerce(value, option, name)
-            except UsageError:
+            except SettingError:
                 continue
         raise fail
     if origin in (tuple, list):
@@ -228,7 +233,7 @@ def validate_section(section: str, values: Mapping[str, Any], target: Any, *, wh
     for key, value in values.items():
         if key not in hints:
             known = ", ".join(sorted(hints)) or "no settings"
-            raise UsageError(f"{section}.{key} is not a setting of {what}: it takes {known}")
+            raise SettingError(f"{section}.{key} is not a setting of {what}: it takes {known}")
         out[key] = coerce(value, hints[key], f"{section}.{key}")
     return out
 
@@ -238,7 +243,7 @@ def benchmark_settings(name: str, values: dict[str, Any]) -> dict[str, Any]:
     the defaults of the options not given: every option the benchmark is loaded with.
 
     Raises:
-        UsageError: an option the benchmark does not take, an ill-typed value, or a required
+        SettingError: an option the benchmark does not take, an ill-typed value, or a required
             option left out.
     """
     given = validate_section("benchmark", values, benchmark_option_types(name), what=f"benchmark {name!r}")
@@ -247,5 +252,7 @@ def benchmark_settings(name: str, values: dict[str, Any]) -> dict[str, Any]:
     missing = [key for key, default in defaults.items() if default is empty and key not in given]
     if missing:
         key = missing[0]
-        raise UsageError(f"benchmark {name!r} needs benchmark.{key}: pass --set benchmark.{key}=...")
+        raise SettingError(
+            f"benchmark {name!r} needs benchmark.{key}: pass {option('overrides')} benchmark.{key}=..."
+        )
     return {**{k: v for k, v in defaults.items() if v is not empty}, **given}

@@ -1,5 +1,5 @@
 """A run's plan: its configuration resolved in layers (method defaults, the benchmark's protocol,
-a preset, the caller's values, ``--set``), checked and typed (:class:`RunPlan`), and where it runs
+a preset, the caller's values, the overrides), checked and typed (:class:`RunPlan`), and where it runs
 (the device, where its data live)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from xder_cli.errors import UsageError
 from xder_cli.runs import rundir
 from xder_cli.runs.config import SECTIONS, RunSettings, benchmark_settings, validate_section
+from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.presets import default_preset, preset_values
 from xder_data import DEFAULT_PROTOCOL, Benchmark, benchmark_defaults
 from xder_methods import (
@@ -90,7 +90,8 @@ def run_buffer_size(
     sets: list[tuple[str, str, Any]],
 ) -> int | None:
     """The buffer size a run will use (None for a method without a buffer): the protocol's, then
-    ``--buffer-size``, then ``--set method.buffer_size``; it picks the preset's entry."""
+    ``method_values``' ``buffer_size``, then an override of ``method.buffer_size``; it picks the
+    preset's entry."""
     if "buffer_size" not in fields:
         return None
     size: Any = method_values.get("buffer_size", protocol_size)
@@ -111,17 +112,19 @@ def resolve_config(
     sets: list[tuple[str, str, Any]],
     protocol_name: str = DEFAULT_PROTOCOL,
 ) -> dict[str, dict[str, Any]]:
-    """Layer the configuration: method defaults < benchmark protocol < preset < flags < --set.
+    """Layer the configuration: method defaults < benchmark protocol < preset < the caller's values
+    < overrides.
 
     Args:
-        run: [run] values from explicit command-line flags.
-        train: [train] values from explicit command-line flags.
-        method_values: [method] values from explicit command-line flags.
-        sets: ``(section, key, value)`` from ``--set``, applied last.
-        protocol_name: the benchmark's protocol (``--protocol``): its settings, and the preset
-            tables kept for it.
+        run: [run] values the caller gives.
+        train: [train] values the caller gives.
+        method_values: [method] values the caller gives.
+        sets: overrides, ``(section, key, value)``, applied last.
+        protocol_name: the benchmark's protocol: its settings, and the preset tables kept for it.
 
     Raises:
+        SettingError: an override of the [run] settings given as arguments (method, benchmark,
+            preset, protocol), an unknown section, an unknown preset or entry.
         UnknownProtocolError: the benchmark has no such protocol.
     """
     config_cls = method_config_class(method)
@@ -149,9 +152,9 @@ def resolve_config(
     layers += sets
     for section, key, value in layers:
         if section == "run" and key in ("method", "benchmark", "preset", "protocol"):
-            raise UsageError(f"run.{key} cannot be set with --set: use --{key}")
+            raise SettingError(f"run.{key} cannot be set with {option('overrides')}: use {option(key)}")
         if section not in config:
-            raise UsageError(f"unknown section {section!r}: use {', '.join(SECTIONS)}")
+            raise SettingError(f"unknown section {section!r}: use {', '.join(SECTIONS)}")
         config[section][key] = value
         if section == "backbone":
             chosen_backbone[key] = value
@@ -174,18 +177,19 @@ def _comparable(value: Any) -> Any:
 
 
 def settings_text(values: Mapping[str, Any]) -> str:
-    """Dotted settings as ``key=value`` pairs, values as JSON (as ``--set`` takes them), e.g.
-    ``train.epochs=1, backbone.width=4``: how overrides are named wherever results are shown."""
+    """Dotted settings as ``key=value`` pairs, values as JSON (as
+    :func:`~xder_cli.runs.config.parse_assignment` reads them), e.g. ``train.epochs=1,
+    backbone.width=4``: how overrides are named wherever results are shown."""
     return ", ".join(f"{key}={json.dumps(value)}" for key, value in values.items())
 
 
 def run_overrides(config: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The settings of a run's ``config.toml`` that its preset and protocol do not give, as they
-    stand now (what ``--set``, ``--epochs`` or ``--class-order`` changed): dotted key -> the run's
+    stand now (what overrides, epochs or class order changed): dotted key -> the run's
     value. The buffer size is the run's own choice, not an override.
 
     Raises:
-        UsageError, DataError, MethodError: the run's method, benchmark, preset or protocol is
+        RunError, DataError, MethodError: the run's method, benchmark, preset or protocol is
             unknown here (e.g. a plugin not loaded).
     """
     run = config.get("run", {})
@@ -220,16 +224,16 @@ def build_plan(config: dict[str, dict[str, Any]]) -> RunPlan:
     """Validate every section of a configuration and build the typed objects.
 
     Raises:
-        UsageError: unknown section or key, ill-typed value.
+        SettingError: unknown section or key, ill-typed value.
         MethodConfigError, UnknownMethodError, UnknownBackboneError, DataError: from the packages.
     """
     unknown = sorted(set(config) - set(SECTIONS))
     if unknown:
-        raise UsageError(f"unknown section {unknown[0]!r}: use {', '.join(SECTIONS)}")
+        raise SettingError(f"unknown section {unknown[0]!r}: use {', '.join(SECTIONS)}")
     run = validate_section("run", config.get("run", {}), RunSettings, what="[run]")
     for required in ("method", "benchmark"):
         if required not in run:
-            raise UsageError(f"the configuration has no run.{required}")
+            raise SettingError(f"the configuration has no run.{required}")
     settings = RunSettings(**run)
     benchmark_defaults(settings.benchmark, settings.protocol)  # an unknown one is the user's to fix
     benchmark = benchmark_settings(settings.benchmark, config.get("benchmark", {}))
@@ -244,14 +248,14 @@ def build_plan(config: dict[str, dict[str, Any]]) -> RunPlan:
     if schedule.tasks is not None and last_task_only is not None:
         key, value = last_task_only
         if getattr(method_config, key) == value:
-            raise UsageError(
+            raise SettingError(
                 f"train.tasks cannot shorten {settings.method} with method.{key} = {value!r}: it trains "
                 f"only at the benchmark's last task; pick another method.{key} or drop train.tasks"
             )
     backbone_values = dict(config.get("backbone", {}))
     name = backbone_values.pop("name", None)
     if not isinstance(name, str):
-        raise UsageError("backbone.name must be the name of a registered backbone")
+        raise SettingError("backbone.name must be the name of a registered backbone")
     options = validate_section("backbone", backbone_values, backbone_factory(name), what=f"backbone {name!r}")
     defaults = {k: v for k, v in backbone_options(name).items() if v is not inspect.Parameter.empty}
     backbone = {"name": name, **defaults, **options}
@@ -266,20 +270,26 @@ def build_plan(config: dict[str, dict[str, Any]]) -> RunPlan:
 
 
 def resolve_device(spec: str) -> torch.device:
-    """``auto`` -> CUDA when available, else CPU; anything else is checked."""
+    """``auto`` -> CUDA when available, else CPU; anything else is checked.
+
+    Raises:
+        SettingError: not a device, or not one this machine has.
+    """
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(spec)
     except RuntimeError as error:
-        raise UsageError(f"run.device {spec!r} is not a device: use auto, cpu, cuda or cuda:N") from error
+        raise SettingError(f"run.device {spec!r} is not a device: use auto, cpu, cuda or cuda:N") from error
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise UsageError(f"run.device {spec!r}: no CUDA device is available here; use --device cpu")
+            raise SettingError(
+                f"run.device {spec!r}: no CUDA device is available here; use {option('run.device')} cpu"
+            )
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise UsageError(f"run.device {spec!r}: only {torch.cuda.device_count()} CUDA device(s)")
+            raise SettingError(f"run.device {spec!r}: only {torch.cuda.device_count()} CUDA device(s)")
     elif device.type != "cpu":
-        raise UsageError(f"run.device {spec!r} is not supported: use auto, cpu, cuda or cuda:N")
+        raise SettingError(f"run.device {spec!r} is not supported: use auto, cpu, cuda or cuda:N")
     return device
 
 
@@ -316,19 +326,21 @@ def resolve_run(
 ) -> RunPlan:
     """The plan of a run, as ``xder-run train`` resolves it: the method's defaults, the
     benchmark's ``protocol``, the ``preset`` (default: the method's, ``tuned`` else ``paper``
-    else ``none``), then ``buffer_size`` and ``overrides`` (dotted keys, as ``--set`` takes
-    them: ``{"train.epochs": 2, "backbone.width": 8}``). ``run`` holds further ``[run]``
+    else ``none``), then ``buffer_size`` and ``overrides`` (dotted keys:
+    ``{"train.epochs": 2, "backbone.width": 8}``). ``run`` holds further ``[run]``
     settings (``loggers=["tensorboard"]``, ``data_root="data"``, ``threads=1``, ...).
 
     Raises:
-        UsageError: an unknown method, benchmark, preset, protocol or setting, or a value out of
-            its range (the message names the setting).
+        SettingError: an unknown preset, entry or setting, or a value out of its range (the
+            message names the setting).
+        UnknownMethodError, DataError, UnknownBackboneError: an unknown method, benchmark or
+            protocol, or backbone.
     """
     sets = []
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
         if section not in SECTIONS or not key:
-            raise UsageError(
+            raise SettingError(
                 f"{dotted!r}: a setting is section.name with section one of {', '.join(SECTIONS)}"
             )
         sets.append((section, key, value))

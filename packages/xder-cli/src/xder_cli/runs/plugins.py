@@ -1,7 +1,7 @@
 """Plugins: methods, benchmarks and backbones registered by code outside the xder packages.
 
-Two ways in, both loaded by ``xder-run`` before it builds its parser (so that ``--help`` lists
-what they register):
+Two ways in, both loaded by :func:`load_plugins` (``xder-run`` calls it before it builds its parser,
+so that its help lists what they register):
 
 * **Entry points** of installed distributions, in the groups :data:`ENTRY_POINT_GROUPS`
   (``xder.methods``, ``xder.benchmarks``, ``xder.backbones``). An entry point's name is the name
@@ -12,11 +12,12 @@ what they register):
       [project.entry-points."xder.methods"]
       er_balanced = "my_package.methods"
 
-* ``--plugin MODULE_OR_FILE`` (any command, repeatable): a module by its import name (installed,
-  or on ``PYTHONPATH``), or a ``.py`` file by its path, imported once per process.
+* :func:`load_plugin`: a module by its import name (installed, or on ``PYTHONPATH``), or a
+  ``.py`` file by its path, imported once per process (``xder-run``'s ``--plugin MODULE_OR_FILE``,
+  any command, repeatable).
 
 A plugin that fails to import, or that registers a name already taken (by the xder packages or
-another plugin), is a :class:`PluginError`: one line, exit status 2. Runs trained by Ray workers
+another plugin), is a :class:`~xder_cli.runs.errors.PluginError`. Runs trained by Ray workers
 (``sweep``, ``experiment``) load the same plugins in each worker (:func:`loaded_plugins`).
 """
 
@@ -32,7 +33,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from types import ModuleType
 
-from xder_cli.errors import UsageError
+from xder_cli.runs.errors import PluginError, option
 
 __all__ = [
     "ENTRY_POINT_GROUPS",
@@ -41,17 +42,11 @@ __all__ = [
     "load_plugin",
     "load_plugins",
     "loaded_plugins",
-    "plugin_arguments",
 ]
 
 ENTRY_POINT_GROUPS = ("xder.methods", "xder.benchmarks", "xder.backbones")
-FLAG = "--plugin"
 
-_LOADED: list[str] = []  # the --plugin specs loaded in this process, files as absolute paths
-
-
-class PluginError(UsageError):
-    """A plugin could not be loaded: it fails to import, or registers a name twice."""
+_LOADED: list[str] = []  # the plugins loaded in this process by load_plugin, files as absolute paths
 
 
 def _why(error: BaseException) -> str:
@@ -109,13 +104,15 @@ def load_plugin(spec: str) -> ModuleType:
     if _is_file(spec):
         path = Path(spec).expanduser().resolve()
         if not path.is_file():
-            raise PluginError(f"--plugin {spec}: no such file; give a .py file or an importable module name")
+            raise PluginError(
+                f"{option('plugin')} {spec}: no such file; give a .py file or an importable module name"
+            )
         name = _file_module_name(path)
         if name in sys.modules:
             return sys.modules[name]
         module_spec = importlib.util.spec_from_file_location(name, path)
         if module_spec is None or module_spec.loader is None:
-            raise PluginError(f"--plugin {spec}: not a Python file Python can import")
+            raise PluginError(f"{option('plugin')} {spec}: not a Python file Python can import")
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[name] = module
         try:
@@ -133,7 +130,7 @@ def load_plugin(spec: str) -> ModuleType:
     except ModuleNotFoundError as error:
         if error.name is not None and (spec == error.name or spec.startswith(error.name + ".")):
             raise PluginError(
-                f"--plugin {spec}: no module named {error.name!r}; install it, add its folder to "
+                f"{option('plugin')} {spec}: no module named {error.name!r}; install it, add its folder to "
                 "PYTHONPATH, or give the path of a .py file"
             ) from error
         raise PluginError(f"plugin {spec} failed to import: {_why(error)}") from error
@@ -145,26 +142,12 @@ def load_plugin(spec: str) -> ModuleType:
 
 
 def load_plugins(specs: Sequence[str] = ()) -> None:
-    """The entry points, then each ``--plugin`` spec in order (see :func:`load_plugin`)."""
+    """The entry points, then each plugin of ``specs`` in order (see :func:`load_plugin`)."""
     load_entry_points()
     for spec in specs:
         load_plugin(spec)
 
 
 def loaded_plugins() -> tuple[str, ...]:
-    """The ``--plugin`` specs loaded in this process (files as absolute paths), for workers."""
+    """The plugins :func:`load_plugin` loaded in this process (files as absolute paths), for workers."""
     return tuple(_LOADED)
-
-
-def plugin_arguments(argv: Sequence[str]) -> list[str]:
-    """The values of ``--plugin X`` and ``--plugin=X`` anywhere in ``argv`` (before ``--``)."""
-    specs = []
-    args = list(argv)
-    for i, arg in enumerate(args):
-        if arg == "--":
-            break
-        if arg == FLAG and i + 1 < len(args):
-            specs.append(args[i + 1])
-        elif arg.startswith(FLAG + "="):
-            specs.append(arg[len(FLAG) + 1 :])
-    return specs

@@ -15,15 +15,15 @@ settings) and one entry per method, under ``m<buffer size>`` for methods with a 
     chosen = { "method.future_heads" = "rpc", "method.alpha" = 0.1 }
     grid = { "method.alpha" = [0.1, 0.3, 0.7] }
 
-A benchmark's protocol other than ``paper`` (``--protocol laptop``) has tables of its own, under
+A benchmark's protocol other than ``paper`` (e.g. ``laptop``) has tables of its own, under
 ``"<benchmark>:<protocol>"``::
 
     ["seq-cifar10:laptop".m200.derpp]
     chosen = { "train.lr" = 0.03 }
 
-Keys are a run configuration's ``section.key``. ``chosen`` is what ``--preset NAME`` applies (with
+Keys are a run configuration's ``section.key``. ``chosen`` is what preset ``NAME`` applies (with
 the protocol); ``grid`` is what was searched, for ``xder-run sweep --grid NAME:BENCH:BUFFER:ENTRY``.
-An entry is named after its method unless ``method`` says otherwise; ``--preset NAME:ENTRY`` picks
+An entry is named after its method unless ``method`` says otherwise; preset ``NAME:ENTRY`` picks
 such an entry. ``none`` is built in: the benchmark's protocol plus the method's own defaults. The
 default preset of a run is the first of :data:`DEFAULT_ORDER` with an entry for its benchmark,
 protocol, buffer size and method, else ``none``.
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from xder_cli.errors import UsageError
+from xder_cli.runs.errors import SettingError, option
 
 __all__ = [
     "DEFAULT_ORDER",
@@ -113,7 +113,7 @@ def split_dotted(dotted: str) -> tuple[str, str]:
     """``"method.alpha"`` -> ``("method", "alpha")``."""
     section, _, key = dotted.partition(".")
     if not section or not key:
-        raise UsageError(f"{dotted!r} is not a setting: write section.key, e.g. method.alpha")
+        raise SettingError(f"{dotted!r} is not a setting: write section.key, e.g. method.alpha")
     return section, key
 
 
@@ -145,7 +145,7 @@ def list_presets() -> list[str]:
 @functools.cache
 def _load(name: str) -> dict[str, Any]:
     if name not in list_presets() or name == "none":
-        raise UsageError(f"unknown preset {name!r}: choose one of {', '.join(list_presets())}")
+        raise SettingError(f"unknown preset {name!r}: choose one of {', '.join(list_presets())}")
     text = (resources.files("xder_cli.runs") / "presets" / f"{name}.toml").read_text()
     return tomllib.loads(text)
 
@@ -195,7 +195,7 @@ def preset_entry(
         method: when given, the entry must run this method.
 
     Raises:
-        UsageError: unknown preset, no such entry (the message lists the buffer sizes and entries
+        SettingError: unknown preset, no such entry (the message lists the buffer sizes and entries
             the preset has), or an entry of another method.
     """
     table = table_key(benchmark, protocol)
@@ -209,15 +209,16 @@ def preset_entry(
         where = f"buffer {buffer_size}" if buffer_size is not None else "no buffer"
         on = f"{benchmark!r}" + ("" if protocol == PAPER_PROTOCOL else f" (protocol {protocol!r})")
         hint = f"it has buffer sizes {', '.join(map(str, sizes))}" if sizes else f"it has no values for {on}"
-        raise UsageError(
+        raise SettingError(
             f"preset {preset!r} has no entry {entry!r} for {on} with {where} ({hint}): "
-            "use --preset none (protocol + the method's defaults) or another --buffer-size"
+            f"use {option('preset')} none (protocol + the method's defaults) or another "
+            f"{option('buffer_size')}"
         )
     found = _entry(preset, table, level, entry, raw)
     if method is not None and found.method != method:
-        raise UsageError(
+        raise SettingError(
             f"preset entry {preset}:{entry} is for method {found.method!r}, not {method!r}: "
-            f"pass --method {found.method}"
+            f"pass {option('method')} {found.method}"
         )
     return found
 
@@ -233,7 +234,7 @@ def preset_values(
     ``none``.
 
     Raises:
-        UsageError: unknown preset, or no entry for this benchmark, protocol, buffer size and
+        SettingError: unknown preset, or no entry for this benchmark, protocol, buffer size and
             method.
     """
     name, entry = split_preset(preset)
@@ -254,7 +255,7 @@ def default_preset(
             continue
         try:
             preset_entry(name, benchmark, buffer_size, method, method=method, protocol=protocol)
-        except UsageError:
+        except SettingError:
             continue
         return name
     return "none"

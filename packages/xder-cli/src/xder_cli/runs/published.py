@@ -26,7 +26,7 @@ import tomllib
 from importlib import resources
 from typing import Any
 
-from xder_cli.errors import UsageError
+from xder_cli.runs.errors import SettingError, option
 from xder_eval import PublishedResult
 
 __all__ = [
@@ -145,15 +145,15 @@ def published_table(benchmark: str, buffer_size: int) -> list[PublishedResult]:
     results at all.
 
     Raises:
-        UsageError: the benchmark has published tables, but none at ``buffer_size``.
+        SettingError: the benchmark has published tables, but none at ``buffer_size``.
     """
     if benchmark not in published_benchmarks():
         return []
     sizes = published_buffer_sizes(benchmark)
     if buffer_size not in sizes:
-        raise UsageError(
+        raise SettingError(
             f"{benchmark} has no published table at buffer size {buffer_size}: the published ones are at "
-            f"{', '.join(map(str, sizes))}; pick one with --buffer-size"
+            f"{', '.join(map(str, sizes))}; pick one with {option('buffer_size')}"
         )
     rows = published_results()
     return [p for p in rows if p.benchmark == benchmark and p.buffer_size in (None, buffer_size)]

@@ -36,7 +36,13 @@ from typing import Any
 import tomli_w
 import torch
 
-from xder_cli.errors import UsageError
+from xder_cli.runs.errors import (
+    ResultsUnreadableError,
+    RunDirBusyError,
+    RunDirError,
+    RunDirWriteError,
+    option,
+)
 
 __all__ = [
     "CHECKPOINT",
@@ -48,6 +54,7 @@ __all__ = [
     "EventLog",
     "ResultsUnreadableError",
     "RunDirBusyError",
+    "RunDirError",
     "RunDirWriteError",
     "atomic_write_bytes",
     "check_run_dir",
@@ -76,8 +83,9 @@ CONFIG, EVENTS, RESULTS, CHECKPOINT, PLOTS, LOCK = (
 
 
 def resume_hint(run_dir: Path) -> str:
-    """How to continue ``run_dir``, for the messages of a write that failed."""
-    return f"continue with xder-run train --resume {run_dir}"
+    """How to continue ``run_dir``, for the messages of a write that failed (``train_run`` with
+    ``resume``; a template of :mod:`~xder_cli.runs.errors`)."""
+    return f"continue with {option('train_run')} {option('resume')} {run_dir}"
 
 
 def _file_mode() -> int:
@@ -146,13 +154,18 @@ def write_config(path: Path, config: dict[str, dict[str, Any]]) -> None:
 
 
 def read_config(path: Path) -> dict[str, dict[str, Any]]:
+    """A run's ``config.toml``, as TOML reads it.
+
+    Raises:
+        RunDirError: the file cannot be read or is not TOML.
+    """
     import tomllib
 
     try:
         with open(path, "rb") as handle:
             return tomllib.load(handle)
     except (OSError, tomllib.TOMLDecodeError) as error:
-        raise UsageError(f"cannot read {path}: {error}") from error
+        raise RunDirError(f"cannot read {path}: {error}") from error
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
@@ -162,11 +175,15 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
 
 
 def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
-    """Load a checkpoint with ``weights_only=True`` (tensors and plain containers only)."""
+    """Load a checkpoint with ``weights_only=True`` (tensors and plain containers only).
+
+    Raises:
+        RunDirError: a corrupt or foreign file.
+    """
     try:
         return torch.load(path, map_location=device, weights_only=True)
     except Exception as error:  # corrupt or foreign file: the user's to fix
-        raise UsageError(f"cannot load checkpoint {path}: {error}".splitlines()[0]) from error
+        raise RunDirError(f"cannot load checkpoint {path}: {error}".splitlines()[0]) from error
 
 
 class EventLog:
@@ -203,13 +220,17 @@ class EventLog:
 
 
 def new_run_dir(out: Path, method: str, benchmark: str, buffer_size: int, seed: int) -> Path:
-    """Create ``out/<date>-<method>-<benchmark>-m<buffer>-s<seed>`` (suffixed if it exists)."""
+    """Create ``out/<date>-<method>-<benchmark>-m<buffer>-s<seed>`` (suffixed if it exists).
+
+    Raises:
+        RunDirError: ``out`` cannot be created.
+    """
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     base = f"{stamp}-{method}-{benchmark}-m{buffer_size}-s{seed}"
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise UsageError(f"cannot create the output folder {out}: {error.strerror}") from error
+        raise RunDirError(f"cannot create the output folder {out}: {error.strerror}") from error
     for suffix in range(1000):
         path = out / (base if suffix == 0 else f"{base}-{suffix}")
         try:
@@ -218,28 +239,28 @@ def new_run_dir(out: Path, method: str, benchmark: str, buffer_size: int, seed: 
             continue
         (path / PLOTS).mkdir()
         return path
-    raise UsageError(f"too many runs named {base} in {out}")  # pragma: no cover
+    raise RunDirError(f"too many runs named {base} in {out}")  # pragma: no cover
 
 
-def check_run_dir(path: Path, *, flag: str | None = "--resume") -> Path:
-    """Raise :class:`UsageError` unless ``path`` is a run directory (it holds config.toml).
+def check_run_dir(path: Path, *, named_by: str | None = None) -> Path:
+    """``path``, if it is a run directory (it holds config.toml).
 
     Args:
-        flag: the option that named ``path``, for the message (None: a positional argument).
+        named_by: the option (of :data:`~xder_cli.runs.errors.OPTIONS`, e.g. ``resume``) that
+            named ``path``, for the message; None: ``path`` was named on its own.
+
+    Raises:
+        RunDirError: ``path`` is not a folder, or holds no ``config.toml``.
     """
     path = Path(path)
-    named = f"{flag} {path}" if flag else str(path)
+    named = f"{option(named_by)} {path}" if named_by else str(path)
     if not path.is_dir():
-        raise UsageError(f"{named}: no such directory; give a folder that xder-run train created")
+        raise RunDirError(f"{named}: no such directory; give a folder that xder-run train created")
     if not (path / CONFIG).is_file():
-        raise UsageError(
+        raise RunDirError(
             f"{named}: not a run directory (no {CONFIG}); give a folder that xder-run train created"
         )
     return path
-
-
-class ResultsUnreadableError(ValueError):
-    """A ``results.json`` that exists but cannot be used: the message says why, in one line."""
 
 
 def read_results(run_dir: Path) -> dict[str, Any] | None:
@@ -282,21 +303,6 @@ def complete_results(run_dir: Path) -> dict[str, Any] | None:
 
 # ---------------------------------------------------------------------------------------------
 # One writer per run directory
-
-
-class RunDirBusyError(UsageError):
-    """Another process holds the run directory's lock (``holder`` says which, in words)."""
-
-    def __init__(self, run_dir: Path, holder: str, then: str) -> None:
-        super().__init__(
-            f"{run_dir} is in use by {holder}: wait for that process to end (or stop it), then {then}"
-        )
-        self.run_dir = run_dir
-        self.holder = holder
-
-
-class RunDirWriteError(UsageError):
-    """A file of a run directory could not be written (disk full, no permission...)."""
 
 
 def _holder(fd: int) -> str:
@@ -347,20 +353,20 @@ def lock_run_dir(run_dir: Path, *, then: str) -> Iterator[None]:
 
     Raises:
         RunDirBusyError: another process holds the lock; nothing was written.
-        UsageError: the lock cannot be taken (a filesystem without locks, no permission...).
+        RunDirError: the lock cannot be taken (a filesystem without locks, no permission...).
     """
     path = Path(run_dir) / LOCK
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, _FILE_MODE)  # no O_TRUNC: the holder's name stays
     except OSError as error:
-        raise UsageError(f"cannot open the lock file {path}: {_reason(error)}") from error
+        raise RunDirError(f"cannot open the lock file {path}: {_reason(error)}") from error
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise RunDirBusyError(Path(run_dir), _holder(fd), then) from None
         except OSError as error:
-            raise UsageError(
+            raise RunDirError(
                 f"cannot lock {run_dir}: {_reason(error)}; the filesystem must support file locks "
                 "(on NFS: a server with locking)"
             ) from error

@@ -1,4 +1,4 @@
-"""Experiment trackers: TensorBoard and Weights & Biases as loop callbacks (``--logger NAME``).
+"""Experiment trackers: TensorBoard and Weights & Biases as loop callbacks (``run.loggers``).
 
 A run's ``run.loggers`` names the trackers it logs to, beside ``events.jsonl`` (which stays the
 record). Each one logs, under the run directory:
@@ -28,7 +28,7 @@ run's summary. A resumed run keeps its wandb id (``RUN_DIR/wandb/xder-run-id``):
 its own offline folder, synced into one run.
 
 A tracker that cannot start (package missing, a folder it cannot write, a wandb setting it
-rejects) is a :class:`~xder_cli.errors.UsageError` raised before any training.
+rejects) is a :class:`~xder_cli.runs.errors.TrackerError` raised before any training.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xder_cli.errors import UsageError
+from xder_cli.runs.errors import SettingError, TrackerError, option
 from xder_methods import Callback, EpochRecord, Loop, TaskRecord
 
 __all__ = [
@@ -82,16 +82,21 @@ _PACKAGES = {
 
 
 def check_loggers(names: Sequence[str]) -> None:
-    """Raise :class:`UsageError` unless every named tracker's package can be imported."""
+    """Check that every named tracker is one and that its package can be imported.
+
+    Raises:
+        SettingError: an unknown tracker.
+        TrackerError: a tracker whose package is missing.
+    """
     for name in names:
         if name not in _PACKAGES:
-            raise UsageError(f"unknown logger {name!r}: choose {' or '.join(_PACKAGES)}")
+            raise SettingError(f"unknown logger {name!r}: choose {' or '.join(_PACKAGES)}")
         extra, module = _PACKAGES[name]
         try:
             importlib.import_module(module)
         except ImportError as error:
-            raise UsageError(
-                f"--logger {name} needs the {extra} package ({type(error).__name__}: "
+            raise TrackerError(
+                f"{option('run.loggers')} {name} needs the {extra} package ({type(error).__name__}: "
                 f"{' '.join(str(error).split())}): pip install 'xder-cli[{extra}]'"
             ) from None
 
@@ -329,7 +334,8 @@ def start_loggers(
         results: returns the run's current ``results.json`` payload (read at the end).
 
     Raises:
-        UsageError: a package is missing or a tracker fails to start.
+        SettingError: an unknown tracker.
+        TrackerError: a package is missing or a tracker fails to start.
     """
     check_loggers(names)
     started: list[Tracker] = []
@@ -342,5 +348,7 @@ def start_loggers(
             for tracker in started:
                 tracker.close(failed=True)
             text = " ".join(str(error).split()) or type(error).__name__
-            raise UsageError(f"--logger {name} failed to start: {type(error).__name__}: {text}") from error
+            raise TrackerError(
+                f"{option('run.loggers')} {name} failed to start: {type(error).__name__}: {text}"
+            ) from error
     return started

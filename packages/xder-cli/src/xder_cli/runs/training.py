@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from xder_cli.runs import rundir
+from xder_cli.runs import errors, rundir
 from xder_cli.runs.cpushare import ThreadPolicy
 from xder_cli.runs.plan import Notify, RunPlan, ignore, place_data, resolve_device
 from xder_cli.runs.recorder import RunRecorder, ThreadShare
@@ -57,8 +57,8 @@ def run_training(
 
     Raises:
         rundir.RunDirWriteError: a file of the run directory could not be written.
-        UsageError: a tracker that cannot start.
-        NonFiniteLossError: the loss diverged; the message says where the last good state is, or
+        TrackerError: a tracker that cannot start.
+        errors.NonFiniteLossError: the loss diverged; the message says where the last good state is, or
             that there is none yet.
     """
     settings = plan.settings
@@ -113,9 +113,10 @@ def _record_run(
         else:
             where = (
                 "no checkpoint exists yet (it diverged within the first epoch), so the run must be started "
-                f"again: lower the learning rate, e.g. --set train.lr={plan.schedule.lr / 10:g}"
+                "again: lower the learning rate, e.g. "
+                f"{errors.option('overrides')} train.lr={plan.schedule.lr / 10:g}"
             )
-        raise NonFiniteLossError(f"{error}; {where}") from error
+        raise errors.NonFiniteLossError(f"{error}; {where}") from error
     finally:
         for tracker in trackers:
             tracker.close(failed=failed)
