@@ -1,18 +1,20 @@
 """The run as a library: a run's configuration resolved and planned (:mod:`~xder_cli.runs.plan`,
 :mod:`~xder_cli.runs.config`, :mod:`~xder_cli.runs.presets`), trained into a run directory with
 resume and a lock (:mod:`~xder_cli.runs.training`, :mod:`~xder_cli.runs.recorder`,
-:mod:`~xder_cli.runs.rundir`), logged to trackers (:mod:`~xder_cli.runs.trackers`), analysed
-(:mod:`~xder_cli.runs.analyses`), and set beside the papers' tables and claims
+:mod:`~xder_cli.runs.rundir`), logged to trackers (:mod:`~xder_cli.runs.trackers`), loaded back
+(:mod:`~xder_cli.runs.trained`) and analysed (:mod:`~xder_cli.runs.analyses`,
+:mod:`~xder_cli.runs.recorded`), and set beside the papers' tables and claims
 (:mod:`~xder_cli.runs.published`, :mod:`~xder_cli.runs.claims`). The commands of ``xder-run``
 are a thin layer over it: they parse, print and show progress; these modules do neither. What a
 caller gets wrong is a :class:`~xder_cli.runs.errors.RunError` (:mod:`~xder_cli.runs.errors`),
 whose message names settings and arguments, never a command-line flag.
 """
 
-from xder_cli.runs.analyses import AnalysisSkipped, TrainedRun, analyse
-from xder_cli.runs.analyses import load_trained_run as load_run
-from xder_cli.runs.errors import RunError
+from xder_cli.runs.analyses import analyse
+from xder_cli.runs.errors import AnalysisSkipped, RunError
 from xder_cli.runs.plan import RunPlan, load_plan, resolve_run
+from xder_cli.runs.trained import TrainedRun
+from xder_cli.runs.trained import load_trained_run as load_run
 from xder_cli.runs.training import start_run, train_run
 
 __all__ = [
