@@ -1,10 +1,12 @@
-"""Test sessions. ``nox`` alone runs them all: lint, every package's tests, the integration
-tests, the example plugin, the documentation site and the slow runs (the Quickstart's main job and
-the ``seq-digits`` figures of ``docs/results.md``).
+"""Test sessions. ``nox`` alone runs them all: lint, every package's tests, the run as a library's,
+the integration tests, the example plugin, the documentation site and the slow runs (the
+Quickstart's main job and the ``seq-digits`` figures of ``docs/results.md``).
 
 * ``tests(<package>)``: a fresh environment holding only that package (built from its folder),
   the xder packages it declares, and pytest, then ``pytest tests/<area>``. A stray import of an
   undeclared sibling fails here, which keeps the package boundaries honest.
+* ``runs``: the tests of the run as a library, ``xder_cli.runs`` (``tests/runs``), in an
+  environment made as ``tests(xder-cli)``'s is; ``tests(xder-cli)`` runs those of the commands.
 * ``integration``: all five packages; end-to-end runs of ``xder-run`` (``tests/integration``).
 * ``lint``: ruff (lint and format check).
 * ``docs``: the documentation site (``mkdocs.yml``, ``docs/``, and the API reference read from the
@@ -30,7 +32,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "uv"
-nox.options.sessions = ["lint", "docs", "tests", "integration", "plugin_example", "slow"]
+nox.options.sessions = ["lint", "docs", "tests", "runs", "integration", "plugin_example", "slow"]
 
 ROOT = Path(__file__).parent
 PACKAGES = {
@@ -93,6 +95,13 @@ def tests(session: nox.Session, package: str) -> None:
     """One package's tests, with only that package and its declared dependencies installed."""
     _install(session, package)
     session.run("pytest", f"tests/{PACKAGES[package]}", *session.posargs)
+
+
+@nox.session
+def runs(session: nox.Session) -> None:
+    """The run as a library (``xder_cli.runs``): xder-cli and its declared dependencies only."""
+    _install(session, "xder-cli")
+    session.run("pytest", "tests/runs", *session.posargs)
 
 
 @nox.session

@@ -19,7 +19,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Plots: every figure the toolkit saves, read back before it is closed, and what a reader needs
-# of it (tests/eval/test_plot_rendering.py, tests/cli/test_plot_rendering.py).
+# of it (tests/eval/test_plot_rendering.py, tests/runs/test_plot_rendering.py).
 
 
 class SavedFigures:
