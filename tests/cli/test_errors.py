@@ -1,0 +1,150 @@
+"""The library's errors as the command line words them: every option a message of xder_cli.runs
+names has a flag (xder_cli.commands.common.FLAGS), and each such message reaches the user as one
+line with the flag, exit status 2, exactly as before the library raised errors of its own."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import xder_cli.runs
+from xder_cli.commands.common import FLAGS, error_line, flag
+from xder_cli.main import main
+from xder_cli.runs.errors import OPTIONS, RunError, SettingError, option
+from xder_data import benchmark as data_registry
+from xder_data import benchmark_defaults
+
+RUNS = Path(xder_cli.runs.__file__).parent
+PLACEHOLDER = re.compile(r"\{([a-z][a-z_]*(?:\.[a-z_]+)?)\}")
+
+
+def _placeholders_in_the_library() -> dict[str, set[str]]:
+    """Every option a module of xder_cli.runs names: ``option("NAME")`` calls, and ``{NAME}``
+    written out in a string that is not a docstring."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(RUNS.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            names: list[str] = []
+            called = getattr(node, "func", None)
+            callee = getattr(called, "id", getattr(called, "attr", None))
+            if isinstance(node, ast.Call) and callee == "option":
+                names = [a.value for a in node.args if isinstance(a, ast.Constant)]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names = [] if id(node) in docstrings else PLACEHOLDER.findall(node.value)
+            for name in names:
+                found.setdefault(name, set()).add(path.name)
+    return found
+
+
+def test_every_option_has_a_flag() -> None:
+    assert set(FLAGS) == set(OPTIONS)
+    assert all(flag(name).startswith(("--", "xder-run ")) for name in OPTIONS)
+
+
+def test_every_placeholder_of_the_library_is_an_option_with_a_flag() -> None:
+    found = _placeholders_in_the_library()
+    assert {"run.device", "overrides", "buffer_size", "plugin", "run.loggers"} <= set(found)
+    unknown = {name: sorted(where) for name, where in found.items() if name not in FLAGS}
+    assert not unknown, f"placeholders without a flag in commands.common.FLAGS: {unknown}"
+
+
+def test_the_command_line_renders_options_as_flags_and_other_errors_as_they_are() -> None:
+    error = SettingError(f"run.device 'cuda': no CUDA device here; use {option('run.device')} cpu")
+    assert str(error) == "run.device 'cuda': no CUDA device here; use run.device cpu"
+    assert error_line(error) == "run.device 'cuda': no CUDA device here; use --device cpu"
+    assert error_line(RunError(f"then {option('train_run')} {option('resume')} DIR")) == (
+        "then xder-run train --resume DIR"
+    )
+    other = ValueError("a value\n  on two lines {run.device}")
+    assert error_line(other) == "a value on two lines {run.device}"
+
+
+def _error(capsys) -> str:
+    captured = capsys.readouterr().err
+    assert len(captured.strip().splitlines()) == 1, captured
+    return captured.strip()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["train", "--set", "model.alpha=1"],
+            "xder-run train: error: argument --set: --set 'model.alpha=1': the key must be section.name with "
+            "section one of run, train, backbone, method, benchmark (see xder-run train --help)",
+        ),
+        (
+            ["train", "--set", "run.method=er"],
+            "xder-run train: error: run.method cannot be set with --set: use --method",
+        ),
+        (
+            ["train", "--set", "run.preset=none"],
+            "xder-run train: error: run.preset cannot be set with --set: use --preset",
+        ),
+        (
+            ["train", "--benchmark", "seq-cifar100", "--preset", "paper", "--buffer-size", "1000"],
+            "xder-run train: error: preset 'paper' has no entry 'xder' for 'seq-cifar100' with buffer "
+            "1000 (it has buffer sizes 500, 2000): use --preset none (protocol + the method's defaults) "
+            "or another --buffer-size",
+        ),
+        (
+            ["train", "--benchmark", "seq-cifar100", "--preset", "paper:xder-rpc", "--method", "er"],
+            "xder-run train: error: preset entry paper:xder-rpc is for method 'xder', not 'er': "
+            "pass --method xder",
+        ),
+        (
+            ["train", "--resume", "{tmp}/nowhere"],
+            "xder-run train: error: --resume {tmp}/nowhere: no such directory; give a folder that "
+            "xder-run train created",
+        ),
+        (
+            ["train", "--resume", "{tmp}"],
+            "xder-run train: error: --resume {tmp}: not a run directory (no config.toml); give a folder that "
+            "xder-run train created",
+        ),
+        (
+            ["train", "--plugin", "{tmp}/nope.py"],
+            "xder-run: error: --plugin {tmp}/nope.py: no such file; give a .py file or an importable "
+            "module name",
+        ),
+        (
+            ["train", "--plugin", "{tmp}/notes.txt"],
+            "xder-run: error: --plugin {tmp}/notes.txt: not a Python file Python can import",
+        ),
+        (
+            ["experiment", "table", "--benchmark", "seq-cifar10", "--buffer-size", "300", "--out", "{tmp}"],
+            "xder-run experiment: error: seq-cifar10 has no published table at buffer size 300: the "
+            "published ones are at 200, 500, 5120; pick one with --buffer-size",
+        ),
+    ],
+)
+def test_a_library_error_names_the_flag(argv: list[str], message: str, tmp_path: Path, capsys) -> None:
+    (tmp_path / "notes.txt").write_text("not Python\n")
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in argv]
+    assert main(argv) == 2
+    assert _error(capsys) == message.replace("{tmp}", str(tmp_path))
+
+
+def test_a_required_benchmark_option_names_the_set_flag(tmp_path: Path, monkeypatch, capsys) -> None:
+    def load(root: Path | None, *, classes: int) -> None:
+        raise AssertionError("the plan is refused before any data is read")
+
+    loader = (load, {"paper": benchmark_defaults("seq-digits")})
+    monkeypatch.setitem(data_registry._REGISTRY, "lab-images", loader)
+    assert main(["train", "--benchmark", "lab-images", "--method", "sgd", "--out", str(tmp_path)]) == 2
+    assert _error(capsys) == (
+        "xder-run train: error: benchmark 'lab-images' needs benchmark.classes: "
+        "pass --set benchmark.classes=..."
+    )
