@@ -63,6 +63,7 @@ from xder_cli.errors import UsageError
 from xder_cli.runs import rundir
 from xder_cli.runs.claims import check_table_claims, claims_markdown
 from xder_cli.runs.config import SECTIONS
+from xder_cli.runs.errors import SettingError
 from xder_cli.runs.plan import build_plan, resolve_config, settings_text
 from xder_cli.runs.presets import DEFAULT_ORDER, PAPER_PROTOCOL, list_presets, preset_entry
 from xder_cli.runs.published import published_table, xder_table_methods
@@ -407,7 +408,7 @@ def _variant_preset(benchmark: str, buffer_size: int, entry: str, method: str, p
             continue
         try:
             preset_entry(name, benchmark, buffer_size, entry, method=method, protocol=protocol)
-        except UsageError:
+        except SettingError:
             continue
         return f"{name}:{entry}"
     on = benchmark if protocol == PAPER_PROTOCOL else f"{benchmark} (protocol {protocol})"

@@ -64,6 +64,7 @@ from typing import Any
 from xder_cli.errors import UsageError
 from xder_cli.progress import on_terminal
 from xder_cli.runs import rundir
+from xder_cli.runs.errors import RunError
 from xder_cli.runs.plan import build_plan, resolve_config
 from xder_cli.runs.plugins import load_plugins, loaded_plugins
 from xder_cli.runs.presets import PAPER_PROTOCOL, preset_entry, split_dotted
@@ -377,7 +378,7 @@ def train_trial(
             "node": None,
             "attempts": _attempts_of(path, submission),
         }
-    except (OSError, UsageError) as error:  # the folder cannot be created or locked
+    except (OSError, UsageError, RunError) as error:  # the folder cannot be created or locked
         outcome = trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
         return outcome | {"attempts": _attempts_of(path, submission)}
 
