@@ -242,7 +242,7 @@ def test_an_unknown_logger_is_a_usage_error(tmp_path: Path, capsys) -> None:
 
 def test_sweep_and_experiment_runs_get_the_loggers(tmp_path: Path, monkeypatch) -> None:
     import xder_cli.experiment as experiment_module
-    import xder_cli.sweep as sweep_module
+    import xder_cli.runs.sweep as sweep_module
 
     grid = tmp_path / "grid.toml"
     grid.write_text('method = "sgd"\nbenchmark = "seq-digits"\n[grid]\n"train.lr" = [0.1, 0.2]\n')

@@ -66,19 +66,16 @@ from xder_cli.runs.config import SECTIONS
 from xder_cli.runs.plan import build_plan, resolve_config, settings_text
 from xder_cli.runs.presets import DEFAULT_ORDER, PAPER_PROTOCOL, list_presets, preset_entry
 from xder_cli.runs.published import published_table, xder_table_methods
-from xder_cli.runs.trackers import check_loggers
-from xder_cli.sweep import (
+from xder_cli.runs.scheduler import (
     RUNNING_ELSEWHERE,
-    SweepSpec,
+    Job,
     outcome_note,
-    plan_trials,
-    progress_recorder,
     retry_note,
-    run_on_ray,
-    split_finished,
-    train_trial,
+    run_jobs,
     trial_retries,
 )
+from xder_cli.runs.sweep import SweepSpec, plan_trials
+from xder_cli.runs.trackers import check_loggers
 from xder_data import list_benchmarks
 from xder_eval import PublishedResult, compare_to_published
 from xder_eval.plots import legend_outside, new_figure, save_figure, set_percent_axis
@@ -550,35 +547,36 @@ def execute(
     (``describe`` turns its results.json into the line's figures) and ``on_change(outcomes)``
     is called after each.
     """
+    from xder_cli.progress import OutcomeLines, on_terminal
+
     for run in runs:
         _check_existing(run, root / run.name)
-    outcomes, pending_names = split_finished([(run.name, root / run.name) for run in runs])
-    pending = [run for run in runs if run.name in pending_names]
     where = "on Ray" if use_ray else "in this process"
-    print(
-        f"{len(runs)} runs, {len(runs) - len(pending)} already finished; training {len(pending)} {where}",
-        flush=True,
-    )
-    on_change(outcomes)
-
-    def figures(name: str, outcome: dict[str, Any]) -> str:
-        text = describe(_results(root / name)) if outcome["status"] == "finished" else ""
-        return f" | {text}" if text else ""
-
-    record = progress_recorder(outcomes, len(runs), figures, lambda: on_change(outcomes))
-
-    if use_ray:
-        run_on_ray(
-            [(run.name, root / run.name, run.config) for run in pending],
-            record,
-            max_concurrent=max_concurrent,
-            address=address,
-            gpus_per_trial=gpus_per_run,
+    lines = OutcomeLines(
+        lambda total, finished: (
+            f"{total} runs, {finished} already finished; training {total - finished} {where}"
         )
-    else:
-        for run in pending:
-            record(run.name, train_trial(str(root / run.name), run.config))
-    return outcomes
+    )
+
+    def started(outcomes: dict[str, dict[str, Any]], pending: list[Job]) -> None:
+        lines.on_start(len(runs), len(runs) - len(pending))
+        on_change(outcomes)
+
+    def done(name: str, outcome: dict[str, Any], outcomes: dict[str, dict[str, Any]]) -> None:
+        text = describe(_results(root / name)) if outcome["status"] == "finished" else ""
+        lines.on_done(name, outcome, f" | {text}" if text else "")
+        on_change(outcomes)
+
+    return run_jobs(
+        [Job(run.name, root / run.name, run.config) for run in runs],
+        use_ray=use_ray,
+        on_start=started,
+        on_done=done,
+        max_concurrent=max_concurrent,
+        address=address,
+        gpus_per_trial=gpus_per_run,
+        log_output=on_terminal,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
