@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from xder_cli.errors import UsageError
-from xder_cli.experiment import table_entries
+from xder_cli.runs.experiments.table import table_entries
 from xder_cli.runs.presets import default_preset, list_presets, preset_entries, preset_entry
 from xder_cli.runs.published import (
     published_benchmarks,
