@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from xder_cli.bench import run_bench
 from xder_cli.main import main
+from xder_cli.runs.bench import run_bench
 from xder_cli.runs.plan import build_plan, resolve_config
 from xder_cli.runs.rundir import read_config
 from xder_cli.runs.sweep import load_spec, plan_trials
