@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from xder_cli import bench
-from xder_cli.bench import run_bench
-from xder_cli.bench_share import share_ratio
 from xder_cli.main import main
+from xder_cli.runs import bench
+from xder_cli.runs.bench import run_bench
+from xder_cli.runs.bench_share import share_ratio
 from xder_cli.runs.cpushare import machine_cores
 
 
@@ -191,7 +191,7 @@ def test_concurrent_bench_mistakes_exit_2(groups: str, capsys) -> None:
     ],
 )
 def test_the_backbone_is_the_protocols_unless_asked(benchmark: str, backbone, expected: str) -> None:
-    from xder_cli.bench import _protocol_settings
+    from xder_cli.runs.bench import _protocol_settings
     from xder_data import benchmark_defaults
 
     args = SimpleNamespace(backbone=backbone, width=None, batch_size=None, buffer_size=None)

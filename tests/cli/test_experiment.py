@@ -17,19 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from xder_cli.commands.experiment import parse_param
 from xder_cli.errors import UsageError
-from xder_cli.experiment import (
-    REGULARISERS,
-    pair_class_order,
-    parse_param,
-    plan_class_order,
-    plan_table,
-    plot_flatness,
-    table_entries,
-)
 from xder_cli.main import main
 from xder_cli.progress import Progress
 from xder_cli.runs import rundir
+from xder_cli.runs.experiments.class_order import plan_class_order
+from xder_cli.runs.experiments.flatness import REGULARISERS, pair_class_order, plot_flatness
+from xder_cli.runs.experiments.table import plan_table, table_entries
 
 TINY = ["--set", "train.epochs=1", "--set", "backbone.width=4", "--set", "run.device=cpu"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -310,7 +305,7 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys) -> None:
 
 
 def test_a_run_logged_elsewhere_or_from_before_the_benchmark_section_is_reused(tmp_path: Path) -> None:
-    from xder_cli.experiment import _check_existing
+    from xder_cli.runs.experiments.common import _check_existing
 
     run, _ = plan_class_order("seq-digits", ["er"], [0], [("train", "epochs", 1)])
     stored = json.loads(json.dumps(run.config))

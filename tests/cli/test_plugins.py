@@ -15,7 +15,8 @@ import pytest
 import xder_cli.runs.plugins as plugins
 from xder_cli.commands.common import plugin_arguments
 from xder_cli.main import main
-from xder_cli.sweep import SweepSpec, plan_trials, train_trial
+from xder_cli.runs.scheduler import train_trial
+from xder_cli.runs.sweep import SweepSpec, plan_trials
 from xder_data import benchmark as data_registry
 from xder_data import list_benchmarks
 from xder_methods import _registry as method_registry

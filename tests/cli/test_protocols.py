@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from xder_cli.bench import run_bench
 from xder_cli.main import main
+from xder_cli.runs.bench import run_bench
 from xder_cli.runs.plan import build_plan, resolve_config
 from xder_cli.runs.rundir import read_config
-from xder_cli.sweep import load_spec, plan_trials
+from xder_cli.runs.sweep import load_spec, plan_trials
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 

@@ -15,15 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from xder_cli import sweep as sweep_module
 from xder_cli.errors import UsageError
 from xder_cli.main import main
 from xder_cli.progress import Progress
-from xder_cli.runs import rundir
+from xder_cli.runs import rundir, scheduler
+from xder_cli.runs import sweep as sweep_module
 from xder_cli.runs.plan import build_plan
-from xder_cli.runs.training import run_training
-from xder_cli.sweep import (
-    ATTEMPTS,
+from xder_cli.runs.scheduler import ATTEMPTS, train_trial, trial_cpus
+from xder_cli.runs.sweep import (
     SweepSpec,
     Trial,
     load_spec,
@@ -32,9 +31,8 @@ from xder_cli.sweep import (
     select,
     spec_from_preset,
     sweep_markdown,
-    train_trial,
-    trial_cpus,
 )
+from xder_cli.runs.training import run_training
 
 GRID = """\
 method = "derpp"
@@ -189,7 +187,7 @@ def test_a_retry_waits_for_the_lock_its_lost_attempt_held(tmp_path: Path, monkey
     run_dir.mkdir()
     lost = {"submission": "lost", "node": {"id": "n1", "ip": None, "host": "h"}, "pid": 1, "resume": False}
     rundir.EventLog(run_dir / ATTEMPTS).append(lost)
-    monkeypatch.setattr(sweep_module, "RETRY_LOCK_WAIT_S", 0.5)
+    monkeypatch.setattr(scheduler, "RETRY_LOCK_WAIT_S", 0.5)
     with rundir.lock_run_dir(run_dir, then="-"):  # the lost attempt's lock, still held
         begin = time.monotonic()
         other = train_trial(str(run_dir), trial.config, (), "another sweep")
@@ -199,7 +197,7 @@ def test_a_retry_waits_for_the_lock_its_lost_attempt_held(tmp_path: Path, monkey
         assert waited["status"] == "running elsewhere"
         assert time.monotonic() - begin >= 0.5
 
-    monkeypatch.setattr(sweep_module, "RETRY_LOCK_WAIT_S", 60.0)
+    monkeypatch.setattr(scheduler, "RETRY_LOCK_WAIT_S", 60.0)
     with contextlib.ExitStack() as held:
         held.enter_context(rundir.lock_run_dir(run_dir, then="-"))
         threading.Timer(1.0, held.pop_all().close).start()  # the lock goes a second later
@@ -233,7 +231,7 @@ def test_retries_are_counted_in_the_summary_and_the_report() -> None:
     )
     assert "- trials/p0-s0: finished, 3 attempts\n" in report
     assert "p1-s0" not in report
-    assert sweep_module.outcome_note(outcomes["p0-s0"]) == " (retried 2 x after a lost worker or node)"
+    assert scheduler.outcome_note(outcomes["p0-s0"]) == " (retried 2 x after a lost worker or node)"
     assert select(spec, trials, {})["retries"] == 0
     assert "Retries" not in sweep_markdown(select(spec, trials, {}))
 
@@ -313,7 +311,7 @@ def test_cli_usage_errors_exit_2(tmp_path: Path, capsys) -> None:
 def test_the_shipped_selection_grids_give_every_method_the_same_budget() -> None:
     """examples/selection/seq-cifar100-laptop: one grid per method, each 4 points x 2 seeds on the
     validation split, planned (every configuration valid) as the sweep would run it."""
-    from xder_cli.sweep import load_spec, plan_trials
+    from xder_cli.runs.sweep import load_spec, plan_trials
 
     folder = Path(__file__).resolve().parents[2] / "examples" / "selection" / "seq-cifar100-laptop"
     grids = sorted(folder.glob("*.toml"))

@@ -241,8 +241,9 @@ def test_an_unknown_logger_is_a_usage_error(tmp_path: Path, capsys) -> None:
 
 
 def test_sweep_and_experiment_runs_get_the_loggers(tmp_path: Path, monkeypatch) -> None:
-    import xder_cli.experiment as experiment_module
-    import xder_cli.sweep as sweep_module
+    import xder_cli.runs.experiments.class_order as class_order_module
+    import xder_cli.runs.experiments.common as experiment_module
+    import xder_cli.runs.sweep as sweep_module
 
     grid = tmp_path / "grid.toml"
     grid.write_text('method = "sgd"\nbenchmark = "seq-digits"\n[grid]\n"train.lr" = [0.1, 0.2]\n')
@@ -261,7 +262,7 @@ def test_sweep_and_experiment_runs_get_the_loggers(tmp_path: Path, monkeypatch) 
         return {}
 
     monkeypatch.setattr(experiment_module, "execute", execute_nothing)
-    monkeypatch.setattr(experiment_module, "plot_class_order", lambda summary, path: None)
+    monkeypatch.setattr(class_order_module, "plot_class_order", lambda summary, path: None)
     argv = ["experiment", "class-order", "--methods", "sgd", "--seeds", "0", "--out", str(tmp_path / "exp")]
     main([*argv, "--logger", "wandb", "--logger", "tensorboard"])
     assert [config["run"]["loggers"] for config in planned] == [["wandb", "tensorboard"]] * 2

@@ -13,7 +13,6 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from xder_cli.experiment import REGULARISERS, plot_class_order, plot_flatness, plot_sensitivity, plot_table
 from xder_cli.runs.analyses import (
     analyse_buffer_logits,
     analyse_ece,
@@ -22,6 +21,10 @@ from xder_cli.runs.analyses import (
     analyse_grad_norms,
     analyse_head_bias,
 )
+from xder_cli.runs.experiments.class_order import plot_class_order
+from xder_cli.runs.experiments.flatness import REGULARISERS, plot_flatness
+from xder_cli.runs.experiments.sensitivity import plot_sensitivity
+from xder_cli.runs.experiments.table import plot_table
 from xder_cli.runs.published import xder_table_methods
 
 RUN = "20260101-120000-derpp-seq-digits-m200-s0"

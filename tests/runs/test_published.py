@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from xder_cli.experiment import table_entries
 from xder_cli.runs.errors import SettingError
+from xder_cli.runs.experiments.table import table_entries
 from xder_cli.runs.presets import default_preset, list_presets, preset_entries, preset_entry
 from xder_cli.runs.published import (
     published_benchmarks,

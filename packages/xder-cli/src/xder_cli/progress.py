@@ -1,14 +1,17 @@
 """What a training run shows on a terminal: a progress bar per task and one line per task, bars
-over the images a reader walks through, and the run's notes and warnings."""
+over the images a reader walks through, and the run's notes and warnings; and the line a sweep or
+an experiment prints as each of its runs ends (:class:`OutcomeLines`)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tqdm import tqdm
 
+from xder_cli.runs.scheduler import outcome_note
 from xder_methods import (
     Callback,
     EpochRecord,
@@ -16,7 +19,7 @@ from xder_methods import (
     TaskRecord,
 )
 
-__all__ = ["Progress", "on_terminal", "print_notice", "progress_bar"]
+__all__ = ["OutcomeLines", "Progress", "on_terminal", "print_notice", "progress_bar"]
 
 
 def progress_bar(description: str) -> Callable[[Iterable[Any]], Iterable[Any]]:
@@ -77,3 +80,27 @@ def on_terminal() -> dict[str, Any]:
     """The keyword arguments of :func:`xder_cli.runs.training.run_training` that show a run on the
     terminal: a bar per task and a line per task, a bar over the images read, notes and warnings."""
     return {"callbacks": [Progress()], "notify": print_notice, "read_progress": progress_bar("images")}
+
+
+class OutcomeLines:
+    """The ``on_start`` and ``on_done`` of a sweep (:func:`xder_cli.runs.sweep.run_sweep`) or an
+    experiment (:func:`xder_cli.runs.experiments.run_experiment`) on the terminal: ``heading(total,
+    finished)`` once, then ``[done/total] name status<figures><note> | seconds`` as each run ends
+    (the note: :func:`xder_cli.runs.scheduler.outcome_note`; seconds since the start)."""
+
+    def __init__(self, heading: Callable[[int, int], str]) -> None:
+        self.heading = heading
+        self.total = self.done = 0
+        self.begin = time.perf_counter()
+
+    def on_start(self, total: int, finished: int) -> None:
+        print(self.heading(total, finished), flush=True)
+        self.total, self.done, self.begin = total, finished, time.perf_counter()
+
+    def on_done(self, name: str, outcome: Mapping[str, Any], figures: str) -> None:
+        self.done += 1
+        print(
+            f"[{self.done}/{self.total}] {name} {outcome['status']}{figures}{outcome_note(outcome)}"
+            f" | {time.perf_counter() - self.begin:.0f} s",
+            flush=True,
+        )

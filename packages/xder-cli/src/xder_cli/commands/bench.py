@@ -1,13 +1,18 @@
-"""``xder-run bench``: its parser; the work is :func:`xder_cli.bench.command_bench`."""
+"""``xder-run bench``: its parser and its handler, which prints the figures; the measuring is
+:mod:`xder_cli.runs.bench` (and :mod:`xder_cli.runs.bench_share` for ``--concurrent``)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
+from typing import Any
 
 from xder_cli.commands.common import (
     add_plugin_argument,
     add_protocol_argument,
 )
+from xder_cli.errors import UsageError
 
 __all__ = ["add_parser", "run"]
 
@@ -71,8 +76,75 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     bench.set_defaults(handler="bench")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``xder-run bench`` (``args`` from its parser)."""
-    from xder_cli.bench import command_bench
+def _groups(text: str) -> list[int]:
+    try:
+        groups = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        groups = []
+    if not groups or min(groups) < 2:
+        raise UsageError(f"--concurrent takes process counts of at least 2, e.g. 2 or 2,4; got {text!r}")
+    return groups
 
-    return command_bench(args)
+
+def print_share(payload: dict[str, Any]) -> None:
+    """The fair-share benchmark's figures (:func:`xder_cli.runs.bench_share.run_share_bench`)."""
+    print(
+        f"fair share ({payload['steps']} steps per process, median of {payload['rounds']} rounds; "
+        f"ratio = N at once / (N x alone), target <= {payload['target']}):"
+    )
+    print(f"{'method':8} {'N':>3} {'alone s':>9} {'N at once s':>12} {'ratio':>7}  threads alone / at once")
+    for row in payload["groups"]:
+        print(
+            f"{row['method']:8} {row['processes']:3d} {row['alone_seconds']:9.2f} "
+            f"{row['group_seconds']:12.2f} {row['fair_share_ratio']:7.2f}  "
+            f"{row['alone_threads']} / {row['group_threads']}"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``xder-run bench`` (``args`` from its parser): the step-time benchmark, or with
+    ``--concurrent`` the fair-share one; print its figures, and write them to ``--json``."""
+    from xder_methods import method_config_class
+
+    if getattr(args, "concurrent", None) is not None:
+        from xder_cli.runs.bench_share import run_share_bench
+
+        groups = _groups(args.concurrent)
+        if args.rounds < 1:
+            raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
+        for name in (n.strip() for n in args.methods.split(",") if n.strip()):
+            method_config_class(name)  # UnknownMethodError names the choices
+        payload = run_share_bench(args, groups)
+        print_share(payload)
+        if args.json:
+            from xder_cli.runs.rundir import write_json
+
+            write_json(Path(args.json), payload)
+            print(f"written: {args.json}")
+        return 0
+    from xder_cli.runs.bench import run_bench
+
+    payload = run_bench(args)
+    print(f"device: {payload['device']}, torch {payload['torch']}, {json.dumps(payload['settings'])}")
+    header = ("method", "s/step", "images", "floor s", "x floor", "syncs", "ops", "epoch s", "protocol")
+    print(f"{header[0]:8} " + " ".join(f"{h:>9}" for h in header[1:]))
+    for row in payload["methods"]:
+        epoch = "-" if row["epoch_seconds"] is None else f"{row['epoch_seconds']:.1f}"
+        protocol = (
+            "-"
+            if row["projected_protocol_seconds"] is None
+            else f"{row['projected_protocol_seconds'] / 3600:.2f} h"
+        )
+        print(
+            f"{row['method']:8} {row['seconds_per_step']:9.4f} {row['images_per_step']:9d} "
+            f"{row['floor_seconds']:9.4f} {row['step_over_floor']:9.2f} {row['host_syncs_per_step']:9d} "
+            f"{row['ops_per_step']:9d} {epoch:>9} {protocol:>9}"
+        )
+    for name, value in payload["ratios"].items():
+        print(f"{name}: {value:.2f}")
+    if args.json:
+        from xder_cli.runs.rundir import write_json
+
+        write_json(Path(args.json), payload)
+        print(f"written: {args.json}")
+    return 0

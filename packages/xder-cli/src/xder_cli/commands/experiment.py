@@ -1,8 +1,15 @@
-"""``xder-run experiment``: its parser; the work is :func:`xder_cli.experiment.command_experiment`."""
+"""``xder-run experiment``: its parser and its handler, which turns the flags into
+:class:`~xder_cli.runs.experiments.ExperimentOptions`, prints the runs' progress and the table;
+the experiments themselves are :mod:`xder_cli.runs.experiments`."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
 
 from xder_cli.commands.common import (
     DEFAULT_BENCHMARK,
@@ -13,8 +20,10 @@ from xder_cli.commands.common import (
     add_ray_arguments,
     assignment,
 )
+from xder_cli.errors import UsageError
+from xder_cli.runs.config import SECTIONS
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "parse_param", "run"]
 
 
 EXPERIMENT_EXAMPLES = """examples:
@@ -26,7 +35,11 @@ EXPERIMENT_EXAMPLES = """examples:
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Add ``xder-run experiment`` to the subcommands."""
-    from xder_cli.experiment import DEFAULT_METHODS, DEFAULT_SEEDS, DEFAULT_SENSITIVITY_METHOD, EXPERIMENTS
+    from xder_cli.runs.experiments import DEFAULT_SEEDS, list_experiments
+    from xder_cli.runs.experiments.class_order import DEFAULT_METHODS
+    from xder_cli.runs.experiments.sensitivity import DEFAULT_METHOD as DEFAULT_SENSITIVITY_METHOD
+
+    names = list_experiments()
 
     experiment = commands.add_parser(
         "experiment",
@@ -54,7 +67,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "Rerunning skips finished runs and resumes interrupted ones; a run another process is training is "
         "reported as running elsewhere and left to it.",
     )
-    experiment.add_argument("name", choices=EXPERIMENTS, metavar="NAME", help=", ".join(EXPERIMENTS))
+    experiment.add_argument("name", choices=names, metavar="NAME", help=", ".join(names))
     experiment.add_argument(
         "--out", required=True, metavar="DIR", help="the experiment's folder (runs, table, plot)"
     )
@@ -101,8 +114,160 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     experiment.set_defaults(handler="experiment")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``xder-run experiment`` (``args`` from its parser)."""
-    from xder_cli.experiment import command_experiment
+# ---------------------------------------------------------------------------------------------
+# The flags, parsed
 
-    return command_experiment(args)
+
+def _int_list(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError as error:
+        raise UsageError(f"{flag} {text!r}: give comma-separated integers, e.g. 0,1,2") from error
+    if not values:
+        raise UsageError(f"{flag} needs at least one value, e.g. 0,1,2")
+    if len(set(values)) != len(values):
+        raise UsageError(f"{flag} {text!r} repeats a value")
+    return values
+
+
+def _names(text: str, flag: str) -> tuple[str, ...]:
+    names = tuple(s.strip() for s in text.split(",") if s.strip())
+    if not names:
+        raise UsageError(f"{flag} needs at least one name, e.g. xder,derpp,er")
+    if len(set(names)) != len(names):
+        raise UsageError(f"{flag} {text!r} repeats a name")
+    return names
+
+
+def _toml_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_param(text: str) -> tuple[str, list[Any]]:
+    """``section.key=V1,V2,...`` -> ``("section.key", [V1, V2, ...])``; each value read as a TOML
+    value (``0.1``, ``true``, ``"text"``, else a bare string). Values that hold commas (lists) are
+    given as one TOML array: ``train.milestones=[[35, 45], [20, 40]]``.
+
+    Raises:
+        UsageError: no ``=``, a key that is not ``section.name``, no value, a repeated value.
+    """
+    hint = "e.g. --param method.alpha=0.1,0.3,0.6"
+    if "=" not in text:
+        raise UsageError(f"--param {text!r} needs the form section.key=V1,V2,...: {hint}")
+    dotted, raw = (part.strip() for part in text.split("=", 1))
+    section, _, key = dotted.partition(".")
+    if section not in SECTIONS or not key or "." in key:
+        raise UsageError(
+            f"--param {text!r}: the key must be section.name with section one of {', '.join(SECTIONS)}"
+        )
+    if raw.startswith("["):
+        values = _toml_value(raw)
+        if not isinstance(values, list):
+            raise UsageError(f"--param {text!r}: {raw!r} is not a TOML array of values")
+    else:
+        items = [item.strip() for item in raw.split(",")]
+        if any(not item for item in items):
+            raise UsageError(f"--param {text!r}: give one or more comma-separated values, {hint}")
+        values = [_toml_value(item) for item in items]
+    if not values:
+        raise UsageError(f"--param {text!r}: give one or more values, {hint}")
+    tokens = [json.dumps(v, sort_keys=True) for v in values]
+    if len(set(tokens)) != len(tokens):
+        raise UsageError(f"--param {text!r} repeats a value")
+    return dotted, values
+
+
+_OPTION_FLAGS = (
+    ("--pairs", "pairs", "pairs"),
+    ("--methods", "methods", "methods"),
+    ("--method", "method", "method"),
+    ("--param", "param", "params"),
+    ("--buffer-size", "buffer_size", "buffer_size"),
+)
+"""``(flag, its attribute in args, the ExperimentOptions field it gives)`` of the flags only some
+experiments take (:attr:`xder_cli.runs.experiments.Experiment.options`)."""
+
+
+def _flag_checks(args: argparse.Namespace) -> None:
+    from xder_cli.runs.experiments import get_experiment, list_experiments
+
+    for flag, attribute, option in _OPTION_FLAGS:
+        owners = [name for name in list_experiments() if option in get_experiment(name).options]
+        if getattr(args, attribute) is not None and args.name not in owners:
+            raise UsageError(f"{flag} is an option of experiment {' and '.join(owners)}, not of {args.name}")
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise UsageError(f"--max-concurrent must be >= 1, got {args.max_concurrent}")
+    if args.gpus_per_run < 0:
+        raise UsageError(f"--gpus-per-run must be >= 0, got {args.gpus_per_run}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The handler
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``xder-run experiment NAME`` (``args`` from its parser): plan every run (any
+    configuration mistake is a usage error before anything trains), train the unfinished ones, a
+    line per run as it ends, then print the table; exit status 1 when every run failed."""
+    from xder_cli.progress import OutcomeLines, on_terminal, print_notice
+    from xder_cli.runs import experiments
+    from xder_cli.runs.presets import PAPER_PROTOCOL
+    from xder_cli.runs.scheduler import RUNNING_ELSEWHERE, retry_note
+    from xder_cli.runs.trackers import check_loggers
+
+    _flag_checks(args)
+    seeds = _int_list(args.seeds, "--seeds")
+    if args.logger:
+        check_loggers(args.logger)
+    options = experiments.ExperimentOptions(
+        benchmark=args.benchmark,
+        protocol=args.protocol or PAPER_PROTOCOL,
+        seeds=seeds,
+        sets=tuple(args.set or ()),
+        loggers=tuple(args.logger or ()),
+        pairs=None if args.pairs is None else _int_list(args.pairs, "--pairs"),
+        methods=None if args.methods is None else _names(args.methods, "--methods"),
+        method=args.method,
+        params=tuple(parse_param(text) for text in args.param or ()),
+        buffer_size=args.buffer_size,
+    )
+    planned = experiments.plan_experiment(args.name, options, notify=print_notice)
+    out = Path(args.out)
+    try:
+        (out / experiments.RUNS).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot create the output folder {out}: {error.strerror}") from error
+    print(f"experiment {args.name} on {args.benchmark}{planned.qualifier} -> {out}", flush=True)
+    use_ray = planned.on_ray or args.address is not None or args.max_concurrent is not None
+    where = "on Ray" if use_ray else "in this process"
+    lines = OutcomeLines(
+        lambda total, finished: (
+            f"{total} runs, {finished} already finished; training {total - finished} {where}"
+        )
+    )
+    summary, outcomes = experiments.run_experiment(
+        planned,
+        out,
+        use_ray=use_ray,
+        max_concurrent=args.max_concurrent,
+        address=args.address,
+        gpus_per_run=args.gpus_per_run,
+        on_start=lines.on_start,
+        on_done=lines.on_done,
+        log_output=on_terminal,
+    )
+    sys.stdout.write("\n" + planned.markdown(summary))
+    print(f"\nwrote {', '.join(planned.files)} to {out}")
+    elsewhere = sum(outcome["status"] == RUNNING_ELSEWHERE for outcome in outcomes.values())
+    if elsewhere:
+        print(
+            f"note: {elsewhere} run(s) are being trained by another process (this experiment started "
+            "twice?): run it again after that process ends to include them"
+        )
+    if summary["retries"]:
+        print(retry_note(summary["retries"], "run"))
+    failed = sum(outcome["status"] == "failed" for outcome in outcomes.values())
+    return 1 if failed == len(planned.runs) else 0

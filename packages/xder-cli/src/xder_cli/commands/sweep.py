@@ -1,8 +1,12 @@
-"""``xder-run sweep``: its parser; the work is :func:`xder_cli.sweep.command_sweep`."""
+"""``xder-run sweep``: its parser and its handler, which prints the sweep's progress and report;
+the sweep itself is :mod:`xder_cli.runs.sweep`."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import sys
+from pathlib import Path
 
 from xder_cli.commands.common import (
     add_logger_argument,
@@ -10,6 +14,7 @@ from xder_cli.commands.common import (
     add_protocol_argument,
     add_ray_arguments,
 )
+from xder_cli.errors import UsageError
 
 __all__ = ["add_parser", "run"]
 
@@ -47,8 +52,73 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     sweep.set_defaults(handler="sweep")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``xder-run sweep`` (``args`` from its parser)."""
-    from xder_cli.sweep import command_sweep
+def _seeds(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        seeds = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError as error:
+        raise UsageError(f"--seeds {text!r}: give comma-separated integers, e.g. 0,1,2") from error
+    if not seeds:
+        raise UsageError("--seeds needs at least one seed")
+    return seeds
 
-    return command_sweep(args)
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``xder-run sweep`` (``args`` from its parser): every trial of the grid, a line per
+    trial as it ends, then the report; exit status 1 when every trial failed."""
+    from xder_cli.progress import OutcomeLines, on_terminal
+    from xder_cli.runs import sweep
+    from xder_cli.runs.presets import PAPER_PROTOCOL
+    from xder_cli.runs.scheduler import RUNNING_ELSEWHERE, retry_note
+    from xder_cli.runs.trackers import check_loggers
+
+    if (args.grid_file is None) == (args.grid is None):
+        raise UsageError("give a GRID.toml or --grid PRESET:BENCHMARK:BUFFER:METHOD (one of them)")
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise UsageError(f"--max-concurrent must be >= 1, got {args.max_concurrent}")
+    if args.gpus_per_trial < 0:
+        raise UsageError(f"--gpus-per-trial must be >= 0, got {args.gpus_per_trial}")
+    seeds = _seeds(args.seeds)
+    spec = (
+        sweep.load_spec(Path(args.grid_file), seeds=seeds, protocol=args.protocol)
+        if args.grid_file
+        else sweep.spec_from_preset(args.grid, seeds, args.protocol or PAPER_PROTOCOL)
+    )
+    if args.logger:
+        check_loggers(args.logger)
+        spec = dataclasses.replace(spec, fixed={**spec.fixed, "run.loggers": list(args.logger)})
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot create the output folder {out}: {error.strerror}") from error
+    n_seeds = len(spec.seeds)
+    lines = OutcomeLines(
+        lambda total, finished: (
+            f"sweep: {total} trials ({total // n_seeds} points x {n_seeds} seeds), "
+            f"{finished} already finished -> {out}"
+        )
+    )
+    summary = sweep.run_sweep(
+        spec,
+        out,
+        max_concurrent=args.max_concurrent,
+        address=args.address,
+        gpus_per_trial=args.gpus_per_trial,
+        on_start=lines.on_start,
+        on_done=lines.on_done,
+        log_output=on_terminal,
+    )
+    sys.stdout.write(sweep.sweep_markdown(summary))
+    print(f"summary: {out / sweep.SWEEP_JSON}  report: {out / sweep.SWEEP_MD}")
+    if summary["retries"]:
+        print(retry_note(summary["retries"]))
+    elsewhere = sum(t["status"] == RUNNING_ELSEWHERE for t in summary["trials"])
+    if elsewhere:
+        print(
+            f"note: {elsewhere} trial(s) are being trained by another process (this sweep started "
+            "twice?): run the sweep again after it ends to include them"
+        )
+    failed = sum(t["status"] == "failed" for t in summary["trials"])
+    return 1 if failed == len(summary["trials"]) else 0

@@ -4,10 +4,15 @@ resume and a lock (:mod:`~xder_cli.runs.training`, :mod:`~xder_cli.runs.recorder
 :mod:`~xder_cli.runs.rundir`), logged to trackers (:mod:`~xder_cli.runs.trackers`), loaded back
 (:mod:`~xder_cli.runs.trained`) and analysed (:mod:`~xder_cli.runs.analyses`,
 :mod:`~xder_cli.runs.recorded`), and set beside the papers' tables and claims
-(:mod:`~xder_cli.runs.published`, :mod:`~xder_cli.runs.claims`). The commands of ``xder-run``
-are a thin layer over it: they parse, print and show progress; these modules do neither. What a
-caller gets wrong is a :class:`~xder_cli.runs.errors.RunError` (:mod:`~xder_cli.runs.errors`),
-whose message names settings and arguments, never a command-line flag.
+(:mod:`~xder_cli.runs.published`, :mod:`~xder_cli.runs.claims`). Many runs at once: trained in
+this process or as Ray tasks, each under its lock, retried on a lost Ray node
+(:mod:`~xder_cli.runs.scheduler`), for a grid search selected on validation
+(:mod:`~xder_cli.runs.sweep`) and the paper's experiments (:mod:`~xder_cli.runs.experiments`, a
+registry of them). The step-time and fair-share benchmarks: :mod:`~xder_cli.runs.bench`,
+:mod:`~xder_cli.runs.bench_share`. The commands of ``xder-run`` are a thin layer over it: they
+parse, print and show progress (passed in as callbacks); these modules do neither. What a caller
+gets wrong is a :class:`~xder_cli.runs.errors.RunError` (:mod:`~xder_cli.runs.errors`), whose
+message names settings and arguments, never a command-line flag.
 """
 
 from xder_cli.runs.analyses import analyse

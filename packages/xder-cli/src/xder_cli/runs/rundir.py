@@ -13,7 +13,7 @@ Layout (DESIGN.md, "The run directory")::
       .lock           the writers' lock (:func:`lock_run_dir`); names the holder while held
 
 A trial of ``sweep`` or ``experiment`` also has ``log.txt`` (its printed output) and
-``attempts.jsonl`` (one line per start, naming the Ray node: :data:`xder_cli.sweep.ATTEMPTS`).
+``attempts.jsonl`` (one line per start, naming the Ray node: :data:`xder_cli.runs.scheduler.ATTEMPTS`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
 """``xder-run bench --concurrent N,...``: do runs side by side share the machine fairly?
+(:func:`run_share_bench`; the command, :mod:`xder_cli.commands.bench`, prints the figures.)
 
 PERFORMANCE.md's terms, at the level of processes: for each method, the same fixed work (the
 timed training steps of ``xder-run bench``, warm-up excluded) is run by one process alone, then by
@@ -30,7 +31,7 @@ from typing import Any
 
 from xder_cli.errors import UsageError
 
-__all__ = ["run_share_bench", "share_ratio", "wait_for_start"]
+__all__ = ["FAIR_SHARE_TARGET", "run_share_bench", "share_ratio", "wait_for_start"]
 
 FAIR_SHARE_TARGET = 1.25
 _CHILD = "from xder_cli.main import main; raise SystemExit(main())"
@@ -155,17 +156,3 @@ def run_share_bench(args: Any, groups: list[int]) -> dict[str, Any]:
                 }
             )
     return {"target": FAIR_SHARE_TARGET, "steps": args.steps, "rounds": args.rounds, "groups": rows}
-
-
-def print_share(payload: dict[str, Any]) -> None:
-    print(
-        f"fair share ({payload['steps']} steps per process, median of {payload['rounds']} rounds; "
-        f"ratio = N at once / (N x alone), target <= {payload['target']}):"
-    )
-    print(f"{'method':8} {'N':>3} {'alone s':>9} {'N at once s':>12} {'ratio':>7}  threads alone / at once")
-    for row in payload["groups"]:
-        print(
-            f"{row['method']:8} {row['processes']:3d} {row['alone_seconds']:9.2f} "
-            f"{row['group_seconds']:12.2f} {row['fair_share_ratio']:7.2f}  "
-            f"{row['alone_threads']} / {row['group_threads']}"
-        )

@@ -1,4 +1,5 @@
-"""``xder-run bench``: step time against the hardware floor, host syncs and ops per step.
+"""Step time against the hardware floor, host syncs and ops per step (``xder-run bench``,
+:func:`run_bench`; the command, :mod:`xder_cli.commands.bench`, prints the figures).
 
 PERFORMANCE.md, "How it is measured": in one process, methods interleaved round by round so that
 machine drift hits all of them alike, each method is brought to task T on synthetic data shaped
@@ -20,12 +21,11 @@ like the benchmark (its buffer full), then:
 The process takes its CPU threads as a training run does (:mod:`xder_cli.runs.cpushare`: all cores
 alone, a fair share beside other runs, or a fixed ``OMP_NUM_THREADS``); ``threads`` lists the
 counts it used. ``--concurrent N,...`` measures several such processes at once instead
-(:mod:`xder_cli.bench_share`).
+(:mod:`xder_cli.runs.bench_share`).
 """
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import time
@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 
-from xder_cli.bench_share import print_share, run_share_bench, wait_for_start
 from xder_cli.errors import UsageError
+from xder_cli.runs.bench_share import wait_for_start
 from xder_cli.runs.cpushare import ThreadPolicy
 from xder_data import (
     DEFAULT_PROTOCOL,
@@ -60,7 +60,7 @@ from xder_methods import (
 )
 from xder_models import create_backbone
 
-__all__ = ["BENCH_SHAPES", "command_bench", "run_bench"]
+__all__ = ["BENCH_SHAPES", "run_bench"]
 
 # Synthetic data shaped like each benchmark: (input shape, classes per task, tasks, items per class).
 BENCH_SHAPES: dict[str, tuple[tuple[int, ...], int, int, int]] = {
@@ -314,55 +314,3 @@ def _payload(
         "methods": rows,
         "ratios": ratios,
     }
-
-
-def _groups(text: str) -> list[int]:
-    try:
-        groups = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        groups = []
-    if not groups or min(groups) < 2:
-        raise UsageError(f"--concurrent takes process counts of at least 2, e.g. 2 or 2,4; got {text!r}")
-    return groups
-
-
-def command_bench(args: Any) -> int:
-    """Entry point of ``xder-run bench``."""
-    if getattr(args, "concurrent", None) is not None:
-        groups = _groups(args.concurrent)
-        if args.rounds < 1:
-            raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
-        for name in (n.strip() for n in args.methods.split(",") if n.strip()):
-            method_config_class(name)  # UnknownMethodError names the choices
-        payload = run_share_bench(args, groups)
-        print_share(payload)
-        if args.json:
-            from xder_cli.runs.rundir import write_json
-
-            write_json(Path(args.json), payload)
-            print(f"written: {args.json}")
-        return 0
-    payload = run_bench(args)
-    print(f"device: {payload['device']}, torch {payload['torch']}, {json.dumps(payload['settings'])}")
-    header = ("method", "s/step", "images", "floor s", "x floor", "syncs", "ops", "epoch s", "protocol")
-    print(f"{header[0]:8} " + " ".join(f"{h:>9}" for h in header[1:]))
-    for row in payload["methods"]:
-        epoch = "-" if row["epoch_seconds"] is None else f"{row['epoch_seconds']:.1f}"
-        protocol = (
-            "-"
-            if row["projected_protocol_seconds"] is None
-            else f"{row['projected_protocol_seconds'] / 3600:.2f} h"
-        )
-        print(
-            f"{row['method']:8} {row['seconds_per_step']:9.4f} {row['images_per_step']:9d} "
-            f"{row['floor_seconds']:9.4f} {row['step_over_floor']:9.2f} {row['host_syncs_per_step']:9d} "
-            f"{row['ops_per_step']:9d} {epoch:>9} {protocol:>9}"
-        )
-    for name, value in payload["ratios"].items():
-        print(f"{name}: {value:.2f}")
-    if args.json:
-        from xder_cli.runs.rundir import write_json
-
-        write_json(Path(args.json), payload)
-        print(f"written: {args.json}")
-    return 0

@@ -1,0 +1,478 @@
+"""What the experiments share: a planned run (:class:`ExperimentRun`), the options of
+``xder-run experiment`` (:class:`ExperimentOptions`), the :class:`Experiment` protocol and a
+planned experiment (:class:`PlannedExperiment`); run configurations and the settings an experiment
+owns; running the planned runs (:func:`execute`, :func:`run_experiment`, through
+:mod:`xder_cli.runs.scheduler`); and the records, cells, overrides and number formats of their
+summaries and tables.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from xder_cli.errors import UsageError
+from xder_cli.runs import rundir
+from xder_cli.runs.plan import Notify, build_plan, resolve_config, settings_text
+from xder_cli.runs.presets import PAPER_PROTOCOL
+from xder_cli.runs.scheduler import Job, LogOutput, outcome_note, run_jobs, trial_retries
+
+__all__ = [
+    "DEFAULT_SEEDS",
+    "EXPERIMENT_JSON",
+    "EXPERIMENT_MD",
+    "OBSERVING_KEYS",
+    "OWNED_BY_ALL",
+    "PLACING_KEYS",
+    "RUNS",
+    "Experiment",
+    "ExperimentOptions",
+    "ExperimentRun",
+    "PlannedExperiment",
+    "cell",
+    "check_owned",
+    "dotted",
+    "execute",
+    "faa_metrics",
+    "fmt",
+    "fmt_stat",
+    "mean_std",
+    "not_finished",
+    "or_nan",
+    "overrides_label",
+    "overrides_text",
+    "percent_bars_axis",
+    "run_config",
+    "run_experiment",
+    "run_records",
+    "with_overrides",
+]
+
+EXPERIMENT_JSON, EXPERIMENT_MD, RUNS = "experiment.json", "experiment.md", "runs"
+DEFAULT_SEEDS = (0, 1, 2)
+
+
+@dataclass(frozen=True)
+class ExperimentRun:
+    """One planned run: its directory name under ``OUT/runs``, seed, resolved configuration, and
+    what the protocol varies in it (``tags``, e.g. ``{"pair": 0, "regulariser": "lfr"}``)."""
+
+    name: str
+    seed: int
+    config: dict[str, dict[str, Any]]
+    tags: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentOptions:
+    """What ``xder-run experiment`` asks of an experiment, parsed: the settings every experiment
+    takes, then those only some take (:attr:`Experiment.options` names which; unset: None).
+
+    Attributes:
+        benchmark: the benchmark of every run.
+        protocol: the benchmark's training protocol.
+        seeds: the seeds of every setting.
+        sets: ``(section, key, value)`` overrides of every run (``--set``).
+        loggers: experiment trackers of every run (``run.loggers``; not an override).
+        pairs: flatness: the pairs (k, k+1) to run, by k (None: all).
+        methods: class-order: the methods; table: some of the table's rows (None: the default).
+        method: sensitivity: the method (None: the default).
+        params: sensitivity: ``(section.key, values)`` of each parameter varied.
+        buffer_size: table: the buffer size of the published table.
+    """
+
+    benchmark: str
+    protocol: str = PAPER_PROTOCOL
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    sets: tuple[tuple[str, str, Any], ...] = ()
+    loggers: tuple[str, ...] = ()
+    pairs: tuple[int, ...] | None = None
+    methods: tuple[str, ...] | None = None
+    method: str | None = None
+    params: tuple[tuple[str, list[Any]], ...] = ()
+    buffer_size: int | None = None
+
+    def run_sets(self) -> list[tuple[str, str, Any]]:
+        """The settings of every run: ``sets``, then ``run.loggers`` where there are loggers."""
+        loggers = [("run", "loggers", list(self.loggers))] if self.loggers else []
+        return [*self.sets, *loggers]
+
+
+@dataclass(frozen=True)
+class PlannedExperiment:
+    """An experiment planned: its runs, and how to summarise, tabulate, plot and describe them.
+
+    Attributes:
+        runs: every run, configured and validated.
+        summarize: ``(outcomes, runs root)`` -> the summary (experiment.json, less ``files`` and
+            ``retries``).
+        markdown: the summary -> its Markdown table.
+        plot: ``(summary, path)``: writes the PNG plot.
+        describe: a finished run's results.json -> its figures on a progress line.
+        plot_file: the plot's file name in the experiment's folder.
+        markdown_file: the Markdown table's file name.
+        extra_files: ``(name, summary -> text)`` of further files (the table's CSV).
+        on_ray: its runs go to Ray even when neither ``max_concurrent`` nor an address asks for it.
+        qualifier: words the first line of the command adds after the benchmark
+            (`` at buffer 500``).
+    """
+
+    runs: list[ExperimentRun]
+    summarize: Callable[[dict[str, dict[str, Any]], Path], dict[str, Any]]
+    markdown: Callable[[dict[str, Any]], str]
+    plot: Callable[[dict[str, Any], Path], None]
+    describe: Callable[[dict[str, Any] | None], str]
+    plot_file: str
+    markdown_file: str = EXPERIMENT_MD
+    extra_files: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = ()
+    on_ray: bool = False
+    qualifier: str = ""
+
+    @property
+    def files(self) -> list[str]:
+        """The files the experiment writes into its folder, in order: experiment.json, the
+        Markdown table, the extra files, the plot."""
+        return [EXPERIMENT_JSON, self.markdown_file, *(name for name, _ in self.extra_files), self.plot_file]
+
+
+class Experiment(Protocol):
+    """An experiment of ``xder-run experiment NAME`` (registered with
+    :func:`xder_cli.runs.experiments.register_experiment`).
+
+    Attributes:
+        name: its name on the command line.
+        options: the fields of :class:`ExperimentOptions` of its own that it reads (of ``pairs``,
+            ``methods``, ``method``, ``params``, ``buffer_size``): their flags are mistakes for the
+            experiments that do not name them.
+    """
+
+    name: str
+    options: frozenset[str]
+
+    def plan(self, options: ExperimentOptions, common: dict[str, Any], notify: Notify) -> PlannedExperiment:
+        """Plan every run (nothing trains): ``common`` is the start of its summary (experiment,
+        benchmark, protocol, seeds, sets); ``notify`` hears notes for the user.
+
+        Raises:
+            UsageError (and the packages' configuration errors): a run that cannot be configured.
+        """
+        ...
+
+
+def dotted(sets: Sequence[tuple[str, str, Any]]) -> dict[str, Any]:
+    """``[(section, key, value)]`` -> ``{"section.key": value}``."""
+    return {f"{section}.{key}": value for section, key, value in sets}
+
+
+def check_owned(sets: Sequence[tuple[str, str, Any]], owned: dict[str, str]) -> None:
+    """``--set`` may not touch what the protocol sets itself (``owned``: key -> why, what instead)."""
+    for section, key, _ in sets:
+        name = f"{section}.{key}"
+        if name in owned:
+            raise UsageError(f"--set {name}: {owned[name]}")
+
+
+OWNED_BY_ALL = {
+    "run.seed": "the experiment sets it: use --seeds",
+    "run.method": "the experiment sets it: use --methods (class-order) or --method (sensitivity)",
+    "run.benchmark": "the experiment sets it: use --benchmark",
+    "run.protocol": "the experiment sets it: use --protocol",
+    "run.preset": "runs use their method's default preset: change its values with --set",
+}
+
+
+def run_config(
+    method: str,
+    benchmark: str,
+    seed: int,
+    sets: Sequence[tuple[str, str, Any]],
+    protocol: str,
+    *,
+    preset: str | None = None,
+    method_values: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A run's resolved, validated configuration; ``preset`` None: the method's default preset."""
+    config = resolve_config(
+        method=method,
+        benchmark=benchmark,
+        preset=preset,
+        run={"seed": seed},
+        train={},
+        method_values=dict(method_values or {}),
+        sets=list(sets),
+        protocol_name=protocol,
+    )
+    return build_plan(config).config
+
+
+OBSERVING_KEYS = frozenset({"run.loggers", "run.threads", "run.record_analyses", "run.plugins"})
+"""Settings that observe a run (trackers, recorded analyses) or place it (threads) without changing
+what it trains: an earlier invocation's run may differ in them."""
+
+
+def _normalised(config: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A configuration as its config.toml reads back (no None values, lists for tuples), less what
+    observes the run or places it rather than configures it (:data:`OBSERVING_KEYS`) and empty
+    sections."""
+    body = {
+        s: {k: v for k, v in values.items() if v is not None and f"{s}.{k}" not in OBSERVING_KEYS}
+        for s, values in config.items()
+    }
+    return json.loads(json.dumps({s: values for s, values in body.items() if values}))
+
+
+def _check_existing(run: ExperimentRun, run_dir: Path) -> None:
+    """A run directory left by an earlier invocation must hold this run's configuration."""
+    path = run_dir / rundir.CONFIG
+    if not path.is_file():
+        return
+    stored, planned = _normalised(rundir.read_config(path)), _normalised(run.config)
+    if stored == planned:
+        return
+    for section in sorted(set(stored) | set(planned)):
+        for key in sorted(set(stored.get(section, {})) | set(planned.get(section, {}))):
+            old, new = stored.get(section, {}).get(key), planned.get(section, {}).get(key)
+            if old != new:
+                raise UsageError(
+                    f"{run_dir} was trained with {section}.{key} = {json.dumps(old)}, this experiment "
+                    f"asks for {json.dumps(new)}: use another --out, or delete that run directory"
+                )
+    raise UsageError(f"{run_dir} holds another configuration: use another --out")  # pragma: no cover
+
+
+def _ignore(*args: Any) -> None:
+    """The default callback: does nothing."""
+
+
+def execute(
+    runs: Sequence[ExperimentRun],
+    root: Path,
+    *,
+    describe: Callable[[dict[str, Any] | None], str],
+    on_change: Callable[[dict[str, dict[str, Any]]], None],
+    use_ray: bool,
+    max_concurrent: int | None = None,
+    address: str | None = None,
+    gpus_per_run: float = 0.0,
+    on_start: Callable[[int, int], None] = _ignore,
+    on_done: Callable[[str, dict[str, Any], str], None] = _ignore,
+    log_output: LogOutput | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Train every unfinished run into ``root/<name>`` (resuming from a checkpoint where there is
+    one) and return each run's outcome (:func:`xder_cli.runs.scheduler.trial_outcome`).
+
+    Runs go to Ray with ``use_ray`` (a local instance, or the cluster at ``address``), else they
+    run one after the other in this process (:func:`xder_cli.runs.scheduler.run_jobs`).
+    ``on_change(outcomes)`` is called once the finished runs are known and after each run ends.
+
+    Args:
+        on_start: ``(runs, finished)`` once the finished runs are known, before any trains.
+        on_done: ``(name, outcome, figures)`` as each run ends: ``figures`` is `` | `` and what
+            ``describe`` makes of its results.json when it finished, else empty.
+        log_output: what each run shows, into its ``log.txt``
+            (:data:`xder_cli.runs.scheduler.LogOutput`).
+
+    Raises:
+        UsageError: a run directory left by an earlier invocation holds another configuration.
+    """
+    for run in runs:
+        _check_existing(run, root / run.name)
+
+    def started(outcomes: dict[str, dict[str, Any]], pending: list[Job]) -> None:
+        on_start(len(runs), len(runs) - len(pending))
+        on_change(outcomes)
+
+    def done(name: str, outcome: dict[str, Any], outcomes: dict[str, dict[str, Any]]) -> None:
+        text = describe(rundir.complete_results(root / name)) if outcome["status"] == "finished" else ""
+        on_done(name, outcome, f" | {text}" if text else "")
+        on_change(outcomes)
+
+    return run_jobs(
+        [Job(run.name, root / run.name, run.config) for run in runs],
+        use_ray=use_ray,
+        on_start=started,
+        on_done=done,
+        max_concurrent=max_concurrent,
+        address=address,
+        gpus_per_trial=gpus_per_run,
+        log_output=log_output,
+    )
+
+
+def run_experiment(
+    planned: PlannedExperiment,
+    out: Path,
+    *,
+    use_ray: bool = False,
+    max_concurrent: int | None = None,
+    address: str | None = None,
+    gpus_per_run: float = 0.0,
+    on_start: Callable[[int, int], None] = _ignore,
+    on_done: Callable[[str, dict[str, Any], str], None] = _ignore,
+    log_output: LogOutput | None = None,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Train the planned runs not finished yet into ``out/runs`` (:func:`execute`, which takes
+    ``use_ray`` and the rest), writing the summary into ``out`` before the first and after each
+    (experiment.json with ``files`` and ``retries``, the Markdown table, the extra files), then
+    the plot (:attr:`PlannedExperiment.files`).
+
+    Returns:
+        The summary and each run's outcome, by name.
+    """
+    root = out / RUNS
+    root.mkdir(parents=True, exist_ok=True)
+    texts = ((planned.markdown_file, planned.markdown), *planned.extra_files)
+
+    def write(outcomes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        retried = sum(trial_retries(outcome) for outcome in outcomes.values())
+        summary = planned.summarize(outcomes, root) | {"files": planned.files, "retries": retried}
+        rundir.write_json(out / EXPERIMENT_JSON, summary)
+        for name, render in texts:
+            rundir.atomic_write_bytes(out / name, render(summary).encode())
+        return summary
+
+    outcomes = execute(
+        planned.runs,
+        root,
+        describe=planned.describe,
+        on_change=write,
+        use_ray=use_ray,
+        max_concurrent=max_concurrent,
+        address=address,
+        gpus_per_run=gpus_per_run,
+        on_start=on_start,
+        on_done=on_done,
+        log_output=log_output,
+    )
+    summary = write(outcomes)
+    planned.plot(summary, out / planned.plot_file)
+    return summary, outcomes
+
+
+def mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """The mean and the sample standard deviation (None below two values); None, None of none."""
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def faa_metrics(results: dict[str, Any] | None) -> dict[str, float | None]:
+    """``faa`` and ``ff`` of a results.json (None where it has none)."""
+    results = results or {}
+    return {"faa": results.get("faa"), "ff": results.get("ff")}
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    """``12.34``; ``-`` for None or a value that is not finite."""
+    return "-" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def fmt_stat(mean: float | None, std: float | None) -> str:
+    """``mean ± std`` (``mean`` alone without a std, ``-`` without a mean)."""
+    if mean is None:
+        return "-"
+    return fmt(mean) if std is None else f"{fmt(mean)} ± {fmt(std)}"
+
+
+def run_records(
+    runs: Sequence[ExperimentRun],
+    outcomes: dict[str, dict[str, Any]],
+    root: Path,
+    metrics: Callable[[dict[str, Any] | None], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """experiment.json's ``runs``: per run its name, folder, seed, tags, outcome, and the
+    ``metrics`` of its results.json (None until it finished)."""
+    records = []
+    for run in runs:
+        outcome = outcomes.get(run.name, {"status": "not run"})
+        finished = outcome.get("status") == "finished"
+        results = rundir.complete_results(root / run.name) if finished else None
+        records.append(
+            {
+                "name": run.name,
+                "run_dir": f"{RUNS}/{run.name}",
+                "seed": run.seed,
+                **run.tags,
+                "status": outcome.get("status", "not run"),
+                "error": outcome.get("error"),
+                "held_by": outcome.get("held_by"),
+                "skipped": bool(outcome.get("skipped")),
+                "node": outcome.get("node"),
+                "attempts": int(outcome.get("attempts") or 0),
+                "retries": trial_retries(outcome),
+                **{k: None for k in metrics(None)},
+                **(metrics(results) if finished else {}),
+            }
+        )
+    return records
+
+
+def cell(records: Sequence[dict[str, Any]], keys: dict[str, str]) -> dict[str, Any]:
+    """Mean and std over the finished records of each metric; ``keys``: metric -> output name."""
+    done = [r for r in records if r["status"] == "finished"]
+    out: dict[str, Any] = {}
+    for metric, name in keys.items():
+        mean, std = mean_std([float(r[metric]) for r in done if r[metric] is not None])
+        out[f"{name}_mean"], out[f"{name}_std"] = mean, std
+    out["seeds_finished"] = len(done)
+    out["seeds"] = len(records)
+    return out
+
+
+PLACING_KEYS = OBSERVING_KEYS | {"run.device", "run.data_root", "run.data_device"}
+"""Settings that say where a run trains or what watches it, not what it trains: not overrides."""
+
+
+def overrides_text(sets: dict[str, Any]) -> str:
+    """``--set`` overrides that change what is trained, as ``key=value`` pairs (JSON values), e.g.
+    ``train.epochs=1, backbone.width=4``; empty when there are none (:data:`PLACING_KEYS` left out)."""
+    return settings_text({key: value for key, value in sets.items() if key not in PLACING_KEYS})
+
+
+def with_overrides(lines: list[str], summary: dict[str, Any]) -> list[str]:
+    """An experiment's Markdown lines, its heading marked and its overrides named when ``--set``
+    changed every run (the table is then not the protocol's own)."""
+    if not overrides_text(summary.get("sets", {})):
+        return lines
+    note = (
+        f"**Overrides** (`--set`, every run): `{overrides_text(summary['sets'])}`: these runs are not the "
+        "protocol's own settings."
+    )
+    return [f"{lines[0]}, with overrides", "", note, *lines[1:]]
+
+
+def overrides_label(summary: dict[str, Any]) -> str | None:
+    """The line a plot carries above its title when ``--set`` changed every run (else None)."""
+    text = overrides_text(summary.get("sets", {}))
+    return f"with overrides: {text}" if text else None
+
+
+def not_finished(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The Markdown lines listing the runs not finished, each with its note; none if all did."""
+    lines = [
+        f"- {r['run_dir']}: {r['status']}{outcome_note(r)}" for r in records if r["status"] != "finished"
+    ]
+    return ["", "Runs not finished:", "", *lines] if lines else []
+
+
+def or_nan(value: float | None) -> float:
+    """A value to plot: NaN (drawn as nothing) for None."""
+    return math.nan if value is None else float(value)
+
+
+def percent_bars_axis(ax: Any, cells: Sequence[dict[str, Any]], metric: str) -> None:
+    """A 0-100% axis for bars of ``cells``' ``<metric>_mean`` (± ``_std``), room left for the
+    tallest error bar; ticks to 100."""
+    tops = [
+        or_nan(c[f"{metric}_mean"]) + (or_nan(c[f"{metric}_std"]) if c[f"{metric}_std"] else 0.0)
+        for c in cells
+    ]
+    top = max([100.0, *(t for t in tops if math.isfinite(t))])
+    ax.set_ylim(0, top + 3)
+    ax.set_yticks(range(0, 101, 20))
+    ax.grid(axis="y", alpha=0.3)

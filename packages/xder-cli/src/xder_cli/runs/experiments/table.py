@@ -1,0 +1,496 @@
+"""``table`` (reproduction): every row of a paper's published table for one benchmark and buffer
+size (:mod:`xder_cli.runs.published`: the X-DER paper's Table 1, the DER paper's Table 2 on
+``seq-cifar10``), each entry with its default preset (a variant, e.g. ``xder-rpc``, with its preset
+entry, ``paper:xder-rpc``), over the seeds; methods without a buffer train once (their run
+directories, ``<entry>-s<seed>``, carry no buffer size, so tables of several buffer sizes in one
+folder share them). ``table.md`` / ``table.csv``: per entry our FAA and FF, the published value,
+the difference and whether it exceeds two standard errors (:func:`xder_eval.compare_to_published`),
+then the papers' claims about the table (``presets/claims.toml``, e.g. "X-DER's FAA is above
+DER++'s"), each checked on our rows as holds / does not hold / not separated
+(:mod:`xder_cli.runs.claims`). On a protocol other than ``paper`` (``laptop``) the table is a
+quick one: the published values are shown for orientation only and no difference with them is
+judged; the claims are checked all the same. A benchmark with no published results at all
+(``seq-digits``) trains and tabulates every method of the X-DER paper's Table 1
+(:func:`xder_cli.runs.published.xder_table_methods`: ``joint``, ``sgd``, ``lwf_mc``, ``er``,
+``gdumb``, ``er_ace``, ``rpc``, ``bic``, ``icarl``, ``lucir``, ``der``, ``derpp``, ``xder``; not
+the X-DER variants, which are ``paper`` preset entries of the paper's benchmarks only), ours alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xder_cli.errors import UsageError
+from xder_cli.runs.claims import check_table_claims, claims_markdown
+from xder_cli.runs.experiments.common import (
+    OWNED_BY_ALL,
+    ExperimentOptions,
+    ExperimentRun,
+    PlannedExperiment,
+    check_owned,
+    faa_metrics,
+    fmt,
+    fmt_stat,
+    mean_std,
+    not_finished,
+    or_nan,
+    overrides_label,
+    overrides_text,
+    run_config,
+    run_records,
+    with_overrides,
+)
+from xder_cli.runs.plan import Notify, ignore
+from xder_cli.runs.presets import DEFAULT_ORDER, PAPER_PROTOCOL, list_presets, preset_entry
+from xder_cli.runs.published import published_table, xder_table_methods
+from xder_data import list_benchmarks
+from xder_eval import PublishedResult, compare_to_published
+from xder_eval.plots import new_figure, save_figure
+from xder_methods import method_config_class
+
+__all__ = [
+    "TABLE_CSV",
+    "TABLE_CSV_COLUMNS",
+    "TABLE_MD",
+    "Table",
+    "TableEntry",
+    "plan_table",
+    "plot_table",
+    "summarize_table",
+    "table_csv",
+    "table_entries",
+    "table_markdown",
+]
+
+TABLE_MD, TABLE_CSV = "table.md", "table.csv"
+PLOT = "table.png"
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """One row of ``experiment table``: a method, or a variant of one (an entry of a preset).
+
+    Attributes:
+        name: the entry's name (``derpp``, ``xder-rpc``): its run directories' prefix.
+        method: the registered method it runs.
+        preset: the preset its runs name (``paper:xder-rpc`` for a variant); None: the method's
+            default preset (tuned, else paper, where it has an entry, else none).
+        buffered: whether the method keeps a buffer (else it trains once for every buffer size).
+        published: its published cell; None where nothing is published.
+    """
+
+    name: str
+    method: str
+    preset: str | None
+    buffered: bool
+    published: PublishedResult | None = None
+
+    def run_name(self, buffer_size: int, seed: int) -> str:
+        """``<entry>-m<buffer>-s<seed>``; ``<entry>-s<seed>`` for a method without a buffer."""
+        return f"{self.name}-m{buffer_size}-s{seed}" if self.buffered else f"{self.name}-s{seed}"
+
+
+def _variant_preset(benchmark: str, buffer_size: int, entry: str, method: str, protocol: str) -> str:
+    """``NAME:ENTRY`` of the first preset (tuned, then paper) holding the variant ``entry``."""
+    for name in DEFAULT_ORDER:
+        if name not in list_presets():
+            continue
+        try:
+            preset_entry(name, benchmark, buffer_size, entry, method=method, protocol=protocol)
+        except UsageError:
+            continue
+        return f"{name}:{entry}"
+    on = benchmark if protocol == PAPER_PROTOCOL else f"{benchmark} (protocol {protocol})"
+    raise UsageError(
+        f"no preset holds the variant {entry!r} for {on} at buffer {buffer_size}: leave it out of --methods"
+    )
+
+
+def table_entries(
+    benchmark: str,
+    buffer_size: int,
+    protocol: str = PAPER_PROTOCOL,
+    methods: Sequence[str] | None = None,
+) -> list[TableEntry]:
+    """The rows ``experiment table`` trains, in the paper's order: every entry of the benchmark's
+    published table at ``buffer_size`` (:func:`xder_cli.runs.published.published_table`), or, for a
+    benchmark with no published results, every method of the X-DER paper's Table 1; only those
+    named in ``methods`` when given.
+
+    Raises:
+        UsageError: an unknown benchmark, a buffer size below 1 or with no published table, a name
+            in ``methods`` that the table lacks.
+    """
+    if benchmark not in list_benchmarks():
+        raise UsageError(f"unknown benchmark {benchmark!r}: choose one of {', '.join(list_benchmarks())}")
+    if buffer_size < 1:
+        raise UsageError(f"--buffer-size must be >= 1, got {buffer_size}")
+    published = published_table(benchmark, buffer_size)
+    if published:
+        candidates = [(p.entry, p.method, p) for p in published]
+        what = f"the published table of {benchmark} at buffer {buffer_size}"
+    else:
+        candidates = [(m, m, None) for m in xder_table_methods()]
+        what = f"{benchmark} has no published table, and the X-DER paper's Table 1 trained in its place"
+    names = [name for name, _, _ in candidates]
+    for name in methods or ():
+        if name not in names:
+            raise UsageError(f"--methods: {what} has no {name!r}; its rows are {', '.join(names)}")
+    entries = []
+    for name, method, cell in candidates:
+        if methods is not None and name not in methods:
+            continue
+        fields = {f.name for f in dataclasses.fields(method_config_class(method))}
+        preset = None if name == method else _variant_preset(benchmark, buffer_size, name, method, protocol)
+        entries.append(TableEntry(name, method, preset, "buffer_size" in fields, cell))
+    return entries
+
+
+def plan_table(
+    benchmark: str,
+    buffer_size: int,
+    entries: Sequence[TableEntry],
+    seeds: Sequence[int],
+    sets: Sequence[tuple[str, str, Any]],
+    protocol: str = PAPER_PROTOCOL,
+) -> list[ExperimentRun]:
+    """Every (entry, seed) of a table, configured and validated: the entry's preset, the buffer
+    size for methods that keep a buffer, then ``sets``."""
+    runs = []
+    for entry in entries:
+        values = {"buffer_size": buffer_size} if entry.buffered else {}
+        for seed in seeds:
+            config = run_config(
+                entry.method, benchmark, seed, sets, protocol, preset=entry.preset, method_values=values
+            )
+            runs.append(
+                ExperimentRun(
+                    entry.run_name(buffer_size, seed),
+                    seed,
+                    config,
+                    {"entry": entry.name, "method": entry.method},
+                )
+            )
+    return runs
+
+
+TABLE_MODES = ("judged", "orientation", "ours only")
+TWO_SE_RULE = (
+    "> 2 SE: whether |Δ| exceeds two standard errors of the difference, SE = σ·√(1/n + 1/n_p), with σ "
+    "the published std where the paper gives one, else our sample std; n our seeds; n_p the paper's "
+    "run count where it states one, else the published value counts as exact (1/n_p left out); "
+    "- where undefined (one seed of ours and no published std)"
+)
+TABLE_CSV_COLUMNS = (
+    "entry",
+    "method",
+    "row",
+    "preset",
+    "buffer_size",
+    "n",
+    "seeds",
+    *(
+        f"{metric}_{part}"
+        for metric in ("faa", "ff")
+        for part in (
+            "mean",
+            "std",
+            "published",
+            "published_std",
+            "difference",
+            "standard_error",
+            "sigma_from",
+            "exceeds_two_se",
+        )
+    ),
+    "published_seeds",
+    "source",
+    "mode",
+    "overrides",
+)
+"""The header of ``table.csv``: one line per entry (empty cells where a value is undefined)."""
+
+
+def _metric_cell(
+    values: Sequence[float], published: PublishedResult | None, metric: str, judged: bool
+) -> dict:
+    """Ours over seeds for one metric; the published value where there is one; the difference
+    and the 2-SE judgement (:func:`xder_eval.compare_to_published`) when ``judged``."""
+    mean, std = mean_std(values)
+    cell: dict[str, Any] = {"mean": mean, "std": std, "n": len(values), "values": list(values)}
+    cell |= dict.fromkeys(
+        ("published", "published_std", "difference", "standard_error", "sigma_from", "exceeds_two_se")
+    )
+    value = None if published is None else getattr(published, metric)
+    if value is None:
+        return cell
+    cell |= {"published": value, "published_std": getattr(published, f"{metric}_std")}
+    if judged:
+        c = compare_to_published(
+            values, value, published_std=cell["published_std"], published_seeds=published.seeds
+        )
+        cell |= {
+            "difference": c.difference,
+            "standard_error": c.standard_error,
+            "sigma_from": c.sigma_from,
+            "exceeds_two_se": c.exceeds_two_se,
+        }
+    return cell
+
+
+def summarize_table(
+    runs: Sequence[ExperimentRun],
+    outcomes: dict[str, dict[str, Any]],
+    root: Path,
+    common: dict[str, Any],
+    *,
+    entries: Sequence[TableEntry],
+    buffer_size: int,
+) -> dict[str, Any]:
+    """experiment.json of ``table``: per entry our FAA and FF (mean, std over the finished seeds),
+    the published values, the differences and their 2-SE judgement, the papers' claims about the
+    table checked on our rows (:func:`xder_cli.runs.claims.check_table_claims`, whatever the mode: they
+    compare our rows with each other), and every run.
+
+    ``mode``: ``judged`` (paper protocol, published values), ``orientation`` (another protocol:
+    published values shown, nothing judged) or ``ours only`` (nothing published).
+    """
+    records = run_records(runs, outcomes, root, faa_metrics)
+    published = [e.published for e in entries if e.published is not None]
+    if not published:
+        mode = "ours only"
+    else:
+        mode = "judged" if common["protocol"] == PAPER_PROTOCOL else "orientation"
+    presets = {run.tags["entry"]: run.config["run"]["preset"] for run in runs}
+    rows = []
+    per_seed: dict[str, dict[str, list[float]]] = {"faa": {}, "ff": {}}
+    # the claims are about the published table's rows (all of them, even where --methods trains some)
+    table_rows = [p.entry for p in published_table(common["benchmark"], buffer_size)]
+    for entry in entries:
+        chosen = [r for r in records if r["entry"] == entry.name]
+        done = [r for r in chosen if r["status"] == "finished"]
+        row: dict[str, Any] = {
+            "entry": entry.name,
+            "method": entry.method,
+            "row": entry.published.row if entry.published else entry.name,
+            "preset": presets.get(entry.name),
+            "buffered": entry.buffered,
+            "seeds_finished": len(done),
+            "seeds": len(chosen),
+            "published_seeds": entry.published.seeds if entry.published else None,
+            "source": entry.published.source if entry.published else None,
+        }
+        for metric in ("faa", "ff"):
+            values = [float(r[metric]) for r in done if r[metric] is not None]
+            row[metric] = _metric_cell(values, entry.published, metric, judged=mode == "judged")
+            per_seed[metric][entry.name] = values
+        rows.append(row)
+    return {
+        **common,
+        "buffer_size": buffer_size,
+        "mode": mode,
+        "sources": list(dict.fromkeys(p.source for p in published)),
+        "metric": "FAA and FF (%, Class-IL, test); published: the paper protocol's",
+        "rule": TWO_SE_RULE if mode == "judged" else None,
+        "rows": rows,
+        "claims": check_table_claims(common["benchmark"], buffer_size, table_rows, per_seed),
+        "runs": records,
+    }
+
+
+def _flag(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "no")
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.2f}"
+
+
+def table_markdown(summary: dict[str, Any]) -> str:
+    """``table.md``: one row per entry; which columns depends on the summary's ``mode``."""
+    mode, benchmark, protocol = summary["mode"], summary["benchmark"], summary["protocol"]
+    on = benchmark if protocol == PAPER_PROTOCOL else f"{benchmark}, protocol {protocol} (a quick table)"
+    seeds = ", ".join(map(str, summary["seeds"]))
+    lines = [
+        f"# Table: {on}, buffer {summary['buffer_size']}",
+        "",
+        "Ours: final average accuracy FAA and final forgetting FF (Class-IL, test split, %), mean ± sample "
+        f"std over the finished seeds of {seeds} (n); each method with its preset (the preset column).",
+    ]
+    sources = "; ".join(summary["sources"])
+    if mode == "ours only":
+        lines.append(
+            f"No published results for {benchmark}: ours alone, for the methods of the X-DER paper's Table 1."
+        )
+        header = ["method", "preset", "FAA", "FF", "n"]
+    elif mode == "orientation":
+        lines.append(
+            f"Published: {sources}, on the paper protocol: shown for orientation only, since protocol "
+            f"{protocol} differs from the paper's; no difference is judged."
+        )
+        header = ["method", "preset", "FAA", "FAA published", "FF", "FF published", "n"]
+    else:
+        lines.append(f"Published: {sources}. Δ = ours − published; {TWO_SE_RULE}.")
+        header = ["method", "preset", "FAA", "FAA published", "Δ FAA", "> 2 SE"]
+        header += ["FF", "FF published", "Δ FF", "> 2 SE", "n"]
+    lines += ["", "| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
+    for row in summary["rows"]:
+        cells = [row["entry"], row["preset"] or "-"]
+        for metric in ("faa", "ff"):
+            c = row[metric]
+            cells.append(fmt_stat(c["mean"], c["std"]))
+            if mode != "ours only":
+                cells.append(fmt_stat(c["published"], c["published_std"]))
+            if mode == "judged":
+                cells += [_signed(c["difference"]), _flag(c["exceeds_two_se"])]
+        cells.append(f"{row['seeds_finished']}/{row['seeds']}")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += claims_markdown(summary.get("claims", []))
+    return "\n".join(with_overrides(lines, summary) + not_finished(summary["runs"])) + "\n"
+
+
+def _csv_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def table_csv(summary: dict[str, Any]) -> str:
+    """``table.csv`` under :data:`TABLE_CSV_COLUMNS`: numbers to 4 decimals, ``yes``/``no`` for
+    the 2-SE judgement, empty where undefined."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(TABLE_CSV_COLUMNS)
+    parts = ("mean", "std", "published", "published_std", "difference", "standard_error")
+    parts += ("sigma_from", "exceeds_two_se")
+    for row in summary["rows"]:
+        line = [row["entry"], row["method"], row["row"], row["preset"], summary["buffer_size"]]
+        line += [row["seeds_finished"], ";".join(map(str, summary["seeds"]))]
+        line += [row[metric][part] for metric in ("faa", "ff") for part in parts]
+        line += [row["published_seeds"], row["source"], summary["mode"], overrides_text(summary["sets"])]
+        writer.writerow([_csv_value(v) for v in line])
+    return out.getvalue()
+
+
+def plot_table(summary: dict[str, Any], path: Path) -> None:
+    """Ours against published, one point per entry: our mean ± std over seeds (vertical bars)
+    against the published value (± its std where given), the diagonal where they agree; one panel
+    per metric that has published values. With nothing published: our FAA per entry as bars."""
+    rows = summary["rows"]
+    where = f"{summary['benchmark']} m{summary['buffer_size']}"
+    if summary["mode"] == "ours only":
+        fig = new_figure(max(5.0, 1.0 + 0.6 * len(rows)), 4)
+        ax = fig.add_subplot()
+        ax.bar(
+            range(len(rows)),
+            [or_nan(r["faa"]["mean"]) for r in rows],
+            yerr=[or_nan(r["faa"]["std"]) for r in rows],
+            capsize=3,
+        )
+        ax.set_xticks(range(len(rows)), [r["entry"] for r in rows], rotation=45, ha="right")
+        ax.set_xlabel("method (table entry)")
+        ax.set_ylabel("FAA (%)")
+        ax.set_ylim(0, 100)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_title(f"{where}: ours (no published results)", fontsize="medium")
+        save_figure(fig, path, run=overrides_label(summary))
+        return
+    metrics = [m for m in ("faa", "ff") if any(r[m]["published"] is not None for r in rows)]
+    fig = new_figure(5.0 * len(metrics), 5.0)
+    for i, metric in enumerate(metrics):
+        ax = fig.add_subplot(1, len(metrics), i + 1)
+        for index, r in enumerate(rows):  # one colour per entry, the same in both panels
+            c = r[metric]
+            if c["published"] is None:
+                continue
+            ax.errorbar(
+                c["published"],
+                or_nan(c["mean"]),
+                yerr=or_nan(c["std"]),
+                xerr=or_nan(c["published_std"]),
+                marker="o",
+                capsize=3,
+                linestyle="none",
+                color=f"C{index % 10}",
+            )
+            ax.annotate(
+                r["entry"],
+                (c["published"], or_nan(c["mean"])),
+                fontsize="x-small",
+                xytext=(4, 4),
+                textcoords="offset points",
+            )
+        ax.plot([0, 100], [0, 100], color="0.6", linestyle="--", linewidth=1)
+        ax.set_xlim(0, 100)
+        ax.set_ylim(0, 100)
+        ax.set_xlabel(f"{metric.upper()} published (%)")
+        ax.set_ylabel(f"{metric.upper()} ours (%)")
+        ax.grid(alpha=0.3)
+    title = f"{where}: ours against published"
+    if summary["mode"] == "orientation":
+        title += f"\n(protocol {summary['protocol']}: published values for orientation only)"
+    fig.suptitle(title, fontsize="medium")
+    save_figure(fig, path, run=overrides_label(summary))
+
+
+class Table:
+    """``table`` (an :class:`~xder_cli.runs.experiments.common.Experiment`): every entry of the
+    published table at ``options.buffer_size`` (or those of ``options.methods``) x seed."""
+
+    name = "table"
+    options = frozenset({"methods", "buffer_size"})
+
+    def plan(
+        self, options: ExperimentOptions, common: dict[str, Any], notify: Notify = ignore
+    ) -> PlannedExperiment:
+        """Plan every run (see :class:`~xder_cli.runs.experiments.common.Experiment`);
+        ``notify`` hears a note when nothing is published, or the protocol is not the paper's.
+
+        Raises:
+            UsageError: no buffer size, or one of :func:`table_entries`' mistakes.
+        """
+        sets, protocol, benchmark = options.run_sets(), options.protocol, options.benchmark
+        if options.buffer_size is None:
+            raise UsageError("experiment table needs --buffer-size M, the buffer size of the published table")
+        buffer_size = options.buffer_size
+        check_owned(sets, OWNED_BY_ALL | {"method.buffer_size": "the experiment sets it: use --buffer-size"})
+        entries = table_entries(benchmark, buffer_size, protocol, options.methods)
+        if not any(e.published for e in entries):
+            notify(
+                f"note: no published results for {benchmark}: training the X-DER paper's Table 1 methods "
+                f"({', '.join(e.name for e in entries)}) and tabulating ours alone"
+            )
+        elif protocol != PAPER_PROTOCOL:
+            notify(
+                f"note: protocol {protocol} is not the paper's: a quick table, the published values shown "
+                "for orientation only (no difference judged)"
+            )
+        runs = plan_table(benchmark, buffer_size, entries, options.seeds, sets, protocol)
+
+        def describe(results: dict[str, Any] | None) -> str:
+            m = faa_metrics(results)
+            return f"FAA {fmt(m['faa'])}, FF {fmt(m['ff'])}"
+
+        return PlannedExperiment(
+            runs,
+            lambda outcomes, root: summarize_table(
+                runs, outcomes, root, common, entries=entries, buffer_size=buffer_size
+            ),
+            table_markdown,
+            plot_table,
+            describe,
+            plot_file=PLOT,
+            markdown_file=TABLE_MD,
+            extra_files=((TABLE_CSV, table_csv),),
+            qualifier=f" at buffer {buffer_size}",
+        )

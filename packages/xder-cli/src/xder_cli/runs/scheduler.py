@@ -1,0 +1,475 @@
+"""Run these runs, in this process or on Ray: the one scheduler of ``sweep`` and ``experiment``.
+
+A :class:`Job` is a run to train: its name, its run directory and its configuration.
+:func:`run_jobs` skips the jobs whose run directory holds a finished run already, trains the
+others (each with :func:`train_trial`, resuming from its checkpoint where it has one) one after
+the other in this process, or as Ray tasks (:func:`run_on_ray`: on a local Ray instance started
+for them, or on the cluster at ``address``), and hands each outcome to a callback as it ends. It
+prints nothing: the commands show progress through its callbacks.
+
+Each job holds its run directory's lock while it trains (:func:`xder_cli.runs.rundir.lock_run_dir`):
+the same sweep or experiment started twice never trains a run twice; a run that the other one
+holds is reported as :data:`RUNNING_ELSEWHERE` (not failed) and a later rerun finds it finished.
+A job that fails by its own fault (a configuration error, a diverged loss, an exception in the
+method) is an outcome, ``failed`` with its one-line error, never an exception.
+
+On Ray, a job whose worker process or node is lost (a Ray system failure) is run again by Ray
+(:data:`RAY_MAX_RETRIES` times at most) on a live node, where it resumes from its last checkpoint;
+a job's own failure is never retried. Every start of a job is a line of its ``attempts.jsonl``
+(:data:`ATTEMPTS`) naming the Ray node that trained it; its outcome says that node (``node``) and
+how many times this invocation started it (``attempts``; :func:`trial_retries`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from xder_cli.errors import UsageError
+from xder_cli.runs import rundir
+from xder_cli.runs.plan import build_plan
+from xder_cli.runs.plugins import load_plugins, loaded_plugins
+from xder_cli.runs.training import run_training
+
+__all__ = [
+    "ATTEMPTS",
+    "RAY_MAX_RETRIES",
+    "RETRY_LOCK_WAIT_S",
+    "RUNNING_ELSEWHERE",
+    "Job",
+    "LogOutput",
+    "outcome_note",
+    "read_attempts",
+    "retry_note",
+    "run_jobs",
+    "run_on_ray",
+    "split_finished",
+    "this_node",
+    "train_trial",
+    "trial_cpus",
+    "trial_finished",
+    "trial_outcome",
+    "trial_retries",
+]
+
+RUNNING_ELSEWHERE = "running elsewhere"  # a run another process holds (the command started twice)
+ATTEMPTS = "attempts.jsonl"
+"""A job's starts, one JSON line each (written under its lock, before it trains): ``submission``
+(one per job per invocation: Ray's retries of a task share it), ``node`` (:func:`this_node`),
+``pid``, ``time`` and ``resume`` (whether it continued from a checkpoint)."""
+RAY_MAX_RETRIES = 3
+"""How many times Ray runs a job again after a system failure (its worker process died, its node
+was lost); never after the job's own failure, which :func:`train_trial` returns as an outcome."""
+RETRY_LOCK_WAIT_S = 150.0
+"""How long a retried job waits for the run directory's lock still held by its lost attempt: the
+kernel frees it when that process dies, but a shared filesystem may keep a dead node's lock until
+its lease runs out (NFSv4: about 90 s)."""
+
+LogOutput = Callable[[], Mapping[str, Any]]
+"""Makes, for one job, the keyword arguments of :func:`xder_cli.runs.training.run_training` that
+show a run (``callbacks``, ``notify``, ``read_progress``); what they print goes to the job's
+``log.txt``. The commands pass :func:`xder_cli.progress.on_terminal`; on Ray it is called in the
+worker (a module-level function travels by its name)."""
+
+
+class Job(NamedTuple):
+    """A run to train: its name (in outcomes and progress), its run directory and its resolved
+    configuration."""
+
+    name: str
+    run_dir: Path
+    config: dict[str, dict[str, Any]]
+
+
+def _ignore(*args: Any) -> None:
+    """The default callback: does nothing."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Outcomes
+
+
+def trial_outcome(run_dir: Path, status: str, error: str | None = None) -> dict[str, Any]:
+    """A job's outcome as the sweep and the experiments record it: ``status``, ``error``, the
+    metrics of its ``results.json`` (None where it has none, or an unreadable one) and the node of
+    its last start (:data:`ATTEMPTS`)."""
+    try:
+        results = rundir.read_results(run_dir) or {}
+    except rundir.ResultsUnreadableError:
+        results = {}
+    attempts = read_attempts(run_dir)
+    return {
+        "status": status,
+        "val_faa": results.get("val_faa"),
+        "faa": results.get("faa"),
+        "ff": results.get("ff"),
+        "wall_time_s": results.get("wall_time_s"),
+        "error": error,
+        "node": attempts[-1].get("node") if attempts else None,
+    }
+
+
+def trial_finished(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a complete run (its results.json says so)."""
+    return rundir.complete_results(run_dir) is not None
+
+
+def split_finished(jobs: Sequence[tuple[str, Path]]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """``(outcomes, pending)`` of named run directories: the outcome of each one already finished
+    (marked ``skipped``), and the names of the others, in order."""
+    outcomes: dict[str, dict[str, Any]] = {}
+    pending = []
+    for name, run_dir in jobs:
+        if trial_finished(run_dir):
+            outcomes[name] = trial_outcome(run_dir, "finished") | {"skipped": True}
+        else:
+            pending.append(name)
+    return outcomes, pending
+
+
+def trial_retries(outcome: Mapping[str, Any]) -> int:
+    """How many times Ray ran a job again after losing its worker or node: its ``attempts``
+    (starts in this invocation) less one."""
+    return max(0, int(outcome.get("attempts") or 0) - 1)
+
+
+def retry_note(count: int, unit: str = "trial") -> str:
+    """``retries: N (...)``, how many times Ray ran a sweep's trials (or an experiment's runs,
+    ``unit``) again after losing their worker or node ("" if none)."""
+    if not count:
+        return ""
+    return (
+        f"retries: {count} (a {unit} run again after a lost Ray worker or node resumes from its last "
+        "checkpoint)"
+    )
+
+
+def outcome_note(outcome: Mapping[str, Any]) -> str:
+    """`` (the error)`` of a failed run, `` (held by <process>)`` of one running elsewhere,
+    `` (finished by another process)`` of one found finished when its turn came, else ``""``;
+    then `` (retried N x after a lost worker or node)`` of one Ray ran again."""
+    note = ""
+    if outcome.get("error"):
+        note = f" ({outcome['error']})"
+    elif outcome.get("held_by"):
+        note = f" (held by {outcome['held_by']})"
+    elif outcome.get("skipped"):  # split_finished's skipped runs never reach a progress line
+        note = " (finished by another process)"
+    count = trial_retries(outcome)
+    return note + (f" (retried {count} x after a lost worker or node)" if count else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# One job
+
+
+def this_node() -> dict[str, str | None]:
+    """Where this process runs: ``{"id", "ip", "host"}``, the Ray node's id and IP address as Ray
+    reports them inside a task (None outside Ray) and the machine's host name."""
+    node: dict[str, str | None] = {"id": None, "ip": None, "host": socket.gethostname()}
+    ray = sys.modules.get("ray")  # imported by a Ray worker; never imported here for this
+    if ray is not None and ray.is_initialized():
+        with contextlib.suppress(Exception):
+            node["id"] = ray.get_runtime_context().get_node_id()
+            node["ip"] = ray.util.get_node_ip_address()
+    return node
+
+
+def read_attempts(run_dir: Path) -> list[dict[str, Any]]:
+    """The lines of ``run_dir/attempts.jsonl`` (:data:`ATTEMPTS`), oldest first; none if it has none."""
+    try:
+        text = (Path(run_dir) / ATTEMPTS).read_text()
+    except OSError:
+        return []
+    attempts = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                attempts.append(record)
+    return attempts
+
+
+def _attempts_of(run_dir: Path, submission: str) -> int:
+    return sum(a.get("submission") == submission for a in read_attempts(run_dir))
+
+
+def train_trial(
+    run_dir: str,
+    config: dict[str, dict[str, Any]],
+    plugins: Sequence[str] = (),
+    submission: str | None = None,
+    *,
+    log_output: LogOutput | None = None,
+) -> dict[str, Any]:
+    """Train one job into ``run_dir`` (resuming from its checkpoint if it has one); never raises.
+
+    Runs inside a Ray worker (or in-process), holding the run directory's lock
+    (:func:`rundir.lock_run_dir`) throughout. A job whose lock another process holds (the same
+    sweep or experiment started twice) is left alone: its outcome is ``running elsewhere``, with
+    ``held_by`` naming that process. A job that another process finished meanwhile is not trained
+    again. The job's printed output (what ``log_output`` shows, a failure's traceback) goes to
+    ``run_dir/log.txt``. ``plugins`` (the driver's ``--plugin`` specs) are loaded first, with the
+    installed entry points, so that a worker knows the names the driver's plugins registered.
+
+    Each start appends a line to ``run_dir/attempts.jsonl`` (:data:`ATTEMPTS`) naming
+    ``submission`` (None: a new one) and this node. Ray runs the same submission again after a
+    system failure: a retry whose lost attempt still holds the lock (a dead node's lock on a shared
+    filesystem lasts until its lease runs out) waits for it, :data:`RETRY_LOCK_WAIT_S` at most,
+    instead of calling it ``running elsewhere``.
+
+    Args:
+        log_output: what the run shows, into its ``log.txt`` (:data:`LogOutput`); None: nothing.
+
+    Returns:
+        ``{"status": "finished" | "failed" | "running elsewhere", "val_faa", "faa", "ff",
+        "wall_time_s", "error", "node", "attempts"}`` (and ``held_by``, ``skipped`` where they
+        apply): ``node`` the node that trained it (:func:`this_node`), ``attempts`` how many
+        times ``submission`` started it.
+    """
+    path = Path(run_dir)
+    submission = submission or uuid.uuid4().hex
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with contextlib.ExitStack() as lock:
+            _lock_trial(lock, path, submission)
+            return _train_locked(path, config, plugins, submission, log_output)
+    except rundir.RunDirBusyError as busy:  # its metrics are those of a run in progress: none
+        metrics = dict.fromkeys(("val_faa", "faa", "ff", "wall_time_s"))
+        return {
+            "status": RUNNING_ELSEWHERE,
+            **metrics,
+            "error": None,
+            "held_by": busy.holder,
+            "node": None,
+            "attempts": _attempts_of(path, submission),
+        }
+    except (OSError, UsageError) as error:  # the folder cannot be created or locked
+        outcome = trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
+        return outcome | {"attempts": _attempts_of(path, submission)}
+
+
+def _lock_trial(stack: contextlib.ExitStack, path: Path, submission: str) -> None:
+    """Take the job's lock into ``stack``; a retry of ``submission`` (an earlier attempt of it
+    started, then was lost) waits up to :data:`RETRY_LOCK_WAIT_S` for that attempt's lock to go."""
+    deadline = time.monotonic() + RETRY_LOCK_WAIT_S
+    while True:
+        try:
+            stack.enter_context(rundir.lock_run_dir(path, then="run the sweep again"))
+            return
+        except rundir.RunDirBusyError:
+            if _attempts_of(path, submission) == 0 or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+def _train_locked(
+    path: Path,
+    config: dict[str, dict[str, Any]],
+    plugins: Sequence[str],
+    submission: str,
+    log_output: LogOutput | None,
+) -> dict[str, Any]:
+    earlier = _attempts_of(path, submission)
+    if trial_finished(path):  # finished since the caller looked: by another process, or by a lost attempt
+        return trial_outcome(path, "finished") | ({"attempts": earlier} if earlier else {"skipped": True})
+    resume = (path / rundir.CHECKPOINT).exists()
+    start = {
+        "submission": submission,
+        "node": this_node(),
+        "pid": os.getpid(),
+        "time": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "resume": resume,
+    }
+    rundir.EventLog(path / ATTEMPTS).append(start)
+    return _train_logged(path, config, plugins, resume, log_output) | {"attempts": earlier + 1}
+
+
+def _train_logged(
+    path: Path,
+    config: dict[str, dict[str, Any]],
+    plugins: Sequence[str],
+    resume: bool,
+    log_output: LogOutput | None,
+) -> dict[str, Any]:
+    # What the run prints (log_output's lines, a failure's traceback) goes to its log.txt.
+    with open(path / "log.txt", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        try:
+            (path / rundir.PLOTS).mkdir(exist_ok=True)
+            load_plugins(plugins)
+            plan = build_plan(config)
+            if not resume:
+                rundir.write_config(path / rundir.CONFIG, plan.config)
+            shown = dict(log_output()) if log_output is not None else {}
+            run_training(plan, path, resume=resume, **shown)
+        except Exception as error:  # a failed job is recorded, never fatal to the others
+            traceback.print_exc(file=log)
+            return trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
+    return trial_outcome(path, "finished")
+
+
+# ---------------------------------------------------------------------------------------------
+# Many jobs
+
+
+def trial_cpus(node_cpus: Sequence[float], max_concurrent: int | None) -> int:
+    """CPUs (and so threads) for each job: the fair share ``cores // max_concurrent`` of the
+    smallest node, at least 1; 1 when ``max_concurrent`` is None (a job per core).
+
+    >>> [trial_cpus([2], k) for k in (1, 2, 3)], trial_cpus([16, 8], 2), trial_cpus([16], None)
+    ([2, 1, 1], 4, 1)
+    """
+    if not max_concurrent or not node_cpus:
+        return 1
+    return max(1, int(min(node_cpus)) // max_concurrent)
+
+
+def _node_cpus(ray: Any) -> list[float]:
+    return [
+        n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU")
+    ]
+
+
+def run_on_ray(
+    jobs: Sequence[tuple[str, Path, dict[str, dict[str, Any]]]],
+    on_done: Callable[[str, dict[str, Any]], None],
+    *,
+    max_concurrent: int | None = None,
+    address: str | None = None,
+    gpus_per_trial: float = 0.0,
+    cpus_per_trial: float | None = None,
+    log_output: LogOutput | None = None,
+) -> None:
+    """Train each ``(name, run_dir, config)`` (a :class:`Job`) with :func:`train_trial` as a Ray
+    task, at most ``max_concurrent`` at once (None: as many as Ray schedules);
+    ``on_done(name, outcome)`` runs here, in the driver, as each ends. Workers load the plugins
+    this process loaded (:func:`xder_cli.runs.plugins.loaded_plugins`).
+
+    A task whose worker process dies or whose node is lost (a Ray system failure) is run again by
+    Ray, :data:`RAY_MAX_RETRIES` times at most, on any live node: it resumes from the job's last
+    checkpoint. A job's own failure is an outcome (:func:`train_trial` never raises), so it is
+    never retried. ``outcome["attempts"]`` counts the task's starts (its ``attempts.jsonl`` lines);
+    a task that is still lost after its retries is a failed job with Ray's error.
+
+    Args:
+        address: a running Ray cluster (``ray://host:10001`` or ``host:6379``); None starts a local
+            instance for these jobs (and stops it after). On a cluster, every ``run_dir`` must be on
+            a filesystem every node sees.
+        gpus_per_trial, cpus_per_trial: the resources Ray reserves for each job. Ray runs a
+            job's kernels on as many threads as it reserves CPUs for it (``OMP_NUM_THREADS``),
+            so its thread count is fixed and its figures repeat. None: with ``max_concurrent``
+            K, a fair share of the cores, ``cores // K`` (cores of the smallest node); without
+            it, one CPU per job, so that as many jobs run as there are cores.
+        log_output: what each run shows, into its ``log.txt`` (:data:`LogOutput`).
+    """
+    if not jobs:
+        return
+    # Ray's `uv run` hook would ship the working tree to every worker and build a fresh environment
+    # there (minutes per worker): workers use this interpreter's environment instead (opt back in
+    # with RAY_ENABLE_UV_RUN_RUNTIME_ENV=1). Set before ray is imported.
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    import ray  # a heavy import: only work sent to Ray needs it
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}},
+        )
+    try:
+        if cpus_per_trial is None:
+            cpus_per_trial = trial_cpus(_node_cpus(ray), max_concurrent)
+        # Retried on system failures only (retry_exceptions=False): a job's own errors come back
+        # as outcomes, and a retry resumes from the job's checkpoint.
+        remote = ray.remote(
+            num_cpus=cpus_per_trial,
+            num_gpus=gpus_per_trial,
+            max_retries=RAY_MAX_RETRIES,
+            retry_exceptions=False,
+        )(train_trial)
+        plugins = loaded_plugins()
+        limit = max_concurrent or len(jobs)
+        queue = list(jobs)
+        running: dict[Any, tuple[str, Path, str]] = {}
+        while queue or running:
+            while queue and len(running) < limit:
+                name, run_dir, config = queue.pop(0)
+                submission = uuid.uuid4().hex  # one per task; Ray's retries of it share it
+                ref = remote.remote(
+                    str(Path(run_dir).resolve()), config, plugins, submission, log_output=log_output
+                )
+                running[ref] = (name, Path(run_dir), submission)
+            ready, _ = ray.wait(list(running), num_returns=1)
+            name, run_dir, submission = running.pop(ready[0])
+            try:
+                outcome = ray.get(ready[0])
+            except Exception as error:  # lost RAY_MAX_RETRIES + 1 times (worker or node died, OOM...)
+                outcome = trial_outcome(run_dir, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
+                outcome["attempts"] = _attempts_of(run_dir, submission)
+            on_done(name, outcome)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def run_jobs(
+    jobs: Sequence[Job],
+    *,
+    use_ray: bool,
+    on_start: Callable[[dict[str, dict[str, Any]], list[Job]], None] = _ignore,
+    on_done: Callable[[str, dict[str, Any], dict[str, dict[str, Any]]], None] = _ignore,
+    max_concurrent: int | None = None,
+    address: str | None = None,
+    gpus_per_trial: float = 0.0,
+    cpus_per_trial: float | None = None,
+    log_output: LogOutput | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Train every job whose run directory does not hold a finished run yet, and return the
+    outcome of each job, by name (finished ones marked ``skipped``; see :func:`train_trial`).
+
+    With ``use_ray`` the jobs are Ray tasks (:func:`run_on_ray`, which takes ``max_concurrent``,
+    ``address``, ``gpus_per_trial`` and ``cpus_per_trial``; no Ray instance starts when nothing is
+    left to train); without, they train in this process one after the other.
+
+    Args:
+        on_start: ``(outcomes, pending)`` once, before anything trains: the outcomes of the jobs
+            found finished, and the jobs to train.
+        on_done: ``(name, outcome, outcomes)`` in this process as each job ends, its outcome
+            already in ``outcomes`` (the dict this function returns).
+        log_output: what each run shows, into its ``log.txt`` (:data:`LogOutput`).
+    """
+    outcomes, pending_names = split_finished([(job.name, job.run_dir) for job in jobs])
+    pending = [job for job in jobs if job.name in pending_names]
+    on_start(outcomes, pending)
+
+    def record(name: str, outcome: dict[str, Any]) -> None:
+        outcomes[name] = outcome
+        on_done(name, outcome, outcomes)
+
+    if use_ray:
+        run_on_ray(
+            pending,
+            record,
+            max_concurrent=max_concurrent,
+            address=address,
+            gpus_per_trial=gpus_per_trial,
+            cpus_per_trial=cpus_per_trial,
+            log_output=log_output,
+        )
+    else:
+        for job in pending:
+            record(job.name, train_trial(str(job.run_dir), job.config, log_output=log_output))
+    return outcomes

@@ -1,0 +1,433 @@
+"""The sweep: a hyperparameter grid x seeds, selected on the validation split.
+
+A sweep is described by a GRID.toml (:func:`load_spec`)::
+
+    method = "derpp"
+    benchmark = "seq-digits"
+    buffer_size = 200            # optional: the protocol's
+    protocol = "laptop"          # optional (paper): the benchmark's protocol
+    seeds = [0, 1]
+    validation = 0.1             # optional (0.1): the held-out fraction selection uses
+    preset = "none"              # optional (none): the base the grid varies
+    [set]                        # optional: fixed overrides, "section.key" = value
+    "train.epochs" = 5
+    [grid]                       # "section.key" = [values]; the cartesian product is searched
+    "method.alpha" = [0.1, 0.3]
+    "method.beta" = [0.5, 1.0]
+
+or taken from a preset with ``PRESET:BENCH:BUFFER:ENTRY`` (:func:`spec_from_preset`: the paper's
+grid; its chosen values of keys the grid does not vary, e.g. an X-DER variant's ``future_heads``,
+stay fixed). A ``protocol`` given to either picks the benchmark's protocol (and, from a preset, the
+preset's tables kept for it), overriding the file's.
+
+Every (grid point, seed) is a trial (:func:`plan_trials`): an ordinary run directory
+``DIR/trials/<point>-s<seed>/`` (config.toml, events.jsonl, results.json, checkpoint.pt), trained
+by a Ray task (:func:`run_sweep`, through :mod:`xder_cli.runs.scheduler`): on a local Ray instance
+started for the sweep, or on the cluster at ``address``. Selection (:func:`select`) uses the mean
+over seeds of the VALIDATION final average accuracy; the test FAA is reported, never used. DIR gets
+``sweep.json`` and ``sweep.md`` (the report, :func:`sweep_markdown`). A trial that fails is
+recorded with its error and the sweep goes on; running the same sweep again skips finished trials
+and resumes interrupted ones from their checkpoints. A trial another process holds (the same sweep
+started twice on one DIR) is reported as ``running elsewhere`` (not failed, not selected on) and a
+later rerun picks it up as finished; a trial whose Ray worker or node is lost is run again on a
+live node (:data:`xder_cli.runs.scheduler.RAY_MAX_RETRIES` times at most), and each trial's record
+says the node that trained it (``node``) and how many times this sweep started it (``attempts``,
+``retries``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import statistics
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xder_cli.errors import UsageError
+from xder_cli.runs import rundir
+from xder_cli.runs.plan import build_plan, resolve_config
+from xder_cli.runs.presets import PAPER_PROTOCOL, preset_entry, split_dotted
+from xder_cli.runs.scheduler import (
+    Job,
+    LogOutput,
+    outcome_note,
+    retry_note,
+    run_jobs,
+    trial_retries,
+)
+
+__all__ = [
+    "SWEEP_JSON",
+    "SWEEP_MD",
+    "TRIALS",
+    "SweepSpec",
+    "Trial",
+    "load_spec",
+    "plan_trials",
+    "run_sweep",
+    "select",
+    "spec_from_preset",
+    "sweep_markdown",
+    "write_summary",
+]
+
+SWEEP_JSON, SWEEP_MD, TRIALS = "sweep.json", "sweep.md", "trials"
+_SPEC_KEYS = {
+    "method",
+    "benchmark",
+    "buffer_size",
+    "seeds",
+    "validation",
+    "preset",
+    "protocol",
+    "set",
+    "grid",
+}
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What a sweep searches (see the module docstring for the TOML form)."""
+
+    method: str
+    benchmark: str
+    seeds: tuple[int, ...]
+    grid: dict[str, list[Any]]
+    buffer_size: int | None = None
+    validation: float = 0.1
+    preset: str = "none"
+    fixed: dict[str, Any] = field(default_factory=dict)
+    protocol: str = PAPER_PROTOCOL
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One (grid point, seed): its name (its run directory under ``DIR/trials``) and config."""
+
+    name: str
+    point: dict[str, Any]
+    seed: int
+    config: dict[str, dict[str, Any]]
+
+
+def _check_grid(grid: Any, where: str) -> dict[str, list[Any]]:
+    if not isinstance(grid, dict) or not grid:
+        raise UsageError(f'{where}: [grid] must map "section.key" to a non-empty list of values')
+    for key, values in grid.items():
+        split_dotted(key)
+        if not isinstance(values, list) or not values:
+            raise UsageError(f"{where}: grid key {key!r} must be a non-empty list, got {values!r}")
+    return dict(grid)
+
+
+def load_spec(path: Path, *, seeds: tuple[int, ...] | None = None, protocol: str | None = None) -> SweepSpec:
+    """Read GRID.toml. ``seeds`` (from ``--seeds``) and ``protocol`` (``--protocol``) replace the
+    file's.
+
+    Raises:
+        UsageError: unreadable file, bad TOML, unknown or missing keys, ill-typed values.
+    """
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError as error:
+        raise UsageError(f"{path}: no such grid file") from error
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"{path}: cannot read it ({error})") from error
+    except tomllib.TOMLDecodeError as error:
+        raise UsageError(f"{path}: not valid TOML ({error})") from error
+    unknown = sorted(set(data) - _SPEC_KEYS)
+    if unknown:
+        raise UsageError(
+            f"{path}: unknown key {unknown[0]!r}; a grid file takes {', '.join(sorted(_SPEC_KEYS))}"
+        )
+    for required in ("method", "benchmark", "grid"):
+        if required not in data:
+            raise UsageError(f"{path}: {required!r} is missing")
+    file_seeds = data.get("seeds", [0])
+    if not isinstance(file_seeds, list) or not file_seeds or not all(isinstance(s, int) for s in file_seeds):
+        raise UsageError(f"{path}: seeds must be a non-empty list of integers, e.g. seeds = [0, 1]")
+    fixed = data.get("set", {})
+    if not isinstance(fixed, dict):
+        raise UsageError(f'{path}: [set] must map "section.key" to a value')
+    for key in fixed:
+        split_dotted(key)
+    buffer_size = data.get("buffer_size")
+    if buffer_size is not None and (not isinstance(buffer_size, int) or buffer_size < 0):
+        raise UsageError(f"{path}: buffer_size must be an integer >= 0, got {buffer_size!r}")
+    validation = data.get("validation", 0.1)
+    if not isinstance(validation, int | float) or not 0 < validation < 1:
+        raise UsageError(f"{path}: validation must be in (0, 1): selection needs a validation split")
+    file_protocol = data.get("protocol", PAPER_PROTOCOL)
+    if not isinstance(file_protocol, str):
+        raise UsageError(f'{path}: protocol must be a name, e.g. protocol = "laptop"')
+    return SweepSpec(
+        method=str(data["method"]),
+        benchmark=str(data["benchmark"]),
+        seeds=tuple(seeds or file_seeds),
+        grid=_check_grid(data["grid"], str(path)),
+        buffer_size=buffer_size,
+        validation=float(validation),
+        preset=str(data.get("preset", "none")),
+        fixed=dict(fixed),
+        protocol=protocol or file_protocol,
+    )
+
+
+def spec_from_preset(text: str, seeds: tuple[int, ...] | None, protocol: str = PAPER_PROTOCOL) -> SweepSpec:
+    """``PRESET:BENCH:BUFFER:ENTRY`` (BUFFER may be ``-`` for methods without a buffer) -> a spec
+    searching that entry's grid (of the preset's tables for ``protocol``), its other chosen values
+    fixed."""
+    parts = text.split(":")
+    if len(parts) != 4:
+        raise UsageError(
+            f"--grid {text!r}: write PRESET:BENCHMARK:BUFFER:METHOD, e.g. paper:seq-cifar100:500:derpp"
+        )
+    preset, benchmark, buffer_text, name = parts
+    if buffer_text in ("", "-"):
+        buffer_size = None
+    elif buffer_text.isdigit():
+        buffer_size = int(buffer_text)
+    else:
+        raise UsageError(f"--grid {text!r}: the buffer size {buffer_text!r} is not a number (or -)")
+    entry = preset_entry(preset, benchmark, buffer_size, name, protocol=protocol)
+    if not entry.grid:
+        raise UsageError(f"--grid {text!r}: this preset entry lists no grid")
+    fixed = {**entry.fixed, **{k: v for k, v in entry.chosen.items() if k not in entry.grid}}
+    if buffer_size is not None:
+        fixed["method.buffer_size"] = buffer_size
+    return SweepSpec(
+        method=entry.method,
+        benchmark=benchmark,
+        seeds=seeds or (0,),
+        grid=entry.grid,
+        buffer_size=buffer_size,
+        fixed=fixed,
+        protocol=protocol,
+    )
+
+
+def _point_name(index: int, point: dict[str, Any]) -> str:
+    digest = hashlib.sha1(json.dumps(point, sort_keys=True).encode()).hexdigest()[:8]
+    return f"p{index:03d}-{digest}"
+
+
+def plan_trials(spec: SweepSpec) -> list[Trial]:
+    """Every (grid point, seed), each with a validated configuration (nothing is trained).
+
+    Raises:
+        UsageError (and the packages' config errors): a point that cannot be configured.
+    """
+    keys = list(spec.grid)
+    points = [dict(zip(keys, values, strict=True)) for values in itertools.product(*spec.grid.values())]
+    trials = []
+    for index, point in enumerate(points):
+        sets = [(*split_dotted(k), v) for k, v in {**spec.fixed, **point}.items()]
+        for seed in spec.seeds:
+            config = resolve_config(
+                method=spec.method,
+                benchmark=spec.benchmark,
+                preset=spec.preset,
+                run={"seed": seed, "validation": spec.validation},
+                train={},
+                method_values={} if spec.buffer_size is None else {"buffer_size": spec.buffer_size},
+                sets=sets,
+                protocol_name=spec.protocol,
+            )
+            plan = build_plan(config)
+            trials.append(Trial(f"{_point_name(index, point)}-s{seed}", point, seed, plan.config))
+    return trials
+
+
+def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def select(spec: SweepSpec, trials: list[Trial], outcomes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The sweep's summary: per point the mean +- std over seeds of validation and test FAA, and
+    the best point by mean VALIDATION FAA among points whose every seed finished (ties: the
+    earlier point)."""
+    points: dict[str, dict[str, Any]] = {}
+    for trial in trials:
+        key = trial.name.rsplit("-s", 1)[0]
+        entry = points.setdefault(key, {"point": trial.point, "trials": [], "val": [], "test": []})
+        outcome = outcomes.get(trial.name, {"status": "not run"})
+        entry["trials"].append(trial.name)
+        if outcome.get("status") == "finished" and outcome.get("val_faa") is not None:
+            entry["val"].append(float(outcome["val_faa"]))
+            entry["test"].append(float(outcome["faa"]))
+    rows = []
+    for key, entry in points.items():
+        val_mean, val_std = _mean_std(entry["val"])
+        test_mean, test_std = _mean_std(entry["test"])
+        rows.append(
+            {
+                "name": key,
+                "point": entry["point"],
+                "val_faa_mean": val_mean,
+                "val_faa_std": val_std,
+                "test_faa_mean": test_mean,
+                "test_faa_std": test_std,
+                "seeds_finished": len(entry["val"]),
+                "seeds": len(entry["trials"]),
+            }
+        )
+    eligible = [r for r in rows if r["seeds_finished"] == r["seeds"] and r["val_faa_mean"] is not None]
+    best = max(eligible, key=lambda r: r["val_faa_mean"], default=None)
+    return {
+        "method": spec.method,
+        "benchmark": spec.benchmark,
+        "protocol": spec.protocol,
+        "buffer_size": spec.buffer_size,
+        "seeds": list(spec.seeds),
+        "validation": spec.validation,
+        "grid": spec.grid,
+        "fixed": spec.fixed,
+        "selected_on": "validation",
+        "best": best,
+        "points": rows,
+        "retries": sum(trial_retries(outcomes.get(t.name, {})) for t in trials),
+        "trials": [
+            {
+                "name": t.name,
+                "run_dir": f"{TRIALS}/{t.name}",
+                "point": t.point,
+                "seed": t.seed,
+                "node": None,
+                "attempts": 0,
+                **outcomes.get(t.name, {"status": "not run"}),
+                "retries": trial_retries(outcomes.get(t.name, {})),
+            }
+            for t in trials
+        ],
+    }
+
+
+def _fmt(mean: float | None, std: float | None) -> str:
+    if mean is None or not math.isfinite(mean):
+        return "-"
+    return f"{mean:.2f} ± {std:.2f}"
+
+
+def sweep_markdown(summary: dict[str, Any]) -> str:
+    """The sweep report: points ranked by validation FAA, the best first, then failed trials."""
+    keys = list(summary["grid"])
+    lines = [
+        f"# Sweep: {summary['method']} on {summary['benchmark']}"
+        + (
+            ""
+            if summary.get("protocol", PAPER_PROTOCOL) == PAPER_PROTOCOL
+            else f", protocol {summary['protocol']}"
+        )
+        + (f" (buffer {summary['buffer_size']})" if summary["buffer_size"] is not None else ""),
+        "",
+        f"Seeds {', '.join(map(str, summary['seeds']))}; selected on the validation split "
+        f"({summary['validation']:.0%} of train), mean over seeds; the test FAA is reported, not used.",
+        "",
+    ]
+    best = summary["best"]
+    if best is None:
+        lines += ["**No point has finished on every seed: nothing is selected yet.**", ""]
+    else:
+        chosen = ", ".join(f"{k} = {json.dumps(v)}" for k, v in best["point"].items())
+        lines += [
+            f"**Best: {chosen}**: validation FAA {_fmt(best['val_faa_mean'], best['val_faa_std'])}, "
+            f"test FAA {_fmt(best['test_faa_mean'], best['test_faa_std'])}.",
+            "",
+        ]
+    lines += [
+        "| rank | " + " | ".join(keys) + " | val FAA | test FAA | seeds |",
+        "|---:|" + "---|" * len(keys) + "---:|---:|---:|",
+    ]
+    ranked = sorted(
+        summary["points"], key=lambda r: -(r["val_faa_mean"] if r["val_faa_mean"] is not None else -1e9)
+    )
+    for rank, row in enumerate(ranked, 1):
+        values = " | ".join(json.dumps(row["point"][k]) for k in keys)
+        lines.append(
+            f"| {rank} | {values} | {_fmt(row['val_faa_mean'], row['val_faa_std'])} | "
+            f"{_fmt(row['test_faa_mean'], row['test_faa_std'])} | {row['seeds_finished']}/{row['seeds']} |"
+        )
+    failed = [t for t in summary["trials"] if t["status"] != "finished"]
+    if failed:
+        lines += ["", "Trials not finished:", ""]
+        lines += [f"- {t['run_dir']}: {t['status']}{outcome_note(t)}" for t in failed]
+    retried = [t for t in summary["trials"] if t.get("retries")]
+    if retried:
+        lines += ["", f"R{retry_note(summary.get('retries', 0))[1:]}:", ""]
+        lines += [f"- {t['run_dir']}: {t['status']}, {t['attempts']} attempts" for t in retried]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> None:
+    """Write a sweep's summary (:func:`select`) into ``out``: ``sweep.json`` and ``sweep.md``."""
+    rundir.write_json(out / SWEEP_JSON, summary)
+    rundir.atomic_write_bytes(out / SWEEP_MD, sweep_markdown(summary).encode())
+
+
+def _val_faa(outcome: dict[str, Any]) -> str:
+    return " val FAA " + ("-" if outcome.get("val_faa") is None else f"{outcome['val_faa']:.2f}")
+
+
+def _ignore(*args: Any) -> None:
+    """The default callback: does nothing."""
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out: Path,
+    *,
+    max_concurrent: int | None = None,
+    address: str | None = None,
+    gpus_per_trial: float = 0.0,
+    cpus_per_trial: float | None = None,
+    on_start: Callable[[int, int], None] = _ignore,
+    on_done: Callable[[str, dict[str, Any], str], None] = _ignore,
+    log_output: LogOutput | None = None,
+) -> dict[str, Any]:
+    """Run every unfinished trial on Ray and write ``sweep.json`` and ``sweep.md`` into ``out``
+    (before the first trial and after each, so a killed sweep leaves a current summary); returns
+    the summary (:func:`select`).
+
+    Args:
+        max_concurrent: trials in flight at once (None: as many as Ray schedules).
+        address: a running Ray cluster (``ray://host:10001`` or ``host:6379``); None starts a local
+            instance for the sweep. On a cluster, ``out`` must be on a filesystem every node sees.
+        gpus_per_trial, cpus_per_trial: the resources Ray reserves for each trial
+            (:func:`xder_cli.runs.scheduler.run_on_ray`; None: the fair share of ``max_concurrent``).
+        on_start: ``(trials, finished)`` once the finished trials are known, before any trains.
+        on_done: ``(name, outcome, figures)`` as each trial ends; ``figures`` is its validation
+            FAA as a progress line shows it (`` val FAA 61.25``).
+        log_output: what each trial shows, into its ``log.txt``
+            (:data:`xder_cli.runs.scheduler.LogOutput`).
+    """
+    trials = plan_trials(spec)
+    trial_root = out / TRIALS
+    trial_root.mkdir(parents=True, exist_ok=True)
+
+    def started(outcomes: dict[str, dict[str, Any]], pending: list[Job]) -> None:
+        on_start(len(trials), len(trials) - len(pending))
+        write_summary(out, select(spec, trials, outcomes))
+
+    def done(name: str, outcome: dict[str, Any], outcomes: dict[str, dict[str, Any]]) -> None:
+        on_done(name, outcome, _val_faa(outcome))
+        write_summary(out, select(spec, trials, outcomes))
+
+    outcomes = run_jobs(
+        [Job(t.name, trial_root / t.name, t.config) for t in trials],
+        use_ray=True,
+        on_start=started,
+        on_done=done,
+        max_concurrent=max_concurrent,
+        address=address,
+        gpus_per_trial=gpus_per_trial,
+        cpus_per_trial=cpus_per_trial,
+        log_output=log_output,
+    )
+    return select(spec, trials, outcomes)
