@@ -22,6 +22,7 @@ from xder_cli.errors import UsageError
 from xder_cli.main import main
 from xder_cli.progress import Progress
 from xder_cli.runs import rundir
+from xder_cli.runs.errors import RunDirError, SettingError
 from xder_cli.runs.experiments.class_order import plan_class_order
 from xder_cli.runs.experiments.flatness import REGULARISERS, pair_class_order, plot_flatness
 from xder_cli.runs.experiments.table import plan_table, table_entries
@@ -58,9 +59,9 @@ def _check_files(out: Path, plot: str) -> dict:
 def test_pair_class_order_and_param_parsing() -> None:
     assert pair_class_order((2, 2, 2), 0) == [0, 1, 2, 3, 4, 5]
     assert pair_class_order((2, 2, 2), 1) == [2, 3, 4, 5, 0, 1]
-    with pytest.raises(UsageError, match=r"k in 0\.\.1"):
+    with pytest.raises(SettingError, match=r"k in 0\.\.1"):
         pair_class_order((2, 2, 2), 2)
-    with pytest.raises(UsageError, match="hold 3 and 2 classes"):
+    with pytest.raises(SettingError, match="hold 3 and 2 classes"):
         pair_class_order((2, 2, 3, 2), 2)
     assert parse_param("method.alpha=0.1, 0.3,1") == ("method.alpha", [0.1, 0.3, 1])
     assert parse_param("run.class_order=natural,reversed") == ("run.class_order", ["natural", "reversed"])
@@ -315,7 +316,7 @@ def test_a_run_logged_elsewhere_or_from_before_the_benchmark_section_is_reused(t
     _check_existing(run, tmp_path)  # no error: the same configuration
     stored["train"]["epochs"] = 2
     rundir.write_config(tmp_path / "config.toml", stored)
-    with pytest.raises(UsageError, match=r"was trained with train\.epochs = 2"):
+    with pytest.raises(RunDirError, match=r"was trained with train\.epochs = 2"):
         _check_existing(run, tmp_path)
 
 

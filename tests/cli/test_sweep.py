@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from xder_cli.errors import UsageError
 from xder_cli.main import main
 from xder_cli.progress import Progress
 from xder_cli.runs import rundir, scheduler
 from xder_cli.runs import sweep as sweep_module
+from xder_cli.runs.errors import SettingError
 from xder_cli.runs.plan import build_plan
 from xder_cli.runs.scheduler import ATTEMPTS, train_trial, trial_cpus
 from xder_cli.runs.sweep import (
@@ -289,7 +289,7 @@ def test_grid_from_the_paper_preset() -> None:
 def test_bad_grid_files_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "grid.toml"
     path.write_text(text)
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(SettingError, match=message):
         load_spec(path)
 
 

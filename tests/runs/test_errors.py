@@ -18,6 +18,7 @@ from xder_cli.runs.config import parse_assignment
 from xder_cli.runs.errors import (
     OPTIONS,
     AnalysisSkipped,
+    BenchError,
     NonFiniteLossError,
     PluginError,
     ResultsUnreadableError,
@@ -42,7 +43,8 @@ RUNS = Path(xder_cli.runs.__file__).parent
 
 
 def test_one_base_and_the_kinds_callers_tell_apart() -> None:
-    for kind in (SettingError, TrackerError, PluginError, RunDirError, AnalysisSkipped, NonFiniteLossError):
+    kinds = (SettingError, TrackerError, PluginError, RunDirError, AnalysisSkipped, NonFiniteLossError)
+    for kind in (*kinds, BenchError):
         assert issubclass(kind, RunError)
     for kind in (RunDirBusyError, RunDirWriteError, ResultsUnreadableError):
         assert issubclass(kind, RunDirError)

@@ -48,6 +48,15 @@ FLAGS = {
     "plugin": "--plugin",
     "train_run": "xder-run train",
     "resume": "--resume",
+    "grid": "--grid",
+    "out": "--out",
+    "seeds": "--seeds",
+    "pairs": "--pairs",
+    "methods": "--methods",
+    "params": "--param",
+    "task": "--task",
+    "width": "--width",
+    "batch_size": "--batch-size",
 }
 """The command line's spelling of each option the library's messages name, one for every name of
 :data:`xder_cli.runs.errors.OPTIONS`: its flag (``train_run``: the command)."""

@@ -35,9 +35,9 @@ from typing import Any
 
 import torch
 
-from xder_cli.errors import UsageError
 from xder_cli.runs.bench_share import wait_for_start
 from xder_cli.runs.cpushare import ThreadPolicy
+from xder_cli.runs.errors import SettingError, option
 from xder_data import (
     DEFAULT_PROTOCOL,
     BenchmarkDefaults,
@@ -96,7 +96,7 @@ def _subject(name: str, args: Any, device: torch.device, defaults: BenchmarkDefa
     mean, std = (0.5,) * shape[0], (0.25,) * shape[0]
     image = shape[1] if len(shape) == 3 else None
     if image is None:
-        raise UsageError(f"bench needs an image benchmark, not {args.benchmark}")
+        raise SettingError(f"bench needs an image benchmark, not {args.benchmark}")
     transforms = Transforms(
         Compose(CropFlip(image, padding=max(1, image // 8), flip=shape[0] == 3), Normalize(mean, std)),
         Normalize(mean, std),
@@ -186,8 +186,12 @@ def _subject(name: str, args: Any, device: torch.device, defaults: BenchmarkDefa
 
 
 def _protocol_settings(args: Any, defaults: BenchmarkDefaults) -> None:
-    """Fill ``--backbone``, ``--width``, ``--batch-size`` and ``--buffer-size`` left unset from the
-    protocol (EfficientNet-B2 on ``seq-miniimg``, the CIFAR ResNet18 on the others)."""
+    """Fill ``backbone``, ``width``, ``batch_size`` and ``buffer_size`` left unset from the
+    protocol (EfficientNet-B2 on ``seq-miniimg``, the CIFAR ResNet18 on the others).
+
+    Raises:
+        SettingError: a width or batch size below 1, a negative buffer size.
+    """
     if args.backbone is None:
         args.backbone = defaults.backbone
     if args.width is None:
@@ -196,27 +200,32 @@ def _protocol_settings(args: Any, defaults: BenchmarkDefaults) -> None:
         args.batch_size = defaults.batch_size
     if args.buffer_size is None:
         args.buffer_size = defaults.buffer_size
-    for flag, value in (("--width", args.width), ("--batch-size", args.batch_size)):
+    for name, value in (("width", args.width), ("batch_size", args.batch_size)):
         if value < 1:
-            raise UsageError(f"{flag} must be >= 1, got {value}")
+            raise SettingError(f"{option(name)} must be >= 1, got {value}")
     if args.buffer_size < 0:
-        raise UsageError(f"--buffer-size must be >= 0, got {args.buffer_size}")
+        raise SettingError(f"{option('buffer_size')} must be >= 0, got {args.buffer_size}")
 
 
 def run_bench(args: Any) -> dict[str, Any]:
-    """Measure every method of ``args.methods``; returns the JSON payload. ``--backbone``,
-    ``--width``, ``--batch-size`` and ``--buffer-size`` left unset (None) take the protocol's values."""
+    """Measure every method of ``args.methods``; returns the JSON payload. ``args.backbone``,
+    ``width``, ``batch_size`` and ``buffer_size`` left unset (None) take the protocol's values.
+
+    Raises:
+        SettingError: a benchmark without bench shapes or images, a task out of range, a width,
+            batch size or buffer size out of range (and the packages' errors: an unknown method).
+    """
     from xder_cli.runs.plan import resolve_device
 
     device = resolve_device(args.device)
     if args.benchmark not in BENCH_SHAPES:
-        raise UsageError(f"bench shapes exist for {', '.join(BENCH_SHAPES)}, not {args.benchmark!r}")
+        raise SettingError(f"bench shapes exist for {', '.join(BENCH_SHAPES)}, not {args.benchmark!r}")
     protocol = getattr(args, "protocol", None) or DEFAULT_PROTOCOL
     defaults = benchmark_defaults(args.benchmark, protocol)
     _protocol_settings(args, defaults)
     _, _, n_tasks, _ = BENCH_SHAPES[args.benchmark]
     if not 0 <= args.task < n_tasks:
-        raise UsageError(f"--task must be in [0, {n_tasks - 1}] for {args.benchmark}")
+        raise SettingError(f"{option('task')} must be in [0, {n_tasks - 1}] for {args.benchmark}")
     names = [n.strip() for n in args.methods.split(",") if n.strip()]
     for name in names:
         method_config_class(name)  # UnknownMethodError names the choices

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xder_cli.errors import UsageError
+from xder_cli.runs.errors import BenchError
 
 __all__ = ["FAIR_SHARE_TARGET", "run_share_bench", "share_ratio", "wait_for_start"]
 
@@ -48,12 +48,16 @@ def share_ratio(group_seconds: float, processes: int, alone_seconds: float) -> f
 
 
 def wait_for_start(folder: Path, timeout: float = 600.0) -> None:
-    """In a benchmark child: say it is ready (a file in ``folder``), then wait for ``go``."""
+    """In a benchmark child: say it is ready (a file in ``folder``), then wait for ``go``.
+
+    Raises:
+        BenchError: no ``go`` within ``timeout`` seconds.
+    """
     (folder / f"ready-{os.getpid()}").touch()
     deadline = time.monotonic() + timeout
     while not (folder / "go").exists():
         if time.monotonic() > deadline:
-            raise UsageError(f"bench: the other processes never became ready ({folder})")
+            raise BenchError(f"bench: the other processes never became ready ({folder})")
         time.sleep(0.005)
 
 
@@ -96,16 +100,16 @@ def _run_group(args: Any, method: str, processes: int, scratch: Path) -> list[di
         while len(list(folder.glob("ready-*"))) < processes:
             failed = [c for c in children if c.poll() not in (None, 0)]
             if failed:
-                raise UsageError(f"bench: a process for {method} failed: {_last_line(failed[0])}")
+                raise BenchError(f"bench: a process for {method} failed: {_last_line(failed[0])}")
             if time.monotonic() > deadline:
-                raise UsageError(f"bench: the processes for {method} did not get ready in 600 s")
+                raise BenchError(f"bench: the processes for {method} did not get ready in 600 s")
             time.sleep(0.01)
         (folder / "go").touch()
         for child in children:
             child.wait()
         failed = [c for c in children if c.returncode != 0]
         if failed:
-            raise UsageError(f"bench: a process for {method} failed: {_last_line(failed[0])}")
+            raise BenchError(f"bench: a process for {method} failed: {_last_line(failed[0])}")
     finally:
         for child in children:
             if child.poll() is None:
@@ -121,7 +125,11 @@ def _last_line(child: subprocess.Popen) -> str:
 
 
 def run_share_bench(args: Any, groups: list[int]) -> dict[str, Any]:
-    """The fair-share benchmark (module docstring); returns the JSON payload."""
+    """The fair-share benchmark (module docstring); returns the JSON payload.
+
+    Raises:
+        BenchError: a process failed, or the processes did not get ready.
+    """
     names = [n.strip() for n in args.methods.split(",") if n.strip()]
     sizes = sorted({1, *groups})
     samples: dict[str, dict[int, list[dict[str, Any]]]] = {m: {n: [] for n in sizes} for m in names}

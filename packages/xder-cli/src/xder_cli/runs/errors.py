@@ -29,6 +29,7 @@ from xder_methods import NonFiniteLossError as LoopNonFiniteLossError
 __all__ = [
     "OPTIONS",
     "AnalysisSkipped",
+    "BenchError",
     "NonFiniteLossError",
     "PluginError",
     "ResultsUnreadableError",
@@ -55,6 +56,15 @@ OPTIONS = (
     "plugin",  # load_plugin's module or file
     "train_run",  # train_run(..., resume=True) continues a run
     "resume",
+    "grid",  # spec_from_preset's PRESET:BENCHMARK:BUFFER:ENTRY
+    "out",  # the folder of a sweep or an experiment
+    "seeds",  # ExperimentOptions (and a sweep's seeds) ...
+    "pairs",
+    "methods",
+    "params",
+    "task",  # ... and the bench's task, backbone width and batch size
+    "width",
+    "batch_size",
 )
 """What the library's messages name as placeholders: what a caller of the library sets, by the
 name the library knows it by. A front end maps each to its own spelling."""
@@ -98,7 +108,8 @@ class RunError(Exception):
 class SettingError(RunError):
     """A setting the run cannot take: an unknown section or key, an ill-typed value or one out of
     its range, an unknown preset, entry or logger, an unusable device, no published table at the
-    buffer size."""
+    buffer size; a sweep's grid (its file or preset entry), an experiment's or a bench's options
+    that cannot be planned."""
 
 
 class TrackerError(RunError):
@@ -112,7 +123,7 @@ class PluginError(RunError):
 class RunDirError(RunError):
     """A run directory (or the folder for new ones) that cannot be used: not a run directory, an
     unreadable ``config.toml`` or checkpoint, no checkpoint yet, a lock that cannot be taken, a
-    folder that cannot be created."""
+    folder that cannot be created, an experiment's run directory trained with other settings."""
 
 
 class RunDirBusyError(RunDirError):
@@ -132,6 +143,11 @@ class RunDirWriteError(RunDirError):
 
 class ResultsUnreadableError(RunDirError):
     """A ``results.json`` that exists but cannot be used: the message says why, in one line."""
+
+
+class BenchError(RunError):
+    """The fair-share bench's processes: one failed (the message ends with the last line it
+    printed), or they did not get ready in time."""
 
 
 class AnalysisSkipped(RunError):

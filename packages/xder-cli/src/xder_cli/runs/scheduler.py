@@ -35,8 +35,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from xder_cli.errors import UsageError
 from xder_cli.runs import rundir
+from xder_cli.runs.errors import RunDirError
 from xder_cli.runs.plan import build_plan
 from xder_cli.runs.plugins import load_plugins, loaded_plugins
 from xder_cli.runs.training import run_training
@@ -254,7 +254,7 @@ def train_trial(
             "node": None,
             "attempts": _attempts_of(path, submission),
         }
-    except (OSError, UsageError) as error:  # the folder cannot be created or locked
+    except (OSError, RunDirError) as error:  # the folder cannot be created, locked or written
         outcome = trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
         return outcome | {"attempts": _attempts_of(path, submission)}
 

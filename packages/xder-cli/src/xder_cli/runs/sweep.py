@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xder_cli.errors import UsageError
 from xder_cli.runs import rundir
+from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.plan import build_plan, resolve_config
 from xder_cli.runs.presets import PAPER_PROTOCOL, preset_entry, split_dotted
 from xder_cli.runs.scheduler import (
@@ -117,54 +117,53 @@ class Trial:
 
 def _check_grid(grid: Any, where: str) -> dict[str, list[Any]]:
     if not isinstance(grid, dict) or not grid:
-        raise UsageError(f'{where}: [grid] must map "section.key" to a non-empty list of values')
+        raise SettingError(f'{where}: [grid] must map "section.key" to a non-empty list of values')
     for key, values in grid.items():
         split_dotted(key)
         if not isinstance(values, list) or not values:
-            raise UsageError(f"{where}: grid key {key!r} must be a non-empty list, got {values!r}")
+            raise SettingError(f"{where}: grid key {key!r} must be a non-empty list, got {values!r}")
     return dict(grid)
 
 
 def load_spec(path: Path, *, seeds: tuple[int, ...] | None = None, protocol: str | None = None) -> SweepSpec:
-    """Read GRID.toml. ``seeds`` (from ``--seeds``) and ``protocol`` (``--protocol``) replace the
-    file's.
+    """Read GRID.toml. ``seeds`` and ``protocol``, where given, replace the file's.
 
     Raises:
-        UsageError: unreadable file, bad TOML, unknown or missing keys, ill-typed values.
+        SettingError: unreadable file, bad TOML, unknown or missing keys, ill-typed values.
     """
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError as error:
-        raise UsageError(f"{path}: no such grid file") from error
+        raise SettingError(f"{path}: no such grid file") from error
     except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"{path}: cannot read it ({error})") from error
+        raise SettingError(f"{path}: cannot read it ({error})") from error
     except tomllib.TOMLDecodeError as error:
-        raise UsageError(f"{path}: not valid TOML ({error})") from error
+        raise SettingError(f"{path}: not valid TOML ({error})") from error
     unknown = sorted(set(data) - _SPEC_KEYS)
     if unknown:
-        raise UsageError(
+        raise SettingError(
             f"{path}: unknown key {unknown[0]!r}; a grid file takes {', '.join(sorted(_SPEC_KEYS))}"
         )
     for required in ("method", "benchmark", "grid"):
         if required not in data:
-            raise UsageError(f"{path}: {required!r} is missing")
+            raise SettingError(f"{path}: {required!r} is missing")
     file_seeds = data.get("seeds", [0])
     if not isinstance(file_seeds, list) or not file_seeds or not all(isinstance(s, int) for s in file_seeds):
-        raise UsageError(f"{path}: seeds must be a non-empty list of integers, e.g. seeds = [0, 1]")
+        raise SettingError(f"{path}: seeds must be a non-empty list of integers, e.g. seeds = [0, 1]")
     fixed = data.get("set", {})
     if not isinstance(fixed, dict):
-        raise UsageError(f'{path}: [set] must map "section.key" to a value')
+        raise SettingError(f'{path}: [set] must map "section.key" to a value')
     for key in fixed:
         split_dotted(key)
     buffer_size = data.get("buffer_size")
     if buffer_size is not None and (not isinstance(buffer_size, int) or buffer_size < 0):
-        raise UsageError(f"{path}: buffer_size must be an integer >= 0, got {buffer_size!r}")
+        raise SettingError(f"{path}: buffer_size must be an integer >= 0, got {buffer_size!r}")
     validation = data.get("validation", 0.1)
     if not isinstance(validation, int | float) or not 0 < validation < 1:
-        raise UsageError(f"{path}: validation must be in (0, 1): selection needs a validation split")
+        raise SettingError(f"{path}: validation must be in (0, 1): selection needs a validation split")
     file_protocol = data.get("protocol", PAPER_PROTOCOL)
     if not isinstance(file_protocol, str):
-        raise UsageError(f'{path}: protocol must be a name, e.g. protocol = "laptop"')
+        raise SettingError(f'{path}: protocol must be a name, e.g. protocol = "laptop"')
     return SweepSpec(
         method=str(data["method"]),
         benchmark=str(data["benchmark"]),
@@ -181,11 +180,16 @@ def load_spec(path: Path, *, seeds: tuple[int, ...] | None = None, protocol: str
 def spec_from_preset(text: str, seeds: tuple[int, ...] | None, protocol: str = PAPER_PROTOCOL) -> SweepSpec:
     """``PRESET:BENCH:BUFFER:ENTRY`` (BUFFER may be ``-`` for methods without a buffer) -> a spec
     searching that entry's grid (of the preset's tables for ``protocol``), its other chosen values
-    fixed."""
+    fixed.
+
+    Raises:
+        SettingError: ``text`` is not of that form, or names no preset entry with a grid.
+    """
     parts = text.split(":")
     if len(parts) != 4:
-        raise UsageError(
-            f"--grid {text!r}: write PRESET:BENCHMARK:BUFFER:METHOD, e.g. paper:seq-cifar100:500:derpp"
+        raise SettingError(
+            f"{option('grid')} {text!r}: write PRESET:BENCHMARK:BUFFER:METHOD, "
+            "e.g. paper:seq-cifar100:500:derpp"
         )
     preset, benchmark, buffer_text, name = parts
     if buffer_text in ("", "-"):
@@ -193,10 +197,12 @@ def spec_from_preset(text: str, seeds: tuple[int, ...] | None, protocol: str = P
     elif buffer_text.isdigit():
         buffer_size = int(buffer_text)
     else:
-        raise UsageError(f"--grid {text!r}: the buffer size {buffer_text!r} is not a number (or -)")
+        raise SettingError(
+            f"{option('grid')} {text!r}: the buffer size {buffer_text!r} is not a number (or -)"
+        )
     entry = preset_entry(preset, benchmark, buffer_size, name, protocol=protocol)
     if not entry.grid:
-        raise UsageError(f"--grid {text!r}: this preset entry lists no grid")
+        raise SettingError(f"{option('grid')} {text!r}: this preset entry lists no grid")
     fixed = {**entry.fixed, **{k: v for k, v in entry.chosen.items() if k not in entry.grid}}
     if buffer_size is not None:
         fixed["method.buffer_size"] = buffer_size
@@ -220,7 +226,7 @@ def plan_trials(spec: SweepSpec) -> list[Trial]:
     """Every (grid point, seed), each with a validated configuration (nothing is trained).
 
     Raises:
-        UsageError (and the packages' config errors): a point that cannot be configured.
+        SettingError (and the packages' config errors): a point that cannot be configured.
     """
     keys = list(spec.grid)
     points = [dict(zip(keys, values, strict=True)) for values in itertools.product(*spec.grid.values())]

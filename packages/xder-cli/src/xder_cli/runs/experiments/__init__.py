@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from xder_cli.errors import UsageError
+from xder_cli.runs.errors import SettingError
 from xder_cli.runs.experiments.class_order import ClassOrder
 from xder_cli.runs.experiments.common import (
     DEFAULT_SEEDS,
@@ -94,10 +94,10 @@ def get_experiment(name: str) -> Experiment:
     """The experiment registered under ``name``.
 
     Raises:
-        UsageError: no experiment has that name.
+        SettingError: no experiment has that name.
     """
     if name not in _EXPERIMENTS:
-        raise UsageError(f"unknown experiment {name!r}: choose one of {', '.join(list_experiments())}")
+        raise SettingError(f"unknown experiment {name!r}: choose one of {', '.join(list_experiments())}")
     return _EXPERIMENTS[name]
 
 
@@ -106,8 +106,8 @@ def plan_experiment(name: str, options: ExperimentOptions, *, notify: Notify = i
     here); ``notify`` hears the experiment's notes for the user.
 
     Raises:
-        UsageError (and the packages' configuration errors): an unknown experiment, or a run that
-            cannot be configured.
+        SettingError (and the packages' configuration errors): an unknown experiment, or a run
+            that cannot be configured.
     """
     experiment = get_experiment(name)
     common: dict[str, Any] = {

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from xder_cli.errors import UsageError
 from xder_cli.runs import rundir
+from xder_cli.runs.errors import RunDirError, SettingError, option
 from xder_cli.runs.plan import Notify, build_plan, resolve_config, settings_text
 from xder_cli.runs.presets import PAPER_PROTOCOL
 from xder_cli.runs.scheduler import Job, LogOutput, outcome_note, run_jobs, trial_retries
@@ -159,7 +159,7 @@ class Experiment(Protocol):
         benchmark, protocol, seeds, sets); ``notify`` hears notes for the user.
 
         Raises:
-            UsageError (and the packages' configuration errors): a run that cannot be configured.
+            SettingError (and the packages' configuration errors): a run that cannot be configured.
         """
         ...
 
@@ -170,20 +170,28 @@ def dotted(sets: Sequence[tuple[str, str, Any]]) -> dict[str, Any]:
 
 
 def check_owned(sets: Sequence[tuple[str, str, Any]], owned: dict[str, str]) -> None:
-    """``--set`` may not touch what the protocol sets itself (``owned``: key -> why, what instead)."""
+    """The overrides may not touch what the protocol sets itself (``owned``: key -> why, what
+    instead, its options written as placeholders: :func:`xder_cli.runs.errors.option`).
+
+    Raises:
+        SettingError: an override of a key in ``owned``.
+    """
     for section, key, _ in sets:
         name = f"{section}.{key}"
         if name in owned:
-            raise UsageError(f"--set {name}: {owned[name]}")
+            raise SettingError(f"{option('overrides')} {name}: {owned[name]}")
 
 
 OWNED_BY_ALL = {
-    "run.seed": "the experiment sets it: use --seeds",
-    "run.method": "the experiment sets it: use --methods (class-order) or --method (sensitivity)",
-    "run.benchmark": "the experiment sets it: use --benchmark",
-    "run.protocol": "the experiment sets it: use --protocol",
-    "run.preset": "runs use their method's default preset: change its values with --set",
+    "run.seed": f"the experiment sets it: use {option('seeds')}",
+    "run.method": f"the experiment sets it: use {option('methods')} (class-order) or {option('method')} "
+    "(sensitivity)",
+    "run.benchmark": f"the experiment sets it: use {option('benchmark')}",
+    "run.protocol": f"the experiment sets it: use {option('protocol')}",
+    "run.preset": f"runs use their method's default preset: change its values with {option('overrides')}",
 }
+"""What every experiment sets itself: key -> why, and what to use instead (placeholders of
+:func:`xder_cli.runs.errors.option`; :func:`check_owned`)."""
 
 
 def run_config(
@@ -238,11 +246,13 @@ def _check_existing(run: ExperimentRun, run_dir: Path) -> None:
         for key in sorted(set(stored.get(section, {})) | set(planned.get(section, {}))):
             old, new = stored.get(section, {}).get(key), planned.get(section, {}).get(key)
             if old != new:
-                raise UsageError(
+                raise RunDirError(
                     f"{run_dir} was trained with {section}.{key} = {json.dumps(old)}, this experiment "
-                    f"asks for {json.dumps(new)}: use another --out, or delete that run directory"
+                    f"asks for {json.dumps(new)}: use another {option('out')}, or delete that run directory"
                 )
-    raise UsageError(f"{run_dir} holds another configuration: use another --out")  # pragma: no cover
+    raise RunDirError(
+        f"{run_dir} holds another configuration: use another {option('out')}"
+    )  # pragma: no cover
 
 
 def _ignore(*args: Any) -> None:
@@ -278,7 +288,7 @@ def execute(
             (:data:`xder_cli.runs.scheduler.LogOutput`).
 
     Raises:
-        UsageError: a run directory left by an earlier invocation holds another configuration.
+        RunDirError: a run directory left by an earlier invocation holds another configuration.
     """
     for run in runs:
         _check_existing(run, root / run.name)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from xder_cli.errors import UsageError
+from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.experiments.common import (
     OWNED_BY_ALL,
     ExperimentOptions,
@@ -60,22 +60,23 @@ def pair_class_order(classes_per_task: Sequence[int], pair: int) -> list[int]:
     classes (natural numbering), then task ``pair + 1``'s, then every other class in order.
 
     Raises:
-        UsageError: ``pair`` is not in ``0..T-2``, or the two tasks' sizes differ from those of
+        SettingError: ``pair`` is not in ``0..T-2``, or the two tasks' sizes differ from those of
             the benchmark's first two tasks (the slots they take in the sequence).
     """
     n_tasks = len(classes_per_task)
     if n_tasks < 2:
-        raise UsageError(f"the benchmark has {n_tasks} task: the flatness study needs two or more")
+        raise SettingError(f"the benchmark has {n_tasks} task: the flatness study needs two or more")
     if not 0 <= pair <= n_tasks - 2:
-        raise UsageError(
-            f"--pairs: {pair} is not a pair of adjacent tasks; pair k is tasks (k, k+1) "
+        raise SettingError(
+            f"{option('pairs')}: {pair} is not a pair of adjacent tasks; pair k is tasks (k, k+1) "
             f"with k in 0..{n_tasks - 2}"
         )
     sizes = (classes_per_task[pair], classes_per_task[pair + 1])
     if sizes != (classes_per_task[0], classes_per_task[1]):
-        raise UsageError(
-            f"--pairs: tasks {pair} and {pair + 1} hold {sizes[0]} and {sizes[1]} classes, but the two "
-            f"tasks of a sequence hold {classes_per_task[0]} and {classes_per_task[1]}: pick other pairs"
+        raise SettingError(
+            f"{option('pairs')}: tasks {pair} and {pair + 1} hold {sizes[0]} and {sizes[1]} classes, but "
+            f"the two tasks of a sequence hold {classes_per_task[0]} and {classes_per_task[1]}: "
+            "pick other pairs"
         )
     start = sum(classes_per_task[:pair])
     first_two = list(range(start, start + sizes[0] + sizes[1]))
@@ -273,7 +274,9 @@ class Flatness:
         ).classes_per_task
         n_tasks = len(classes_per_task)
         if n_tasks < 2:
-            raise UsageError(f"{options.benchmark} has {n_tasks} task: the flatness study needs two or more")
+            raise SettingError(
+                f"{options.benchmark} has {n_tasks} task: the flatness study needs two or more"
+            )
         pairs = options.pairs if options.pairs is not None else tuple(range(n_tasks - 1))
         runs = plan_flatness(options.benchmark, classes_per_task, pairs, seeds, sets, options.protocol)
 

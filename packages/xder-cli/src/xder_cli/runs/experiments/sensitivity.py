@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from xder_cli.errors import UsageError
+from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.experiments.common import (
     OWNED_BY_ALL,
     ExperimentOptions,
@@ -222,19 +222,25 @@ class Sensitivity:
         """Plan every run (see :class:`~xder_cli.runs.experiments.common.Experiment`).
 
         Raises:
-            UsageError: no parameter, one given twice, or one the experiment or ``--set`` sets.
+            SettingError: no parameter, one given twice, or one the experiment or the overrides set.
         """
         sets = options.run_sets()
         if not options.params:
-            raise UsageError("sensitivity needs one --param KEY=V1,V2,... or more, e.g. method.alpha=0.1,0.3")
+            raise SettingError(
+                f"sensitivity needs one {option('params')} KEY=V1,V2,... or more, e.g. method.alpha=0.1,0.3"
+            )
         params = list(options.params)
         keys = [key for key, _ in params]
         if len(set(keys)) != len(keys):
-            raise UsageError(f"--param {next(k for k in keys if keys.count(k) > 1)} is given twice")
+            raise SettingError(
+                f"{option('params')} {next(k for k in keys if keys.count(k) > 1)} is given twice"
+            )
         for key in keys:
             if key in OWNED_BY_ALL:
-                raise UsageError(f"--param {key}: {OWNED_BY_ALL[key]}")
-        check_owned(sets, OWNED_BY_ALL | {key: "it is varied by --param: give it one way" for key in keys})
+                raise SettingError(f"{option('params')} {key}: {OWNED_BY_ALL[key]}")
+        check_owned(
+            sets, OWNED_BY_ALL | {key: f"it is varied by {option('params')}: give it one way" for key in keys}
+        )
         method = options.method or DEFAULT_METHOD
         runs, base_values, preset = plan_sensitivity(
             method, options.benchmark, params, options.seeds, sets, options.protocol

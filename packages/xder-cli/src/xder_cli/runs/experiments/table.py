@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xder_cli.errors import UsageError
 from xder_cli.runs.claims import check_table_claims, claims_markdown
+from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.experiments.common import (
     OWNED_BY_ALL,
     ExperimentOptions,
@@ -103,12 +103,13 @@ def _variant_preset(benchmark: str, buffer_size: int, entry: str, method: str, p
             continue
         try:
             preset_entry(name, benchmark, buffer_size, entry, method=method, protocol=protocol)
-        except UsageError:
+        except SettingError:
             continue
         return f"{name}:{entry}"
     on = benchmark if protocol == PAPER_PROTOCOL else f"{benchmark} (protocol {protocol})"
-    raise UsageError(
-        f"no preset holds the variant {entry!r} for {on} at buffer {buffer_size}: leave it out of --methods"
+    raise SettingError(
+        f"no preset holds the variant {entry!r} for {on} at buffer {buffer_size}: "
+        f"leave it out of {option('methods')}"
     )
 
 
@@ -124,13 +125,13 @@ def table_entries(
     named in ``methods`` when given.
 
     Raises:
-        UsageError: an unknown benchmark, a buffer size below 1 or with no published table, a name
+        SettingError: an unknown benchmark, a buffer size below 1 or with no published table, a name
             in ``methods`` that the table lacks.
     """
     if benchmark not in list_benchmarks():
-        raise UsageError(f"unknown benchmark {benchmark!r}: choose one of {', '.join(list_benchmarks())}")
+        raise SettingError(f"unknown benchmark {benchmark!r}: choose one of {', '.join(list_benchmarks())}")
     if buffer_size < 1:
-        raise UsageError(f"--buffer-size must be >= 1, got {buffer_size}")
+        raise SettingError(f"{option('buffer_size')} must be >= 1, got {buffer_size}")
     published = published_table(benchmark, buffer_size)
     if published:
         candidates = [(p.entry, p.method, p) for p in published]
@@ -141,7 +142,9 @@ def table_entries(
     names = [name for name, _, _ in candidates]
     for name in methods or ():
         if name not in names:
-            raise UsageError(f"--methods: {what} has no {name!r}; its rows are {', '.join(names)}")
+            raise SettingError(
+                f"{option('methods')}: {what} has no {name!r}; its rows are {', '.join(names)}"
+            )
     entries = []
     for name, method, cell in candidates:
         if methods is not None and name not in methods:
@@ -457,13 +460,18 @@ class Table:
         ``notify`` hears a note when nothing is published, or the protocol is not the paper's.
 
         Raises:
-            UsageError: no buffer size, or one of :func:`table_entries`' mistakes.
+            SettingError: no buffer size, or one of :func:`table_entries`' mistakes.
         """
         sets, protocol, benchmark = options.run_sets(), options.protocol, options.benchmark
         if options.buffer_size is None:
-            raise UsageError("experiment table needs --buffer-size M, the buffer size of the published table")
+            raise SettingError(
+                f"experiment table needs {option('buffer_size')} M, the buffer size of the published table"
+            )
         buffer_size = options.buffer_size
-        check_owned(sets, OWNED_BY_ALL | {"method.buffer_size": "the experiment sets it: use --buffer-size"})
+        check_owned(
+            sets,
+            OWNED_BY_ALL | {"method.buffer_size": f"the experiment sets it: use {option('buffer_size')}"},
+        )
         entries = table_entries(benchmark, buffer_size, protocol, options.methods)
         if not any(e.published for e in entries):
             notify(
