@@ -128,6 +128,64 @@ def _error(capsys) -> str:
             "xder-run experiment: error: seq-cifar10 has no published table at buffer size 300: the "
             "published ones are at 200, 500, 5120; pick one with --buffer-size",
         ),
+        (
+            ["experiment", "table", "--benchmark", "seq-digits", "--out", "{tmp}"],
+            "xder-run experiment: error: experiment table needs --buffer-size M, the buffer size of the "
+            "published table",
+        ),
+        (
+            [
+                "experiment",
+                "table",
+                "--buffer-size",
+                "200",
+                "--set",
+                "method.buffer_size=20",
+                "--out",
+                "{tmp}",
+            ],
+            "xder-run experiment: error: --set method.buffer_size: the experiment sets it: use --buffer-size",
+        ),
+        (
+            ["experiment", "class-order", "--set", "run.method=er", "--out", "{tmp}"],
+            "xder-run experiment: error: --set run.method: the experiment sets it: use --methods "
+            "(class-order) or --method (sensitivity)",
+        ),
+        (
+            ["experiment", "sensitivity", "--param", "run.seed=1,2", "--out", "{tmp}"],
+            "xder-run experiment: error: --param run.seed: the experiment sets it: use --seeds",
+        ),
+        (
+            [
+                "experiment",
+                "sensitivity",
+                "--param",
+                "train.lr=0.1",
+                "--set",
+                "train.lr=0.2",
+                "--out",
+                "{tmp}",
+            ],
+            "xder-run experiment: error: --set train.lr: it is varied by --param: give it one way",
+        ),
+        (
+            ["experiment", "flatness", "--pairs", "7", "--out", "{tmp}"],
+            "xder-run experiment: error: --pairs: 7 is not a pair of adjacent tasks; pair k is tasks "
+            "(k, k+1) with k in 0..3",
+        ),
+        (
+            ["sweep", "--grid", "paper:seq-cifar100", "--out", "{tmp}"],
+            "xder-run sweep: error: --grid 'paper:seq-cifar100': write PRESET:BENCHMARK:BUFFER:METHOD, "
+            "e.g. paper:seq-cifar100:500:derpp",
+        ),
+        (
+            ["bench", "--benchmark", "seq-digits", "--device", "cpu", "--batch-size", "0"],
+            "xder-run bench: error: --batch-size must be >= 1, got 0",
+        ),
+        (
+            ["bench", "--benchmark", "seq-digits", "--device", "cpu", "--task", "9"],
+            "xder-run bench: error: --task must be in [0, 4] for seq-digits",
+        ),
     ],
 )
 def test_a_library_error_names_the_flag(argv: list[str], message: str, tmp_path: Path, capsys) -> None:

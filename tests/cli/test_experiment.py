@@ -302,6 +302,7 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys) -> None:
     assert main(argv) == 2
     (error,) = capsys.readouterr().err.splitlines()
     assert "was trained with train.epochs = 2, this experiment asks for 1" in error
+    assert error.endswith(": use another --out, or delete that run directory")
     assert not (run_dir / "results.json").exists()
 
 

@@ -31,10 +31,14 @@ from xder_cli.runs.errors import (
     option,
     render,
 )
+from xder_cli.runs.experiments.common import OWNED_BY_ALL, check_owned
+from xder_cli.runs.experiments.flatness import pair_class_order
+from xder_cli.runs.experiments.table import table_entries
 from xder_cli.runs.plan import resolve_config, resolve_device
 from xder_cli.runs.plugins import load_plugin
 from xder_cli.runs.presets import preset_values
 from xder_cli.runs.published import published_table
+from xder_cli.runs.sweep import spec_from_preset
 from xder_cli.runs.trackers import _PACKAGES, check_loggers
 from xder_methods import MethodError
 
@@ -105,6 +109,10 @@ def test_library_errors_read_without_flags(tmp_path: Path, monkeypatch) -> None:
         "resume": str(_raised(lambda: rundir.check_run_dir(tmp_path / "nowhere", named_by="resume"))),
         "plugin": str(_raised(lambda: load_plugin(str(tmp_path / "notes.txt")))),
         "loggers": str(_raised(lambda: check_loggers(["wandb"]))),
+        "grid": str(_raised(lambda: spec_from_preset("paper:seq-cifar100", None))),
+        "seeds": str(_raised(lambda: check_owned([("run", "seed", 1)], OWNED_BY_ALL))),
+        "pairs": str(_raised(lambda: pair_class_order((2, 2, 2), 2))),
+        "table": str(_raised(lambda: table_entries("seq-digits", 0))),
         "record": render(RECORD_HINT),
         "resume hint": render(rundir.resume_hint(tmp_path)),
     }
@@ -125,6 +133,10 @@ def test_library_errors_read_without_flags(tmp_path: Path, monkeypatch) -> None:
     assert messages["plugin"] == f"plugin {tmp_path / 'notes.txt'}: not a Python file Python can import"
     assert messages["record"] == "train it with run.record_analyses (run.record_analyses = true)"
     assert messages["resume hint"] == f"continue with train_run resume {tmp_path}"
+    assert messages["grid"].startswith("grid 'paper:seq-cifar100': write PRESET:BENCHMARK:BUFFER:METHOD")
+    assert messages["seeds"] == "overrides run.seed: the experiment sets it: use seeds"
+    assert messages["pairs"].startswith("pairs: 2 is not a pair of adjacent tasks")
+    assert messages["table"] == "buffer_size must be >= 1, got 0"
 
 
 def test_a_diverged_run_says_where_its_last_good_state_is_without_a_flag() -> None:
