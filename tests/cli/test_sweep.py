@@ -171,6 +171,17 @@ def test_a_failing_trial_is_recorded_not_raised(tmp_path: Path) -> None:
     assert "Traceback" in (tmp_path / trial.name / "log.txt").read_text()
 
 
+def test_a_trial_whose_lock_cannot_be_taken_is_recorded_not_raised(tmp_path: Path) -> None:
+    spec = SweepSpec(method="sgd", benchmark="seq-digits", seeds=(0,), grid={"train.lr": [0.1]})
+    (trial,) = plan_trials(spec)
+    run_dir = tmp_path / trial.name
+    (run_dir / rundir.LOCK).mkdir(parents=True)  # a folder where the lock file goes: it cannot open
+    outcome = train_trial(str(run_dir), trial.config)
+    assert outcome["status"] == "failed"
+    assert outcome["error"].startswith(f"RunDirError: cannot open the lock file {run_dir / rundir.LOCK}")
+    assert outcome["attempts"] == 0
+
+
 def test_a_retry_waits_for_the_lock_its_lost_attempt_held(tmp_path: Path, monkeypatch) -> None:
     """Ray runs a task again after losing its worker or node; the lost attempt's lock may outlive
     it for a while (a dead node's lock on NFS): the retry, the same submission, waits for it and
