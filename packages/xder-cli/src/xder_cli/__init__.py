@@ -1,8 +1,14 @@
-"""xder-cli: the ``xder-run`` command (train; run directories, presets, configuration)."""
+"""xder-cli: the ``xder-run`` command (:mod:`xder_cli.commands`, assembled by :mod:`xder_cli.main`)
+over the run as a library (:mod:`xder_cli.runs`).
 
-from xder_cli.errors import UsageError
-from xder_cli.main import build_parser, main
-from xder_cli.runs.config import RunSettings, coerce, parse_assignment, validate_section
+The names below are imported on first use (PEP 562), so that ``import xder_cli.runs`` loads the
+library alone, not the command line.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = [
     "RunSettings",
@@ -13,3 +19,23 @@ __all__ = [
     "parse_assignment",
     "validate_section",
 ]
+
+_HOMES = {
+    "UsageError": "xder_cli.errors",
+    "build_parser": "xder_cli.main",
+    "main": "xder_cli.main",
+    "RunSettings": "xder_cli.runs.config",
+    "coerce": "xder_cli.runs.config",
+    "parse_assignment": "xder_cli.runs.config",
+    "validate_section": "xder_cli.runs.config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'xder_cli' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

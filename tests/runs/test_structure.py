@@ -1,0 +1,132 @@
+"""The shape of ``xder-cli``: commands over ``xder_cli.runs`` over the four library packages, with
+no import circle, read from the sources (imports inside functions included)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import xder_cli
+
+SOURCE = Path(xder_cli.__file__).parent
+LONGEST_MODULE = 600  # lines
+LONGEST_MAIN = 150
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in SOURCE.rglob("*.py"):
+        parts = ["xder_cli", *path.relative_to(SOURCE).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+MODULES = _modules()
+
+
+def _imported(name: str) -> str | None:
+    """The module of xder_cli that an import of dotted ``name`` loads last (its longest known prefix)."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in MODULES:
+            return ".".join(parts[:end])
+    return None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the xder_cli modules it imports anywhere in its source; ``from package import
+    module`` is an edge to the module, ``importlib.import_module("...")`` with a literal counts."""
+    graph: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        names: list[str] = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                names += [f"{base}.{alias.name}" for alias in node.names]
+            elif (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", None) == "import_module"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                names.append(node.args[0].value)
+        graph[module] = {found for name in names if (found := _imported(name)) not in (None, module)}
+    return graph
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` (its modules in order, the first repeated), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                return [*path[path.index(target) :], target]
+            if target not in state and (found := visit(target)):
+                return found
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (found := visit(module)):
+            return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_circle_and_accepts_a_tree() -> None:
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == ["a", "b", "a"]
+
+
+def test_the_graph_sees_imports_inside_functions() -> None:
+    graph = import_graph()
+    # commands/__init__ loads every command with importlib.import_module(f"...{name}"): not a
+    # literal, so it is no edge; main imports it at the top.
+    assert "xder_cli.commands" in graph["xder_cli.main"]
+    assert "xder_cli.runs.rundir" in graph["xder_cli.runs.training"]
+
+
+def test_no_module_of_xder_cli_imports_itself_back() -> None:
+    assert cycle(import_graph()) is None
+
+
+def test_the_library_never_imports_the_command_line() -> None:
+    command_line = {"xder_cli.main", "xder_cli.errors", "xder_cli.progress"}
+    for module, imported in import_graph().items():
+        if module.startswith("xder_cli.runs"):
+            wrong = {m for m in imported if m in command_line or m.startswith("xder_cli.commands")}
+            assert not wrong, f"{module} imports {sorted(wrong)}"
+
+
+def test_importing_the_library_loads_no_command() -> None:
+    library = sorted(m for m in MODULES if m.startswith("xder_cli.runs"))
+    code = (
+        f"import sys, {', '.join(library)}\n"
+        "print(sorted(m for m in sys.modules if m.startswith('xder_cli') and not "
+        "m.startswith('xder_cli.runs') and m != 'xder_cli'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_modules_stay_short_and_main_only_assembles() -> None:
+    lengths = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
+    assert {m: n for m, n in lengths.items() if n > LONGEST_MODULE} == {}
+    assert lengths["xder_cli.main"] < LONGEST_MAIN
