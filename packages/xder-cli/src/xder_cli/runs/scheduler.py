@@ -365,7 +365,8 @@ def run_on_ray(
         address: a running Ray cluster (``ray://host:10001`` or ``host:6379``); None starts a local
             instance for these jobs (and stops it after). On a cluster, every ``run_dir`` must be on
             a filesystem every node sees.
-        gpus_per_trial, cpus_per_trial: the resources Ray reserves for each job. Ray runs a
+        gpus_per_trial: the GPUs Ray reserves for each job (0: none).
+        cpus_per_trial: the CPUs Ray reserves for each job. Ray runs a
             job's kernels on as many threads as it reserves CPUs for it (``OMP_NUM_THREADS``),
             so its thread count is fixed and its figures repeat. None: with ``max_concurrent``
             K, a fair share of the cores, ``cores // K`` (cores of the smallest node); without

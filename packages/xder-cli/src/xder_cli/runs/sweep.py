@@ -405,7 +405,8 @@ def run_sweep(
         max_concurrent: trials in flight at once (None: as many as Ray schedules).
         address: a running Ray cluster (``ray://host:10001`` or ``host:6379``); None starts a local
             instance for the sweep. On a cluster, ``out`` must be on a filesystem every node sees.
-        gpus_per_trial, cpus_per_trial: the resources Ray reserves for each trial
+        gpus_per_trial: the GPUs Ray reserves for each trial (0: none).
+        cpus_per_trial: the CPUs Ray reserves for each trial
             (:func:`xder_cli.runs.scheduler.run_on_ray`; None: the fair share of ``max_concurrent``).
         on_start: ``(trials, finished)`` once the finished trials are known, before any trains.
         on_done: ``(name, outcome, figures)`` as each trial ends; ``figures`` is its validation
