@@ -152,20 +152,24 @@ def test_data_info_lists_the_seq_cifar100_laptop_protocol(cifar100_root: Path, c
     )
 
 
-@pytest.mark.parametrize("method", ["xder", "er", "derpp", "sgd"])
+@pytest.mark.parametrize("method", ["xder", "er", "derpp", "sgd", "bic"])
 def test_seq_cifar100_laptop_plan(method: str) -> None:
     """The resolved run: the laptop protocol (2 epochs, milestones 1.4 and 1.8, width 8, buffer
-    500) under the paper preset's carried-over entry, which sets no epoch or milestone of its own."""
+    500) under the tuned entry where the method was selected on this protocol (X-DER, ER, DER++),
+    else the paper preset's carried-over entry; neither sets an epoch or milestone of its own."""
     plan = build_plan(_config(method=method, benchmark="seq-cifar100", protocol_name="laptop"))
     schedule = plan.schedule
-    assert (plan.settings.protocol, plan.settings.preset) == ("laptop", "paper")
+    selected = method in ("xder", "er", "derpp")
+    assert (plan.settings.protocol, plan.settings.preset) == ("laptop", "tuned" if selected else "paper")
     assert (schedule.epochs, schedule.lr_schedule, schedule.milestones) == (2, "multistep", (1.4, 1.8))
     assert (schedule.batch_size, schedule.optimizer, schedule.lr_gamma) == (32, "sgd", 0.1)
     assert plan.backbone["width"] == 8
     assert plan.buffer_size == (0 if method == "sgd" else 500)
     paper = build_plan(_config(method=method, benchmark="seq-cifar100"))
-    assert schedule.lr == paper.schedule.lr  # the paper's chosen lr, e.g. ER's 0.1
-    assert plan.config["method"] == paper.config["method"]  # and its chosen method values
+    chosen = {"xder": 0.1, "er": 0.03, "derpp": 0.1}  # tuned.toml, "seq-cifar100:laptop"
+    assert schedule.lr == chosen.get(method, paper.schedule.lr)  # else the paper's, e.g. BiC's 0.03
+    if not selected:
+        assert plan.config["method"] == paper.config["method"]  # and its chosen method values
 
 
 def test_train_on_the_laptop_protocol_keeps_the_last_partial_batch(cifar_root: Path, tmp_path: Path) -> None:

@@ -134,7 +134,7 @@ def test_der_paper_values_on_seq_cifar10() -> None:
 def test_seq_cifar100_laptop_carries_the_paper_m500_values_unselected() -> None:
     """Under ``--protocol laptop`` every Split CIFAR-100 entry of the paper at M = 500 (and each
     entry without a buffer) comes over with its chosen values and no grid, under the laptop protocol
-    table (2 epochs, milestones 1.4 and 1.8); the tuned preset has no such entry yet."""
+    table (2 epochs, milestones 1.4 and 1.8)."""
 
     def table(preset: str, protocol: str) -> dict:
         return {
@@ -151,9 +151,41 @@ def test_seq_cifar100_laptop_carries_the_paper_m500_values_unselected() -> None:
     fixed = laptop[500, "xder"].fixed
     assert all(e.fixed == fixed for e in laptop.values())
     assert (fixed["train.epochs"], fixed["train.milestones"]) == (2, [1.4, 1.8])
-    assert not table("tuned", "laptop")
-    assert default_preset("seq-cifar100", "xder", 500, "laptop") == "paper"
+    assert default_preset("seq-cifar100", "bic", 500, "laptop") == "paper"  # not selected
     assert default_preset("seq-cifar100", "xder", 2000, "laptop") == "none"  # only M = 500 is carried
+
+
+SELECTED_ON_CIFAR100_LAPTOP = ("xder", "derpp", "er", "er_ace", "der", "icarl")
+XDER_ABLATIONS = {
+    "xder-no-memory-update": {"method.memory_update": False},
+    "xder-no-future-heads": {"method.future_heads": "none"},
+    "xder-ce": {"method.future_heads": "ce"},
+    "xder-rpc": {"method.future_heads": "rpc"},
+}
+
+
+def test_seq_cifar100_laptop_tuned_entries_changed_only_their_grids_keys_with_an_equal_budget() -> None:
+    """The tuned laptop entries at M = 500: each selected method's chosen values are the paper's
+    with the two searched keys replaced by a point of its grid of 2 x 2 values (the same budget for
+    every method); each X-DER ablation is X-DER's choice with only its own switch changed; the
+    protocol table is the paper preset's."""
+    tuned = {
+        e.name: e
+        for e in preset_entries("tuned")
+        if (e.benchmark, e.protocol, e.buffer_size) == ("seq-cifar100", "laptop", 500)
+    }
+    assert set(tuned) == set(SELECTED_ON_CIFAR100_LAPTOP) | set(XDER_ABLATIONS)
+    for name in SELECTED_ON_CIFAR100_LAPTOP:
+        entry, paper = tuned[name], preset_entry("paper", "seq-cifar100", 500, name, protocol="laptop")
+        assert entry.fixed == paper.fixed
+        assert sorted(len(values) for values in entry.grid.values()) == [2, 2], name
+        assert all(entry.chosen[key] in values for key, values in entry.grid.items()), name
+        unsearched = {k: v for k, v in entry.chosen.items() if k not in entry.grid}
+        assert unsearched == {k: v for k, v in paper.chosen.items() if k not in entry.grid}, name
+        assert default_preset("seq-cifar100", name, 500, "laptop") == "tuned"
+    for name, switch in XDER_ABLATIONS.items():
+        assert tuned[name].method == "xder"
+        assert tuned[name].chosen == tuned["xder"].chosen | switch, name
 
 
 def test_paper_preset_is_applied_by_default_where_it_has_an_entry() -> None:
