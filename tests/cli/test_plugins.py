@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import xder_cli.runs.experiments as experiment_registry
 import xder_cli.runs.plugins as plugins
 from xder_cli.commands.common import plugin_arguments
 from xder_cli.main import main
@@ -38,6 +39,8 @@ def _forget_plugins() -> None:
     data_registry._REGISTRY.update(_SNAPSHOT["benchmarks"])
     backbone_registry._REGISTRY.clear()
     backbone_registry._REGISTRY.update(_SNAPSHOT["backbones"])
+    experiment_registry._EXPERIMENTS.clear()
+    experiment_registry._EXPERIMENTS.update(_SNAPSHOT["experiments"])
     plugins._LOADED.clear()
     for name in [m for m in sys.modules if m.startswith("xder_plugin_")]:
         del sys.modules[name]
@@ -47,6 +50,7 @@ _SNAPSHOT = {
     "methods": dict(method_registry._METHODS),
     "benchmarks": dict(data_registry._REGISTRY),
     "backbones": dict(backbone_registry._REGISTRY),
+    "experiments": dict(experiment_registry._EXPERIMENTS),
 }
 
 
@@ -236,3 +240,68 @@ def test_entry_points_are_loaded_and_their_failures_are_one_line(tmp_path: Path,
     err = one_line_error(capsys)
     assert "plugin entry point xder.benchmarks:broken (lab_broken) failed to load" in err
     assert "RuntimeError: lab server unreachable" in err
+
+
+EXPERIMENT_PLUGIN = '''
+"""A plugin experiment: the method of --method (default er) once per seed, the FAA of each."""
+
+from xder_cli.runs import rundir
+from xder_cli.runs.experiments import register_experiment
+from xder_cli.runs.experiments.common import ExperimentRun, PlannedExperiment, faa_metrics, run_config
+
+
+class Seeds:
+    name = "seeds"
+    options = frozenset({"method"})
+
+    def plan(self, options, common, notify):
+        method = options.method or "er"
+        runs = [
+            ExperimentRun(
+                f"{method}-s{seed}",
+                seed,
+                run_config(method, options.benchmark, seed, options.run_sets(), options.protocol),
+                {"method": method},
+            )
+            for seed in options.seeds
+        ]
+
+        def summarize(outcomes, root):
+            faa = {run.name: faa_metrics(rundir.complete_results(root / run.name))["faa"] for run in runs}
+            return common | {"faa": faa}
+
+        return PlannedExperiment(
+            runs,
+            summarize,
+            lambda summary: "".join(f"{name}: {faa}\\n" for name, faa in summary["faa"].items()),
+            lambda summary, path: path.write_bytes(b"plot"),
+            lambda results: f"FAA {faa_metrics(results)['faa']}",
+            plot_file="seeds.png",
+        )
+
+
+register_experiment(Seeds())
+'''
+
+
+def test_a_plugin_adds_an_experiment_that_plans_trains_and_tabulates(tmp_path: Path, capsys) -> None:
+    plugin = tmp_path / "seeds_experiment.py"
+    plugin.write_text(EXPERIMENT_PLUGIN)
+    out = tmp_path / "seeds"
+    tiny = ["--set", "train.epochs=1", "--set", "backbone.width=4", "--set", "run.device=cpu"]
+    assert main(["--plugin", str(plugin), "experiment", "--help"]) == 0
+    assert "seeds" in capsys.readouterr().out
+    argv = ["--plugin", str(plugin), "experiment", "seeds", "--method", "sgd", "--seeds", "0,1"]
+    assert main([*argv, "--out", str(out), *tiny]) == 0
+    # an option the plugin's experiment does not name is refused, as for the paper's four
+    assert main([*argv, "--pairs", "1", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("xder-run experiment: error: --pairs ")
+    _forget_plugins()
+    names = ("sgd-s0", "sgd-s1")
+    summary = json.loads((out / "experiment.json").read_text())
+    runs = {name: json.loads((out / "runs" / name / "results.json").read_text()) for name in names}
+    assert summary["faa"] == {name: results["faa"] for name, results in runs.items()}
+    assert (out / "experiment.md").read_text() == "".join(f"{n}: {r['faa']}\n" for n, r in runs.items())
+    assert (out / "seeds.png").read_bytes() == b"plot"
+    assert main(["experiment", "seeds", "--out", str(out)]) == 2  # without the plugin: unknown
+    assert "invalid choice: 'seeds'" in capsys.readouterr().err
