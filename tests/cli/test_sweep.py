@@ -319,18 +319,26 @@ def test_cli_usage_errors_exit_2(tmp_path: Path, capsys) -> None:
     assert sweep_module.SWEEP_JSON == "sweep.json"
 
 
-def test_the_shipped_selection_grids_give_every_method_the_same_budget() -> None:
-    """examples/selection/seq-cifar100-laptop: one grid per method, each 4 points x 2 seeds on the
+@pytest.mark.parametrize(
+    ("folder", "benchmark", "buffer_size", "methods"),
+    [
+        ("seq-cifar100-laptop", "seq-cifar100", 500, ["der", "derpp", "er", "er_ace", "icarl", "xder"]),
+        ("seq-cifar10-laptop", "seq-cifar10", 200, ["derpp", "er", "xder"]),
+    ],
+)
+def test_the_shipped_selection_grids_give_every_method_the_same_budget(
+    folder: str, benchmark: str, buffer_size: int, methods: list[str]
+) -> None:
+    """examples/selection/<folder>: one grid per method, each 4 points x 2 seeds on the
     validation split, planned (every configuration valid) as the sweep would run it."""
     from xder_cli.runs.sweep import load_spec, plan_trials
 
-    folder = Path(__file__).resolve().parents[2] / "examples" / "selection" / "seq-cifar100-laptop"
-    grids = sorted(folder.glob("*.toml"))
-    assert [g.stem for g in grids] == ["der", "derpp", "er", "er_ace", "icarl", "xder"]
+    grids = sorted((Path(__file__).resolve().parents[2] / "examples" / "selection" / folder).glob("*.toml"))
+    assert [g.stem for g in grids] == methods
     for grid in grids:
         spec = load_spec(grid)
         trials = plan_trials(spec)
-        assert (spec.method, spec.benchmark, spec.buffer_size) == (grid.stem, "seq-cifar100", 500)
+        assert (spec.method, spec.benchmark, spec.buffer_size) == (grid.stem, benchmark, buffer_size)
         assert (spec.protocol, spec.validation, spec.seeds) == ("laptop", 0.1, (0, 1)), grid.stem
         assert len(trials) == 8, grid.stem
         assert len({json.dumps(t.point, sort_keys=True) for t in trials}) == 4, grid.stem
