@@ -26,6 +26,7 @@ counts it used. ``--concurrent N,...`` measures several such processes at once i
 
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import time
@@ -35,9 +36,8 @@ from typing import Any
 
 import torch
 
-from xder_cli.runs.bench_share import wait_for_start
 from xder_cli.runs.cpushare import ThreadPolicy
-from xder_cli.runs.errors import SettingError, option
+from xder_cli.runs.errors import BenchError, SettingError, option
 from xder_data import (
     DEFAULT_PROTOCOL,
     BenchmarkDefaults,
@@ -60,7 +60,7 @@ from xder_methods import (
 )
 from xder_models import create_backbone
 
-__all__ = ["BENCH_SHAPES", "run_bench"]
+__all__ = ["BENCH_SHAPES", "run_bench", "wait_for_start"]
 
 # Synthetic data shaped like each benchmark: (input shape, classes per task, tasks, items per class).
 BENCH_SHAPES: dict[str, tuple[tuple[int, ...], int, int, int]] = {
@@ -183,6 +183,21 @@ def _subject(name: str, args: Any, device: torch.device, defaults: BenchmarkDefa
         return len(bounds)
 
     return _Subject(name, step, floor, images, counter.total, counter.host_syncs, dict(counter.syncs), epoch)
+
+
+def wait_for_start(folder: Path, timeout: float = 600.0) -> None:
+    """In a fair-share child (:mod:`xder_cli.runs.bench_share`, which writes ``go`` once every
+    child is ready): say it is ready (a file in ``folder``), then wait for ``go``.
+
+    Raises:
+        BenchError: no ``go`` within ``timeout`` seconds.
+    """
+    (folder / f"ready-{os.getpid()}").touch()
+    deadline = time.monotonic() + timeout
+    while not (folder / "go").exists():
+        if time.monotonic() > deadline:
+            raise BenchError(f"bench: the other processes never became ready ({folder})")
+        time.sleep(0.005)
 
 
 def _protocol_settings(args: Any, defaults: BenchmarkDefaults) -> None:

@@ -5,7 +5,8 @@ PERFORMANCE.md's terms, at the level of processes: for each method, the same fix
 timed training steps of ``xder-run bench``, warm-up excluded) is run by one process alone, then by
 N processes at once, each a separate ``xder-run bench`` with the user's default settings (so it
 takes its threads as a training run does: :mod:`xder_cli.runs.cpushare`). Processes wait for each other
-after their warm-up and start their timed steps together. Rounds interleave methods and group
+after their warm-up (:func:`xder_cli.runs.bench.wait_for_start`) and start their timed steps
+together. Rounds interleave methods and group
 sizes, so that drift on the machine hits all of them alike.
 
 Figures, per method and group size N (medians over rounds):
@@ -20,7 +21,6 @@ Figures, per method and group size N (medians over rounds):
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -31,7 +31,7 @@ from typing import Any
 
 from xder_cli.runs.errors import BenchError
 
-__all__ = ["FAIR_SHARE_TARGET", "run_share_bench", "share_ratio", "wait_for_start"]
+__all__ = ["FAIR_SHARE_TARGET", "run_share_bench", "share_ratio"]
 
 FAIR_SHARE_TARGET = 1.25
 _CHILD = "from xder_cli.main import main; raise SystemExit(main())"
@@ -45,20 +45,6 @@ def share_ratio(group_seconds: float, processes: int, alone_seconds: float) -> f
     (1.0, 0.75, 2.5)
     """
     return group_seconds / (processes * alone_seconds)
-
-
-def wait_for_start(folder: Path, timeout: float = 600.0) -> None:
-    """In a benchmark child: say it is ready (a file in ``folder``), then wait for ``go``.
-
-    Raises:
-        BenchError: no ``go`` within ``timeout`` seconds.
-    """
-    (folder / f"ready-{os.getpid()}").touch()
-    deadline = time.monotonic() + timeout
-    while not (folder / "go").exists():
-        if time.monotonic() > deadline:
-            raise BenchError(f"bench: the other processes never became ready ({folder})")
-        time.sleep(0.005)
 
 
 def _child_args(args: Any, method: str, json_path: Path, start: Path) -> list[str]:
