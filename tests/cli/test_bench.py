@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from xder_cli.main import main
 from xder_cli.runs import bench
-from xder_cli.runs.bench import run_bench
+from xder_cli.runs.bench import BenchOptions, run_bench, with_protocol
 from xder_cli.runs.bench_share import share_ratio
 from xder_cli.runs.cpushare import machine_cores
 
 
-def _args(**overrides) -> SimpleNamespace:
+def _options(**overrides) -> BenchOptions:
     base = {
-        "methods": "er,derpp,xder",
+        "methods": ("er", "derpp", "xder"),
         "benchmark": "seq-digits",
         "backbone": "resnet18-cifar",
         "width": 4,
@@ -31,9 +30,8 @@ def _args(**overrides) -> SimpleNamespace:
         "channels_last": False,
         "compile": False,
         "epoch": True,
-        "json": None,
     }
-    return SimpleNamespace(**(base | overrides))
+    return BenchOptions(**(base | overrides))
 
 
 class ScriptedClock:
@@ -76,7 +74,7 @@ def test_bench_reports_every_figure(monkeypatch) -> None:
 
     monkeypatch.setattr(bench, "_subject", scripted)
     monkeypatch.setattr(bench, "time", clock)
-    payload = run_bench(_args(steps=3))
+    payload = run_bench(_options(steps=3))
     assert set(payload) == {"device", "threads", "torch", "settings", "methods", "ratios"}
     rows = {r["method"]: r for r in payload["methods"]}
     assert set(rows) == {"er", "derpp", "xder"}
@@ -191,12 +189,13 @@ def test_concurrent_bench_mistakes_exit_2(groups: str, capsys) -> None:
     ],
 )
 def test_the_backbone_is_the_protocols_unless_asked(benchmark: str, backbone, expected: str) -> None:
-    from xder_cli.runs.bench import _protocol_settings
     from xder_data import benchmark_defaults
 
-    args = SimpleNamespace(backbone=backbone, width=None, batch_size=None, buffer_size=None)
-    _protocol_settings(args, benchmark_defaults(benchmark, "paper"))
-    assert args.backbone == expected
-    assert (args.batch_size, args.buffer_size) == {"seq-miniimg": (128, 2000), "seq-cifar100": (32, 500)}[
-        benchmark
-    ]
+    asked = BenchOptions(benchmark=benchmark, backbone=backbone)
+    options = with_protocol(asked, benchmark_defaults(benchmark, "paper"))
+    assert asked.backbone == backbone  # a new value: the options asked for are left as they are
+    assert options.backbone == expected
+    assert (options.batch_size, options.buffer_size) == {
+        "seq-miniimg": (128, 2000),
+        "seq-cifar100": (32, 500),
+    }[benchmark]

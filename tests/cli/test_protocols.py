@@ -9,14 +9,13 @@ import json
 import pickle
 import tomllib
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from xder_cli.main import main
-from xder_cli.runs.bench import run_bench
+from xder_cli.runs.bench import BenchOptions, run_bench
 from xder_cli.runs.plan import build_plan, resolve_config
 from xder_cli.runs.rundir import read_config
 from xder_cli.runs.sweep import load_spec, plan_trials
@@ -219,8 +218,8 @@ def test_a_sweep_grid_names_its_protocol(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("benchmark", "buffer_size"), [("seq-cifar10", 200), ("seq-cifar100", 500)])
 def test_bench_takes_width_batch_and_buffer_from_the_protocol(benchmark: str, buffer_size: int) -> None:
-    args = SimpleNamespace(
-        methods="er",
+    options = BenchOptions(
+        methods=("er",),
         benchmark=benchmark,
         protocol="laptop",
         backbone="resnet18-cifar",
@@ -235,9 +234,8 @@ def test_bench_takes_width_batch_and_buffer_from_the_protocol(benchmark: str, bu
         channels_last=False,
         compile=False,
         epoch=False,
-        json=None,
     )
-    payload = run_bench(args)
+    payload = run_bench(options)
     settings = payload["settings"]
     assert (settings["protocol"], settings["width"], settings["batch_size"]) == ("laptop", 8, 32)
     assert (settings["buffer_size"], settings["protocol_epochs"]) == (buffer_size, 2)

@@ -1,4 +1,5 @@
-"""``xder-run bench``: its parser and its handler, which prints the figures; the measuring is
+"""``xder-run bench``: its parser and its handler, which turns the arguments into
+:class:`~xder_cli.runs.bench.BenchOptions` and prints the figures; the measuring is
 :mod:`xder_cli.runs.bench` (and :mod:`xder_cli.runs.bench_share` for ``--concurrent``)."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xder_cli.commands.common import (
     add_plugin_argument,
@@ -14,7 +15,10 @@ from xder_cli.commands.common import (
 )
 from xder_cli.errors import UsageError
 
-__all__ = ["add_parser", "run"]
+if TYPE_CHECKING:
+    from xder_cli.runs.bench import BenchOptions
+
+__all__ = ["add_parser", "bench_options", "run"]
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -86,6 +90,32 @@ def _groups(text: str) -> list[int]:
     return groups
 
 
+def bench_options(args: argparse.Namespace) -> BenchOptions:
+    """The options of ``xder-run bench`` (``args`` from its parser); ``--methods`` split at commas."""
+    from xder_cli.runs.bench import BenchOptions
+
+    return BenchOptions(
+        methods=tuple(n.strip() for n in args.methods.split(",") if n.strip()),
+        benchmark=args.benchmark,
+        protocol=args.protocol,
+        backbone=args.backbone,
+        width=args.width,
+        batch_size=args.batch_size,
+        buffer_size=args.buffer_size,
+        task=args.task,
+        device=args.device,
+        steps=args.steps,
+        warmup=args.warmup,
+        precision=args.precision,
+        channels_last=args.channels_last,
+        compile=args.compile,
+        epoch=args.epoch,
+        rounds=args.rounds,
+        start_after=Path(args.start_after) if args.start_after else None,
+        plugins=tuple(args.plugin or ()),
+    )
+
+
 def print_share(payload: dict[str, Any]) -> None:
     """The fair-share benchmark's figures (:func:`xder_cli.runs.bench_share.run_share_bench`)."""
     print(
@@ -106,15 +136,16 @@ def run(args: argparse.Namespace) -> int:
     ``--concurrent`` the fair-share one; print its figures, and write them to ``--json``."""
     from xder_methods import method_config_class
 
+    options = bench_options(args)
     if getattr(args, "concurrent", None) is not None:
         from xder_cli.runs.bench_share import run_share_bench
 
         groups = _groups(args.concurrent)
         if args.rounds < 1:
             raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
-        for name in (n.strip() for n in args.methods.split(",") if n.strip()):
+        for name in options.methods:
             method_config_class(name)  # UnknownMethodError names the choices
-        payload = run_share_bench(args, groups)
+        payload = run_share_bench(options, groups)
         print_share(payload)
         if args.json:
             from xder_cli.runs.rundir import write_json
@@ -124,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from xder_cli.runs.bench import run_bench
 
-    payload = run_bench(args)
+    payload = run_bench(options)
     print(f"device: {payload['device']}, torch {payload['torch']}, {json.dumps(payload['settings'])}")
     header = ("method", "s/step", "images", "floor s", "x floor", "syncs", "ops", "epoch s", "protocol")
     print(f"{header[0]:8} " + " ".join(f"{h:>9}" for h in header[1:]))

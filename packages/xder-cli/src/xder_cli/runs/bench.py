@@ -1,5 +1,6 @@
 """Step time against the hardware floor, host syncs and ops per step (``xder-run bench``,
-:func:`run_bench`; the command, :mod:`xder_cli.commands.bench`, prints the figures).
+:func:`run_bench` with its :class:`BenchOptions`; the command, :mod:`xder_cli.commands.bench`,
+turns its arguments into those options and prints the figures).
 
 PERFORMANCE.md, "How it is measured": in one process, methods interleaved round by round so that
 machine drift hits all of them alike, each method is brought to task T on synthetic data shaped
@@ -21,7 +22,7 @@ like the benchmark (its buffer full), then:
 The process takes its CPU threads as a training run does (:mod:`xder_cli.runs.cpushare`: all cores
 alone, a fair share beside other runs, or a fixed ``OMP_NUM_THREADS``); ``threads`` lists the
 counts it used. ``--concurrent N,...`` measures several such processes at once instead
-(:mod:`xder_cli.runs.bench_share`).
+(:func:`xder_cli.runs.bench_share.run_share_bench`, with the same options).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import os
 import platform
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ from xder_methods import (
 )
 from xder_models import create_backbone
 
-__all__ = ["BENCH_SHAPES", "run_bench", "wait_for_start"]
+__all__ = ["BENCH_SHAPES", "BenchOptions", "run_bench", "wait_for_start", "with_protocol"]
 
 # Synthetic data shaped like each benchmark: (input shape, classes per task, tasks, items per class).
 BENCH_SHAPES: dict[str, tuple[tuple[int, ...], int, int, int]] = {
@@ -69,6 +70,58 @@ BENCH_SHAPES: dict[str, tuple[tuple[int, ...], int, int, int]] = {
     "seq-digits": ((1, 8, 8), 2, 5, 144),
     "seq-miniimg": ((3, 84, 84), 5, 20, 500),
 }
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchOptions:
+    """What ``xder-run bench`` measures and how (defaults: the command's). ``backbone``,
+    ``width``, ``batch_size`` and ``buffer_size`` left None take the protocol's values
+    (:func:`with_protocol`).
+
+    Attributes:
+        methods: the methods measured, by registry name, interleaved in this order.
+        benchmark: the benchmark whose data shape the synthetic data takes (a key of
+            :data:`BENCH_SHAPES`).
+        protocol: the benchmark's training protocol (None: the default, the paper's).
+        backbone: the backbone (None: the protocol's; EfficientNet-B2 on ``seq-miniimg``, the
+            CIFAR ResNet18 on the others).
+        width: the ``resnet18-cifar`` width (None: the protocol's).
+        batch_size: the stream and replay batch (None: the protocol's).
+        buffer_size: the buffer size (None: the protocol's).
+        task: the task index the measured steps belong to; the buffer holds tasks ``0..task-1``.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        steps: the timed rounds (each method's step and floor once a round).
+        warmup: the untimed rounds before them.
+        precision: the autocast precision, ``fp32`` or ``bf16``.
+        channels_last: the backbones in the channels-last memory format.
+        compile: the backbones ``nn.Module.compile``-d.
+        epoch: also time one synthetic epoch of task ``task`` per method.
+        rounds: the fair-share benchmark (:func:`~xder_cli.runs.bench_share.run_share_bench`):
+            its rounds, medians taken.
+        start_after: in a fair-share child process: the folder of its start signal (after the
+            warm-up, wait there for the other processes); None alone.
+        plugins: modules or ``.py`` files a fair-share child process loads first (for the methods,
+            benchmarks and backbones they register).
+    """
+
+    methods: tuple[str, ...] = ("er", "derpp", "xder")
+    benchmark: str = "seq-cifar100"
+    protocol: str | None = None
+    backbone: str | None = None
+    width: int | None = None
+    batch_size: int | None = None
+    buffer_size: int | None = None
+    task: int = 1
+    device: str = "auto"
+    steps: int = 20
+    warmup: int = 5
+    precision: str = "fp32"
+    channels_last: bool = False
+    compile: bool = False
+    epoch: bool = True
+    rounds: int = 3
+    start_after: Path | None = None
+    plugins: tuple[str, ...] = ()
 
 
 def _sync(device: torch.device) -> None:
@@ -90,31 +143,34 @@ class _Subject:
     epoch: Any
 
 
-def _subject(name: str, args: Any, device: torch.device, defaults: BenchmarkDefaults) -> _Subject:
-    shape, per_task, n_tasks, per_class = BENCH_SHAPES[args.benchmark]
+def _subject(name: str, options: BenchOptions, device: torch.device, defaults: BenchmarkDefaults) -> _Subject:
+    """``name`` brought to task ``options.task``; ``options`` with the protocol's values filled in."""
+    shape, per_task, n_tasks, per_class = BENCH_SHAPES[options.benchmark]
     num_classes = per_task * n_tasks
     mean, std = (0.5,) * shape[0], (0.25,) * shape[0]
     image = shape[1] if len(shape) == 3 else None
     if image is None:
-        raise SettingError(f"bench needs an image benchmark, not {args.benchmark}")
+        raise SettingError(f"bench needs an image benchmark, not {options.benchmark}")
     transforms = Transforms(
         Compose(CropFlip(image, padding=max(1, image // 8), flip=shape[0] == 3), Normalize(mean, std)),
         Normalize(mean, std),
         StrongAugment(image, mean, std),
     )
     setting = ContinualSetting((per_task,) * n_tasks, shape)
-    options = {"width": args.width, "in_channels": shape[0]} if args.backbone == "resnet18-cifar" else {}
+    net_options = (
+        {"width": options.width, "in_channels": shape[0]} if options.backbone == "resnet18-cifar" else {}
+    )
     torch.manual_seed(0)
-    net = create_backbone(args.backbone, num_classes, **options).to(device)
-    if args.channels_last:
+    net = create_backbone(options.backbone, num_classes, **net_options).to(device)
+    if options.channels_last:
         net = net.to(memory_format=torch.channels_last)
-    if args.compile:
+    if options.compile:
         net.compile()
     generator = torch.Generator(device=device).manual_seed(0)
     fields = {f for f in method_config_class(name).__dataclass_fields__}
     config = {
         k: v
-        for k, v in {"buffer_size": args.buffer_size, "minibatch_size": args.batch_size}.items()
+        for k, v in {"buffer_size": options.buffer_size, "minibatch_size": options.batch_size}.items()
         if k in fields
     }
     method = create_method(
@@ -128,7 +184,7 @@ def _subject(name: str, args: Any, device: torch.device, defaults: BenchmarkDefa
     data_gen = torch.Generator(device=device).manual_seed(1)
     n_items = per_class * per_task
     task_x = torch.randint(0, 256, (n_items, *shape), generator=data_gen, device=device, dtype=torch.uint8)
-    for t in range(args.task):  # bring the method to task T with a full buffer
+    for t in range(options.task):  # bring the method to task T with a full buffer
         method.begin_task(t)
         labels = torch.arange(t * per_task, (t + 1) * per_task, device=device).repeat_interleave(per_class)
         buffer = getattr(method, "buffer", None)
@@ -137,17 +193,17 @@ def _subject(name: str, args: Any, device: torch.device, defaults: BenchmarkDefa
         else:
             logits = torch.randn(n_items, num_classes, device=device) if buffer.logits is not None else None
             buffer.add_reservoir(task_x, labels, logits, task_labels=t, generator=generator)
-    method.begin_task(args.task)
-    task_y = torch.arange(args.task * per_task, (args.task + 1) * per_task, device=device).repeat_interleave(
-        per_class
-    )
+    method.begin_task(options.task)
+    task_y = torch.arange(
+        options.task * per_task, (options.task + 1) * per_task, device=device
+    ).repeat_interleave(per_class)
     optimizer = torch.optim.SGD(list(method.optimizer_parameters()), lr=0.01)
-    batch_rows = torch.arange(args.batch_size, device=device)
+    batch_rows = torch.arange(options.batch_size, device=device)
 
     def step(rows: torch.Tensor = batch_rows) -> None:
         x_raw, y = task_x[rows], task_y[rows]
-        with autocast(args.precision, device):
-            out = method.observe(Batch(transforms.train(x_raw, generator), y, x_raw, args.task))
+        with autocast(options.precision, device):
+            out = method.observe(Batch(transforms.train(x_raw, generator), y, x_raw, options.task))
         if out.loss is not None:
             optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
@@ -160,16 +216,16 @@ def _subject(name: str, args: Any, device: torch.device, defaults: BenchmarkDefa
     images = sum(seen)
     with OpCounter() as counter:
         step()
-    floor_net = create_backbone(args.backbone, num_classes, **options).to(device)
-    if args.channels_last:
+    floor_net = create_backbone(options.backbone, num_classes, **net_options).to(device)
+    if options.channels_last:
         floor_net = floor_net.to(memory_format=torch.channels_last)
-    if args.compile:
+    if options.compile:
         floor_net.compile()
     floor_opt = torch.optim.SGD(floor_net.parameters(), lr=0.01)
     floor_x = torch.randn(images, *shape, device=device)
 
     def floor() -> None:
-        with autocast(args.precision, device):
+        with autocast(options.precision, device):
             loss = floor_net(floor_x).float().logsumexp(dim=1).mean()
         floor_opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -177,7 +233,7 @@ def _subject(name: str, args: Any, device: torch.device, defaults: BenchmarkDefa
 
     def epoch() -> int:
         order = torch.randperm(n_items, generator=generator, device=device)
-        bounds = batch_bounds(n_items, args.batch_size)
+        bounds = batch_bounds(n_items, options.batch_size)
         for start, end in bounds:
             step(order[start:end])
         return len(bounds)
@@ -200,31 +256,33 @@ def wait_for_start(folder: Path, timeout: float = 600.0) -> None:
         time.sleep(0.005)
 
 
-def _protocol_settings(args: Any, defaults: BenchmarkDefaults) -> None:
-    """Fill ``backbone``, ``width``, ``batch_size`` and ``buffer_size`` left unset from the
-    protocol (EfficientNet-B2 on ``seq-miniimg``, the CIFAR ResNet18 on the others).
+def with_protocol(options: BenchOptions, defaults: BenchmarkDefaults) -> BenchOptions:
+    """``options`` with ``backbone``, ``width``, ``batch_size`` and ``buffer_size`` left None
+    taken from the protocol's ``defaults`` (EfficientNet-B2 on ``seq-miniimg``, the CIFAR
+    ResNet18 on the others); ``options`` itself is left as it is.
 
     Raises:
         SettingError: a width or batch size below 1, a negative buffer size.
     """
-    if args.backbone is None:
-        args.backbone = defaults.backbone
-    if args.width is None:
-        args.width = int(defaults.backbone_options.get("width", 64))
-    if args.batch_size is None:
-        args.batch_size = defaults.batch_size
-    if args.buffer_size is None:
-        args.buffer_size = defaults.buffer_size
-    for name, value in (("width", args.width), ("batch_size", args.batch_size)):
+    options = replace(
+        options,
+        backbone=defaults.backbone if options.backbone is None else options.backbone,
+        width=int(defaults.backbone_options.get("width", 64)) if options.width is None else options.width,
+        batch_size=defaults.batch_size if options.batch_size is None else options.batch_size,
+        buffer_size=defaults.buffer_size if options.buffer_size is None else options.buffer_size,
+    )
+    for name, value in (("width", options.width), ("batch_size", options.batch_size)):
         if value < 1:
             raise SettingError(f"{option(name)} must be >= 1, got {value}")
-    if args.buffer_size < 0:
-        raise SettingError(f"{option('buffer_size')} must be >= 0, got {args.buffer_size}")
+    if options.buffer_size < 0:
+        raise SettingError(f"{option('buffer_size')} must be >= 0, got {options.buffer_size}")
+    return options
 
 
-def run_bench(args: Any) -> dict[str, Any]:
-    """Measure every method of ``args.methods``; returns the JSON payload. ``args.backbone``,
-    ``width``, ``batch_size`` and ``buffer_size`` left unset (None) take the protocol's values.
+def run_bench(options: BenchOptions) -> dict[str, Any]:
+    """Measure every method of ``options.methods``; returns the JSON payload. ``backbone``,
+    ``width``, ``batch_size`` and ``buffer_size`` left None take the protocol's values
+    (:func:`with_protocol`; the payload's ``settings`` give the values used).
 
     Raises:
         SettingError: a benchmark without bench shapes or images, a task out of range, a width,
@@ -232,27 +290,27 @@ def run_bench(args: Any) -> dict[str, Any]:
     """
     from xder_cli.runs.plan import resolve_device
 
-    device = resolve_device(args.device)
-    if args.benchmark not in BENCH_SHAPES:
-        raise SettingError(f"bench shapes exist for {', '.join(BENCH_SHAPES)}, not {args.benchmark!r}")
-    protocol = getattr(args, "protocol", None) or DEFAULT_PROTOCOL
-    defaults = benchmark_defaults(args.benchmark, protocol)
-    _protocol_settings(args, defaults)
-    _, _, n_tasks, _ = BENCH_SHAPES[args.benchmark]
-    if not 0 <= args.task < n_tasks:
-        raise SettingError(f"{option('task')} must be in [0, {n_tasks - 1}] for {args.benchmark}")
-    names = [n.strip() for n in args.methods.split(",") if n.strip()]
+    device = resolve_device(options.device)
+    if options.benchmark not in BENCH_SHAPES:
+        raise SettingError(f"bench shapes exist for {', '.join(BENCH_SHAPES)}, not {options.benchmark!r}")
+    protocol = options.protocol or DEFAULT_PROTOCOL
+    defaults = benchmark_defaults(options.benchmark, protocol)
+    options = with_protocol(options, defaults)
+    _, _, n_tasks, _ = BENCH_SHAPES[options.benchmark]
+    if not 0 <= options.task < n_tasks:
+        raise SettingError(f"{option('task')} must be in [0, {n_tasks - 1}] for {options.benchmark}")
+    names = list(options.methods)
     for name in names:
         method_config_class(name)  # UnknownMethodError names the choices
     with ThreadPolicy() as threads:
-        subjects = [_subject(name, args, device, defaults) for name in names]
+        subjects = [_subject(name, options, device, defaults) for name in names]
         steps: dict[str, list[float]] = {s.name: [] for s in subjects}
         floors: dict[str, list[float]] = {s.name: [] for s in subjects}
         timed_from = 0.0
-        for round_ in range(args.warmup + args.steps):  # interleaved: drift hits every method alike
-            if round_ == args.warmup:
-                if getattr(args, "start_after", None):  # a --concurrent child: start with the others
-                    wait_for_start(Path(args.start_after))
+        for round_ in range(options.warmup + options.steps):  # interleaved: drift hits every method alike
+            if round_ == options.warmup:
+                if options.start_after is not None:  # a fair-share child: start with the others
+                    wait_for_start(options.start_after)
                 timed_from = time.perf_counter()
             for subject in subjects:
                 for fn, store in ((subject.step, steps), (subject.floor, floors)):
@@ -261,16 +319,16 @@ def run_bench(args: Any) -> dict[str, Any]:
                     started = time.perf_counter()
                     fn()
                     _sync(device)
-                    if round_ >= args.warmup:
+                    if round_ >= options.warmup:
                         store[subject.name].append(time.perf_counter() - started)
         timed_seconds = time.perf_counter() - timed_from
         return _payload(
-            args, subjects, steps, floors, timed_seconds, threads.used, device, defaults, protocol
+            options, subjects, steps, floors, timed_seconds, threads.used, device, defaults, protocol
         )
 
 
 def _payload(
-    args: Any,
+    options: BenchOptions,
     subjects: list[_Subject],
     steps: dict[str, list[float]],
     floors: dict[str, list[float]],
@@ -280,14 +338,14 @@ def _payload(
     defaults: BenchmarkDefaults,
     protocol: str,
 ) -> dict[str, Any]:
-    _, _, n_tasks, _ = BENCH_SHAPES[args.benchmark]
+    _, _, n_tasks, _ = BENCH_SHAPES[options.benchmark]
     rows = []
     for subject in subjects:
         _sync(device)
         started = time.perf_counter()
-        n_steps = subject.epoch() if args.epoch else 0
+        n_steps = subject.epoch() if options.epoch else 0
         _sync(device)
-        epoch_seconds = time.perf_counter() - started if args.epoch else None
+        epoch_seconds = time.perf_counter() - started if options.epoch else None
         seconds = statistics.median(steps[subject.name])
         floor = statistics.median(floors[subject.name])
         row = {
@@ -321,18 +379,18 @@ def _payload(
         "threads": threads,
         "torch": torch.__version__,
         "settings": {
-            "benchmark": args.benchmark,
+            "benchmark": options.benchmark,
             "protocol": protocol,
-            "backbone": args.backbone,
-            "width": args.width,
-            "batch_size": args.batch_size,
-            "buffer_size": args.buffer_size,
-            "task": args.task,
-            "precision": args.precision,
-            "channels_last": args.channels_last,
-            "compile": args.compile,
-            "steps": args.steps,
-            "warmup": args.warmup,
+            "backbone": options.backbone,
+            "width": options.width,
+            "batch_size": options.batch_size,
+            "buffer_size": options.buffer_size,
+            "task": options.task,
+            "precision": options.precision,
+            "channels_last": options.channels_last,
+            "compile": options.compile,
+            "steps": options.steps,
+            "warmup": options.warmup,
             "protocol_epochs": defaults.epochs,
         },
         "methods": rows,

@@ -1,13 +1,14 @@
 """``xder-run bench --concurrent N,...``: do runs side by side share the machine fairly?
-(:func:`run_share_bench`; the command, :mod:`xder_cli.commands.bench`, prints the figures.)
+(:func:`run_share_bench`, with the step-time benchmark's
+:class:`~xder_cli.runs.bench.BenchOptions`; the command, :mod:`xder_cli.commands.bench`, prints the
+figures.)
 
 PERFORMANCE.md's terms, at the level of processes: for each method, the same fixed work (the
 timed training steps of ``xder-run bench``, warm-up excluded) is run by one process alone, then by
-N processes at once, each a separate ``xder-run bench`` with the user's default settings (so it
-takes its threads as a training run does: :mod:`xder_cli.runs.cpushare`). Processes wait for each other
-after their warm-up (:func:`xder_cli.runs.bench.wait_for_start`) and start their timed steps
-together. Rounds interleave methods and group
-sizes, so that drift on the machine hits all of them alike.
+N processes at once, each a separate ``xder-run bench`` with the caller's options (so it takes its
+threads as a training run does: :mod:`xder_cli.runs.cpushare`). Processes wait for each other after
+their warm-up (:func:`xder_cli.runs.bench.wait_for_start`) and start their timed steps together.
+Rounds interleave methods and group sizes, so that drift on the machine hits all of them alike.
 
 Figures, per method and group size N (medians over rounds):
 
@@ -27,9 +28,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xder_cli.runs.errors import BenchError
+
+if TYPE_CHECKING:  # only a type: the children import torch, this process need not
+    from xder_cli.runs.bench import BenchOptions
 
 __all__ = ["FAIR_SHARE_TARGET", "run_share_bench", "share_ratio"]
 
@@ -47,34 +51,36 @@ def share_ratio(group_seconds: float, processes: int, alone_seconds: float) -> f
     return group_seconds / (processes * alone_seconds)
 
 
-def _child_args(args: Any, method: str, json_path: Path, start: Path) -> list[str]:
-    argv = ["bench", "--methods", method, "--benchmark", args.benchmark]
-    argv += ["--task", str(args.task), "--device", args.device, "--steps", str(args.steps)]
-    argv += ["--warmup", str(args.warmup), "--precision", args.precision, "--no-epoch"]
+def _child_args(options: BenchOptions, method: str, json_path: Path, start: Path) -> list[str]:
+    """The ``xder-run`` arguments of a child measuring ``method`` with ``options``: its timed
+    steps only (no epoch), its figures to ``json_path``, started by the signal in ``start``."""
+    argv = ["bench", "--methods", method, "--benchmark", options.benchmark]
+    argv += ["--task", str(options.task), "--device", options.device, "--steps", str(options.steps)]
+    argv += ["--warmup", str(options.warmup), "--precision", options.precision, "--no-epoch"]
     argv += ["--json", str(json_path), "--start-after", str(start)]
     for flag, value in (
-        ("--protocol", args.protocol),
-        ("--backbone", args.backbone),
-        ("--width", args.width),
-        ("--batch-size", args.batch_size),
-        ("--buffer-size", args.buffer_size),
+        ("--protocol", options.protocol),
+        ("--backbone", options.backbone),
+        ("--width", options.width),
+        ("--batch-size", options.batch_size),
+        ("--buffer-size", options.buffer_size),
     ):
         if value is not None:
             argv += [flag, str(value)]
-    argv += ["--channels-last"] if args.channels_last else []
-    argv += ["--compile"] if args.compile else []
-    for plugin in getattr(args, "plugin", None) or []:
+    argv += ["--channels-last"] if options.channels_last else []
+    argv += ["--compile"] if options.compile else []
+    for plugin in options.plugins:
         argv += ["--plugin", plugin]
     return argv
 
 
-def _run_group(args: Any, method: str, processes: int, scratch: Path) -> list[dict[str, Any]]:
+def _run_group(options: BenchOptions, method: str, processes: int, scratch: Path) -> list[dict[str, Any]]:
     """``processes`` children at once; returns each one's JSON payload."""
     folder = Path(tempfile.mkdtemp(prefix=f"{method}-{processes}-", dir=scratch))
     outputs = [folder / f"child-{i}.json" for i in range(processes)]
     children = [
         subprocess.Popen(
-            [sys.executable, "-c", _CHILD, *_child_args(args, method, out, folder)],
+            [sys.executable, "-c", _CHILD, *_child_args(options, method, out, folder)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -110,20 +116,22 @@ def _last_line(child: subprocess.Popen) -> str:
     return lines[-1] if lines else f"exit status {child.returncode}"
 
 
-def run_share_bench(args: Any, groups: list[int]) -> dict[str, Any]:
-    """The fair-share benchmark (module docstring); returns the JSON payload.
+def run_share_bench(options: BenchOptions, groups: list[int]) -> dict[str, Any]:
+    """The fair-share benchmark (module docstring) of ``options.methods``, each child process
+    measuring with ``options`` (``options.rounds`` rounds), in groups of 1 and of each size of
+    ``groups``; returns the JSON payload.
 
     Raises:
         BenchError: a process failed, or the processes did not get ready.
     """
-    names = [n.strip() for n in args.methods.split(",") if n.strip()]
+    names = list(options.methods)
     sizes = sorted({1, *groups})
     samples: dict[str, dict[int, list[dict[str, Any]]]] = {m: {n: [] for n in sizes} for m in names}
     with tempfile.TemporaryDirectory(prefix="xder-bench-share-") as scratch:
-        for _ in range(args.rounds):
+        for _ in range(options.rounds):
             for method in names:
                 for size in sizes:
-                    payloads = _run_group(args, method, size, Path(scratch))
+                    payloads = _run_group(options, method, size, Path(scratch))
                     samples[method][size].append(
                         {
                             "seconds": [p["methods"][0]["timed_seconds"] for p in payloads],
@@ -149,4 +157,4 @@ def run_share_bench(args: Any, groups: list[int]) -> dict[str, Any]:
                     "rounds": {str(n): samples[method][n] for n in (1, size)},
                 }
             )
-    return {"target": FAIR_SHARE_TARGET, "steps": args.steps, "rounds": args.rounds, "groups": rows}
+    return {"target": FAIR_SHARE_TARGET, "steps": options.steps, "rounds": options.rounds, "groups": rows}
