@@ -15,8 +15,8 @@ from xder_cli.runs.experiments.common import (
     PlannedExperiment,
     cell,
     check_owned,
+    describe_faa,
     faa_metrics,
-    fmt,
     fmt_stat,
     not_finished,
     or_nan,
@@ -161,15 +161,11 @@ class ClassOrder:
         methods = options.methods if options.methods is not None else DEFAULT_METHODS
         runs = plan_class_order(options.benchmark, methods, options.seeds, sets, options.protocol)
 
-        def describe(results: dict[str, Any] | None) -> str:
-            m = faa_metrics(results)
-            return f"FAA {fmt(m['faa'])}, FF {fmt(m['ff'])}"
-
         return PlannedExperiment(
             runs,
             lambda outcomes, root: summarize_class_order(runs, outcomes, root, common),
             class_order_markdown,
             plot_class_order,
-            describe,
+            describe_faa,
             plot_file=PLOT,
         )

@@ -377,6 +377,13 @@ def faa_metrics(results: dict[str, Any] | None) -> dict[str, float | None]:
     return {"faa": results.get("faa"), "ff": results.get("ff")}
 
 
+def describe_faa(results: dict[str, Any] | None, label: str = "FAA") -> str:
+    """A finished run's figures on a progress line: ``FAA 12.34, FF 56.78`` (``label`` names the
+    FAA: ``test FAA`` where no validation split is held out)."""
+    m = faa_metrics(results)
+    return f"{label} {fmt(m['faa'])}, FF {fmt(m['ff'])}"
+
+
 def fmt(value: float | None, digits: int = 2) -> str:
     """``12.34``; ``-`` for None or a value that is not finite."""
     return "-" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"

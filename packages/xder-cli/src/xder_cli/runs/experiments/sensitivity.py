@@ -19,9 +19,9 @@ from xder_cli.runs.experiments.common import (
     PlannedExperiment,
     cell,
     check_owned,
+    describe_faa,
     dotted,
     faa_metrics,
-    fmt,
     fmt_stat,
     not_finished,
     or_nan,
@@ -246,10 +246,6 @@ class Sensitivity:
             method, options.benchmark, params, options.seeds, sets, options.protocol
         )
 
-        def describe(results: dict[str, Any] | None) -> str:
-            m = faa_metrics(results)
-            return f"test FAA {fmt(m['faa'])}, FF {fmt(m['ff'])}"
-
         return PlannedExperiment(
             runs,
             lambda outcomes, root: summarize_sensitivity(
@@ -264,7 +260,7 @@ class Sensitivity:
             ),
             sensitivity_markdown,
             plot_sensitivity,
-            describe,
+            lambda results: describe_faa(results, "test FAA"),
             plot_file=PLOT,
             on_ray=True,
         )

@@ -34,8 +34,8 @@ from xder_cli.runs.experiments.common import (
     ExperimentRun,
     PlannedExperiment,
     check_owned,
+    describe_faa,
     faa_metrics,
-    fmt,
     fmt_stat,
     mean_std,
     not_finished,
@@ -485,10 +485,6 @@ class Table:
             )
         runs = plan_table(benchmark, buffer_size, entries, options.seeds, sets, protocol)
 
-        def describe(results: dict[str, Any] | None) -> str:
-            m = faa_metrics(results)
-            return f"FAA {fmt(m['faa'])}, FF {fmt(m['ff'])}"
-
         return PlannedExperiment(
             runs,
             lambda outcomes, root: summarize_table(
@@ -496,7 +492,7 @@ class Table:
             ),
             table_markdown,
             plot_table,
-            describe,
+            describe_faa,
             plot_file=PLOT,
             markdown_file=TABLE_MD,
             extra_files=((TABLE_CSV, table_csv),),
