@@ -288,3 +288,99 @@ def test_a_run_without_overrides_has_none(method, benchmark, preset, protocol, t
         "train.lr": 0.123,
         "backbone.width": 3,
     }
+
+
+def _analysed(run_dir: Path, ss_err: float, ss_nll: float, ece: float, newest: float) -> None:
+    """An analysis/analysis.json as xder-run analyze writes it (ece, ss, head_bias only)."""
+    per_task = [{"task": 1, "mistakes": 10, "fraction_by_head": [1 - newest, newest]}]
+    analyses = {
+        "ece": {"ece": ece, "n_bins": 15, "accuracy": 0.2, "plot": "reliability.png"},
+        "ss_err": ss_err,
+        "ss_nll": ss_nll,
+        "head_bias": {"per_task": per_task, "newest_head_share": newest, "plot": "head_bias.png"},
+    }
+    (run_dir / "analysis").mkdir()
+    rundir.write_json(run_dir / "analysis" / "analysis.json", {"run": str(run_dir), "analyses": analyses})
+
+
+def test_analysed_runs_add_the_papers_analyses_with_its_figures_and_claims(
+    tmp_path: Path, capsys, saved_figures
+) -> None:
+    runs = tmp_path / "runs"
+    laptop = {"buffer_size": 500, "protocol": "laptop", "preset": "tuned"}
+    planted = {  # per seed: SS-ERR, SS-NLL, ECE and newest-head share as fractions
+        "er": [(0.83, 3.0, 0.35, 0.75), (0.85, 3.2, 0.37, 0.77)],
+        "derpp": [(0.84, 2.6, 0.30, 0.90), (0.86, 2.6, 0.32, 0.92)],
+        "xder": [(0.80, 2.2, 0.05, 0.10), (0.82, 2.4, 0.07, 0.12)],
+    }
+    for method, seeds in planted.items():
+        for seed, figures in enumerate(seeds):
+            matrix = [[80.0], [30.0, 32.0]]
+            _paper_run(runs, f"{method}-{seed}", method, "seq-cifar100", seed, matrix, **laptop)
+            _analysed(runs / f"{method}-{seed}", *figures)
+    _paper_run(runs, "sgd-0", "sgd", "seq-cifar100", 0, [[90.0], [0.0, 20.0]], protocol="laptop")
+    _paper_run(runs, "sgd-1", "sgd", "seq-cifar100", 1, [[90.0], [0.0, 20.0]], protocol="laptop")
+    out = tmp_path / "report"
+    capsys.readouterr()
+    assert command_report(SimpleNamespace(run_dirs=[str(runs)], out=str(out), task_il=False)) == 0
+    printed = capsys.readouterr().out
+    text = (out / "analyses.md").read_text()
+    assert text in printed
+    # Means and sample stds by hand: X-DER SS-ERR (0.80, 0.82) -> 0.810 ± 0.014; ECE 5 and 7 % ->
+    # 6.0 ± 1.4; newest head 10 and 12 % -> 11.0 ± 1.4. FT has no analysis: no row.
+    assert "| method | SS-ERR | paper | SS-NLL | paper | ECE | newest-head share |" in text
+    rows = [
+        "| er | 0.840 ± 0.014 (n 2) | 0.710 | 3.10 ± 0.14 (n 2) | 4.00 | 36.0 ± 1.4 (n 2) "
+        "| 76.0 ± 1.4 (n 2) |",
+        "| derpp | 0.850 ± 0.014 (n 2) | 0.670 | 2.60 ± 0.00 (n 2) | 2.22 | 31.0 ± 1.4 (n 2) "
+        "| 91.0 ± 1.4 (n 2) |",
+        "| xder | 0.810 ± 0.014 (n 2) | 0.570 | 2.30 ± 0.14 (n 2) | 1.83 | 6.0 ± 1.4 (n 2) "
+        "| 11.0 ± 1.4 (n 2) |",
+    ]
+    assert "\n".join(rows) in text
+    assert "| sgd |" not in text
+    # The paper orders ER > DER++ > X-DER on both; ours swap ER and DER++ on SS-ERR only.
+    assert "The paper's orderings, in ours: 5 of 6 agree in direction." in text
+    assert (
+        "- SS-ERR: derpp below er in the paper (0.670 < 0.710); ours 0.850 against 0.840: **does not agree**"
+        in text
+    )
+    assert "- SS-NLL: xder below er in the paper (1.83 < 4.00); ours 2.30 against 3.10: agrees" in text
+    # Claims: X-DER's SS-ERR below ER's by 0.03 > 2 SE = 2 sqrt(0.0002/2 + 0.0002/2) = 0.028: holds.
+    assert "### The paper's claims on its analyses, checked on these runs" in text
+    assert (
+        "- **holds**: X-DER has the lowest secondary super-class error (SS-ERR) of the methods evaluated "
+        "(X-DER paper, Sec. 6, secondary information table). SS-ERR, xder below er? 0.810 (n 2) against "
+        "0.840 (n 2): difference -0.030, 2 SE 0.028." in text
+    )
+    payload = json.loads((out / "report.json").read_text())
+    (column,) = payload["analyses"]
+    verdicts = {c["id"]: (c["verdict"], c["direction"]) for c in column["claims"]}
+    assert verdicts == {
+        "xder-lowest-ss-err": ("holds", "agrees"),
+        "xder-lowest-ss-nll": ("holds", "agrees"),
+        "er-highest-ss-nll": ("holds", "agrees"),
+        "xder-lowest-ece": ("holds", "agrees"),
+        "xder-less-newest-bias": ("holds", "agrees"),
+    }
+    rows = {r["name"]: r for r in column["rows"]}
+    assert rows["xder"]["figures"]["ece"]["values"] == pytest.approx([5.0, 7.0])
+    assert rows["xder"]["newest_head_curve"] == {"1": pytest.approx(11.0)}
+    assert column["plot"] == "analyses_seq-cifar100-laptop_m500.png"
+    assert (out / column["plot"]).read_bytes().startswith(PNG)
+    assert {"analyses.md", column["plot"]} <= set(payload["files"])
+    assert "(6 runs analysed): wrote table.md, table.csv, analyses.md, report.json and" in printed
+
+
+def test_a_report_without_analysed_runs_has_no_analyses(tmp_path: Path, capsys) -> None:
+    runs = tmp_path / "runs"
+    _paper_run(runs, "er-0", "er", "seq-cifar100", 0, [[80.0], [30.0, 32.0]], buffer_size=500)
+    (runs / "er-0" / "analysis").mkdir()
+    (runs / "er-0" / "analysis" / "analysis.json").write_text("{not json")  # unreadable: left out
+    out = tmp_path / "report"
+    assert command_report(SimpleNamespace(run_dirs=[str(runs)], out=str(out), task_il=False)) == 0
+    assert not (out / "analyses.md").exists()
+    assert json.loads((out / "report.json").read_text())["analyses"] == []
+    printed = capsys.readouterr().out
+    assert "## Analyses" not in printed
+    assert "runs analysed" not in printed

@@ -152,3 +152,39 @@ def test_report_plots_of_a_two_task_run(tmp_path: Path, saved_figures, readable)
         matrix = saved_figures["matrix.png"]
         readable(matrix)
         assert np.ma.getmaskarray(matrix.axes[0].images[0].get_array())[0, 1]
+
+
+def test_the_analyses_plot(tmp_path: Path, saved_figures, readable) -> None:
+    from xder_eval import PublishedAnalysis, analysis_rows, plot_analyses
+
+    records = [
+        _record(method, seed, [[99.0], [90.0, 97.0]], [[99.0, 50.0], [98.0, 99.5]])
+        for method in ["er", "derpp", "xder"]
+        for seed in range(2)
+    ]
+    report = build_report(records)
+    analyses = {
+        r.path: {
+            "ss_err": 0.8 + 0.01 * i,
+            "ss_nll": 2.0 + 0.1 * i,
+            "ece": {"ece": 0.05 * (i + 1)},
+            "head_bias": {
+                "per_task": [{"task": 1, "fraction_by_head": [0.2, 0.8]}],
+                "newest_head_share": 0.8,
+            },
+        }
+        for i, r in enumerate(records)
+    }
+    published = [PublishedAnalysis("seq-digits", 200, "xder", "xder", {"ss_err": 0.57, "ss_nll": 1.83})]
+    rows = analysis_rows(report, report.columns[0], analyses, published)
+    plot_analyses(report.columns[0], rows, tmp_path / "analyses.png", note=RUN)
+    fig = saved_figures["analyses.png"]
+    readable(fig, run=RUN)
+    ss_err = fig.axes[0]
+    assert [round(p.get_height(), 3) for p in ss_err.patches] == [0.805, 0.825, 0.845]  # the means
+    from matplotlib.collections import PathCollection
+
+    (paper,) = [c for c in ss_err.collections if isinstance(c, PathCollection)]  # the paper's diamond
+    offsets = np.asarray(paper.get_offsets())
+    assert offsets[np.isfinite(offsets[:, 1])].tolist() == [pytest.approx([2.0, 0.57])]  # X-DER only
+    assert [line.get_label() for line in fig.axes[-1].lines] == ["er", "derpp", "xder"]

@@ -7,8 +7,9 @@ import operator
 
 import pytest
 
-from xder_cli.runs.claims import _parse, claim_line, claims, on_table, table_claims
-from xder_cli.runs.published import published_buffer_sizes, published_table
+from xder_cli.runs.claims import TABLE_METRICS, _parse, claim_line, claims, direction, on_table, table_claims
+from xder_cli.runs.published import published_analyses, published_buffer_sizes, published_table
+from xder_eval import ANALYSIS_METRICS, Claim, check_claim
 
 COMPARE = {">": operator.gt, "<": operator.lt, ">=": operator.ge, "<=": operator.le}
 
@@ -16,6 +17,8 @@ COMPARE = {">": operator.gt, "<": operator.lt, ">=": operator.ge, "<=": operator
 def test_the_shipped_claims_name_rows_of_their_tables_and_hold_on_the_papers_figures() -> None:
     checked = 0
     for claim in claims():
+        if claim.metric not in TABLE_METRICS:
+            continue  # the analyses' claims: the next test
         for benchmark in claim.benchmarks:
             sizes = claim.buffer_sizes or published_buffer_sizes(benchmark)
             assert sizes, (claim.id, benchmark)
@@ -36,6 +39,55 @@ def test_the_shipped_claims_name_rows_of_their_tables_and_hold_on_the_papers_fig
     # The X-DER paper: 5 columns (CIFAR-100 500, 2000; miniImageNet 2000, 5000; NTU-60 500) x 48
     # pairs (9 + 1 + 2 + 4 + 16 + 16); the DER paper: 13 pairs at 200 and 500, 11 at 5120 (no iCaRL).
     assert checked == 5 * 48 + 13 + 13 + 11
+
+
+def test_the_analysis_claims_name_rows_of_the_papers_tables_and_hold_on_its_figures() -> None:
+    """Each claim on an analysis figure is about Split CIFAR-100 (the only benchmark with
+    super-classes), names rows of its Table 1 and, where the paper prints the figure (SS-ERR,
+    SS-NLL: published_analyses.toml), holds on those numbers in every column."""
+    mine = [c for c in claims() if c.metric not in TABLE_METRICS]
+    assert [c.id for c in mine] == [
+        "xder-lowest-ss-err",
+        "xder-lowest-ss-nll",
+        "er-highest-ss-nll",
+        "xder-lowest-ece",
+        "xder-less-newest-bias",
+    ]
+    figures = published_analyses()
+    assert {(p.benchmark, p.buffer_size) for p in figures} == {("seq-cifar100", 500), ("seq-cifar100", 2000)}
+    checked = 0
+    for claim in mine:
+        assert claim.metric in ANALYSIS_METRICS
+        assert claim.benchmarks == ("seq-cifar100",)
+        for size in (500, 2000):
+            table = {p.entry for p in published_table("seq-cifar100", size)}
+            assert {*claim.rows, *claim.than} <= table, claim.id
+            column = {p.entry: p.values.get(claim.metric) for p in figures if p.buffer_size == size}
+            if claim.metric in ("ece", "newest_head_share"):  # figures without numbers
+                assert all(v is None for v in column.values())
+                continue
+            for row in claim.rows:
+                for other in claim.than:
+                    assert COMPARE[claim.relation](column[row], column[other]), (claim.id, size, row, other)
+                    checked += 1
+    assert checked == 2 * (7 + 7 + 7)
+    # every published analysis row is a row of published.toml, with the same method
+    for p in figures:
+        row = next(r for r in published_table(p.benchmark, p.buffer_size) if r.entry == p.entry)
+        assert (row.method, row.row) == (p.method, p.row)
+
+
+def test_the_direction_of_the_means_is_read_whatever_the_noise() -> None:
+    below = Claim("c", "t", "s", "ss_err", ("xder",), "<", ("er", "derpp"))
+    # one seed each: no standard error, so not checked; the means still go the claim's way
+    one_seed = check_claim(below, {"xder": [0.80], "er": [0.84], "derpp": [0.85]})
+    assert (one_seed.verdict, direction(one_seed)) == ("not checked", "agrees")
+    against = check_claim(below, {"xder": [0.80], "er": [0.84], "derpp": [0.79]})
+    assert direction(against) == "against"
+    assert direction(check_claim(below, {"xder": [0.8]})) is None  # no pair with two means
+    at_most = Claim("c", "t", "s", "faa", ("xder-ce",), "<=", ("xder",))
+    assert direction(check_claim(at_most, {"xder-ce": [40.0], "xder": [40.0]})) == "agrees"
+    assert direction(check_claim(at_most, {"xder-ce": [40.5], "xder": [40.0]})) == "against"
 
 
 def test_the_claims_asked_for_are_there() -> None:
@@ -78,7 +130,7 @@ GOOD = {
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"metric": "acc"}, "metric must be faa or ff"),
+        ({"metric": "acc"}, "metric must be one of ece, faa, ff, newest_head_share, ss_err, ss_nll"),
         ({"relation": "!="}, "relation must be one of"),
         ({"rows": []}, "rows must be a non-empty list"),
         ({"than": "derpp"}, "than must be a non-empty list"),
@@ -114,3 +166,9 @@ def test_a_claim_line_reads_with_its_numbers() -> None:
     record["deciding"] |= {"standard_error": None, "n": 1}
     record["missing"] = []
     assert claim_line(record).endswith("difference +1.00, standard error undefined (one seed).")
+    record |= {"verdict": "not checked", "direction": "agrees", "metric": "ss_err"}
+    record["deciding"] |= {"mean": 0.81, "other_mean": 0.8425, "difference": -0.0325}
+    assert claim_line(record).endswith(
+        "SS-ERR, xder above derpp? 0.810 (n 1) against 0.843 (n 3): difference -0.033, standard error "
+        "undefined (one seed). The means go the claim's way in every pair."
+    )

@@ -153,4 +153,34 @@ def test_lookups() -> None:
         "derpp",
         "xder",
     )
-    assert {"published", "claims"}.isdisjoint(list_presets())  # data beside the presets, not presets
+    assert {"published", "published_analyses", "claims"}.isdisjoint(
+        list_presets()
+    )  # data beside the presets, not presets
+
+
+def test_the_published_analyses_and_a_malformed_file() -> None:
+    from xder_cli.runs.published import _parse_analyses, published_analyses
+
+    figures = {(p.buffer_size, p.entry): dict(p.values) for p in published_analyses()}
+    # the X-DER paper's secondary-information table, as printed (Sec. 6)
+    assert figures[500, "xder"] == {"ss_err": 0.57, "ss_nll": 1.83}
+    assert figures[500, "er"] == {"ss_err": 0.71, "ss_nll": 4.00}
+    assert figures[2000, "derpp"] == {"ss_err": 0.64, "ss_nll": 2.25}
+    assert figures[2000, "xder-no-memory-update"] == {"ss_err": 0.61, "ss_nll": 2.10}
+    assert len(figures) == 16
+    source = {"sources": {"s": {"paper": "P", "table": "T"}}}
+    good = source | {"seq-cifar100": {"m500": {"source": "s", "xder": {"ss_err": 0.5}}}}
+    assert _parse_analyses(good)[0].values == {"ss_err": 0.5}
+    bad = [
+        (source | {"seq-cifar100": {"m500": {"source": "s", "xder": {"faa": 1.0}}}}, "needs figures among"),
+        (
+            source | {"seq-cifar100": {"m500": {"source": "x", "xder": {"ss_err": 1}}}},
+            "names no known source",
+        ),
+        (source | {"seq-cifar100": {"all": {"source": "s"}}}, "is not a buffer column"),
+        (source | {"seq-cifar100": {"m500": {"source": "s", "xder": {"ss_err": "a"}}}}, "must be a number"),
+        ({"sources": {"s": {"paper": "P"}}}, "needs paper and table"),
+    ]
+    for data, message in bad:
+        with pytest.raises(ValueError, match=message):
+            _parse_analyses(data)

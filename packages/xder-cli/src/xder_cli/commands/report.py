@@ -5,11 +5,17 @@ cannot be used (no results.json, unreadable files, ``complete: false``) is liste
 only a path that does not exist, or a folder holding no run directory, is a usage error. The
 published results shipped beside the presets (:mod:`xder_cli.runs.published`) are passed in, so each
 group of runs on a paper protocol that matches a published entry shows its published FAA (FF).
+
+Runs analysed with ``xder-run analyze`` (``analysis/analysis.json``) add the paper's analyses per
+column (:mod:`xder_eval.analysis_report`): SS-ERR, SS-NLL, ECE and the newest-head share over
+seeds, the paper's figures beside them and the direction of its orderings, and the analysis claims
+of ``claims.toml`` checked on them (:func:`xder_cli.runs.claims.check_table_claims`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -19,14 +25,22 @@ from xder_cli.commands.common import (
 )
 from xder_cli.errors import UsageError
 from xder_cli.runs import rundir
+from xder_cli.runs.claims import check_table_claims, claims_markdown
 from xder_cli.runs.errors import RunError
 from xder_cli.runs.plan import run_overrides, settings_text
-from xder_cli.runs.published import published_results
+from xder_cli.runs.published import published_analyses, published_results
 from xder_data import DataError
 from xder_eval import (
+    ANALYSIS_METRICS,
+    Report,
     RunRecord,
+    analyses_dict,
+    analyses_markdown,
+    analysis_rows,
+    base_benchmark,
     build_report,
     file_token,
+    plot_analyses,
     plot_report_curves,
     plot_report_matrix,
     report_csv,
@@ -36,10 +50,19 @@ from xder_eval import (
 from xder_methods import MethodError
 from xder_models import UnknownBackboneError
 
-__all__ = ["DEFAULT_REPORT_OUT", "command_report", "find_run_dirs", "read_run"]
+__all__ = [
+    "DEFAULT_REPORT_OUT",
+    "command_report",
+    "find_run_dirs",
+    "read_analyses",
+    "read_run",
+    "report_analyses",
+]
 
 DEFAULT_REPORT_OUT = "report"
 TABLE_MD, TABLE_CSV, REPORT_JSON = "table.md", "table.csv", "report.json"
+ANALYSES_MD = "analyses.md"
+ANALYSIS_JSON = Path("analysis") / "analysis.json"
 
 
 def _is_run_dir(path: Path) -> bool:
@@ -103,6 +126,46 @@ def read_run(path: Path) -> RunRecord:
     except rundir.ResultsUnreadableError as error:
         errors.append(str(error))
     return RunRecord(str(path), config, results, "; ".join(errors) or None)
+
+
+def read_analyses(path: Path) -> dict[str, Any] | None:
+    """The ``analyses`` object of a run's ``analysis/analysis.json`` (``xder-run analyze``), or
+    None where the run has none or it cannot be read (the report then shows no analyses for it)."""
+    try:
+        data = json.loads((path / ANALYSIS_JSON).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    analyses = data.get("analyses") if isinstance(data, dict) else None
+    return analyses if isinstance(analyses, dict) else None
+
+
+def report_analyses(
+    report: Report, analyses: dict[str, dict[str, Any]], out: Path
+) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """The analyses section of a report, per column with analysed runs: its Markdown (figures
+    beside the paper's, the paper's orderings, the analysis claims), its JSON and the plots
+    written to ``out`` (``analyses_<benchmark>_m<buffer>.png``); empty without analysed runs."""
+    markdown, payload, plots = "", [], []
+    published = published_analyses()
+    for column in report.columns:
+        rows = analysis_rows(report, column, analyses, published)
+        if not rows:
+            continue
+        values = {m: {r.entry: list(r.stats[m].values) for r in rows} for m in ANALYSIS_METRICS}
+        entries = [r.entry for r in rows]
+        records = check_table_claims(
+            base_benchmark(column.benchmark), column.buffer_size, entries, values, ANALYSIS_METRICS
+        )
+        name = f"analyses_{file_token(column.benchmark)}_m{column.buffer_size}.png"
+        plot_analyses(column, rows, out / name)
+        plots.append(name)
+        section = analyses_markdown(column, rows)
+        claims = claims_markdown(records)
+        if claims:
+            claims[1] = "### The paper's claims on its analyses, checked on these runs"
+        markdown += "\n" + section + "\n".join(claims) + ("\n" if claims else "")
+        payload.append(analyses_dict(column, rows) | {"claims": records, "plot": name})
+    return markdown, payload, plots
 
 
 def group_overrides(groups: Any, configs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -170,7 +233,9 @@ def command_report(args: Any) -> int:
     name when it has several rows; buffer 0 for buffer-less methods), then prints the table. A
     group matching a published entry shows the published value beside its own (Class-IL).
     """
-    records = [read_run(path) for path in find_run_dirs(list(args.run_dirs))]
+    paths = find_run_dirs(list(args.run_dirs))
+    records = [read_run(path) for path in paths]
+    analysed = {str(path): found for path in paths if (found := read_analyses(path)) is not None}
     task_il = bool(args.task_il)
     report = build_report(records, published_results())
 
@@ -190,7 +255,9 @@ def command_report(args: Any) -> int:
     markdown = heading + report_markdown(report, task_il=task_il) + overrides_markdown(overrides)
     rundir.atomic_write_bytes(out / TABLE_MD, markdown.encode())
     rundir.atomic_write_bytes(out / TABLE_CSV, report_csv(report).encode())
-    plots: list[str] = []
+    analyses_md, analyses_payload, plots = report_analyses(report, analysed, out)
+    if analyses_md:
+        rundir.atomic_write_bytes(out / ANALYSES_MD, analyses_md.lstrip("\n").encode())
     for column in report.columns:
         name = f"curves_{file_token(column.benchmark)}_m{column.buffer_size}.png"
         shown = [
@@ -209,14 +276,18 @@ def command_report(args: Any) -> int:
         plot_report_matrix(report, group, out / name, task_il=task_il, note=_override_note(overrides, k))
         plots.append(name)
     payload = report_dict(report, task_il=task_il)
-    payload["files"] = [TABLE_MD, TABLE_CSV, REPORT_JSON, *plots]
+    written = [TABLE_MD, TABLE_CSV, *([ANALYSES_MD] if analyses_md else []), REPORT_JSON]
+    payload["files"] = [*written, *plots]
     payload["overrides"] = overrides
+    payload["analyses"] = analyses_payload
     rundir.write_json(out / REPORT_JSON, payload)
 
     print(markdown, end="")
+    print(analyses_md, end="")
     print(
-        f"\n{len(records)} runs read, {len(report.groups)} groups: wrote {TABLE_MD}, {TABLE_CSV}, "
-        f"{REPORT_JSON} and {len(plots)} plots to {out}"
+        f"\n{len(records)} runs read, {len(report.groups)} groups"
+        + (f" ({len(analysed)} runs analysed)" if analysed else "")
+        + f": wrote {', '.join(written)} and {len(plots)} plots to {out}"
     )
     return 0
 
@@ -234,7 +305,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             "of their benchmark. Plots the accuracy after each task (mean ± std band) per column and the "
             "mean accuracy matrix per group. Runs without results.json, unreadable or incomplete runs, "
             "and missing seeds are listed, not fatal. DIR receives table.md, table.csv, report.json, "
-            "curves_<benchmark>_m<buffer>.png and matrix_<benchmark>_m<buffer>_<method>.png."
+            "curves_<benchmark>_m<buffer>.png and matrix_<benchmark>_m<buffer>_<method>.png. Runs "
+            "analysed with xder-run analyze add analyses.md and analyses_<benchmark>_m<buffer>.png: "
+            "SS-ERR, SS-NLL, ECE and the newest-head share over seeds, beside the paper's figures, with "
+            "the paper's claims on them checked."
         ),
     )
     report.add_argument(

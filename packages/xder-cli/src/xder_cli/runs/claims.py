@@ -1,9 +1,12 @@
-"""The papers' claims about their tables, shipped as data (``presets/claims.toml``, beside
-``published.toml``) and checked on a trained table by ``xder-run experiment table``.
+"""The papers' claims about their tables and analyses, shipped as data (``presets/claims.toml``,
+beside ``published.toml``), checked on a trained table by ``xder-run experiment table`` (the
+claims on FAA and FF, :data:`TABLE_METRICS`) and on analysed runs by ``xder-run report`` (those
+on the analyses' figures, :data:`xder_eval.ANALYSIS_METRICS`).
 
 Each claim becomes an :class:`xder_eval.Claim`; :func:`check_table_claims` checks those about one
 benchmark's table at one buffer size on our per-seed values (:func:`xder_eval.check_claim`: the
-two-standard-error rule on differences of means) and :func:`claims_markdown` writes them out.
+two-standard-error rule on differences of means), with the direction of the means beside the
+verdict, and :func:`claims_markdown` writes them out.
 """
 
 from __future__ import annotations
@@ -15,15 +18,25 @@ from collections.abc import Collection, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from xder_eval import RELATIONS, Claim, ClaimVerdict, check_claim
+from xder_eval import (
+    ANALYSIS_METRICS,
+    NOT_CHECKED,
+    NOT_SEPARATED,
+    RELATIONS,
+    Claim,
+    ClaimVerdict,
+    check_claim,
+)
 
 __all__ = [
     "CLAIMS_FILE",
     "CLAIM_RULE",
+    "TABLE_METRICS",
     "check_table_claims",
     "claim_line",
     "claims",
     "claims_markdown",
+    "direction",
     "on_table",
     "table_claims",
 ]
@@ -34,7 +47,9 @@ CLAIM_RULE = (
     "errors (SE = sqrt(s1²/n1 + s2²/n2)); a claim over several pairs takes its worst pair"
 )
 _KEYS = {"id", "text", "section", "benchmarks", "buffer_sizes", "metric", "rows", "relation", "than"}
-_METRICS = {"faa", "ff"}
+TABLE_METRICS = ("faa", "ff")
+"""The metrics of a trained table's claims; the others are the analyses' figures."""
+_METRICS = {*TABLE_METRICS, *ANALYSIS_METRICS}
 
 
 def _strings(raw: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
@@ -58,7 +73,8 @@ def _parse(data: dict[str, Any]) -> tuple[Claim, ...]:
             needed = ", ".join(sorted(missing))
             raise ValueError(f"{CLAIMS_FILE}: {where} needs {needed} (and only {sorted(_KEYS)})")
         if raw["metric"] not in _METRICS:
-            raise ValueError(f"{CLAIMS_FILE}: {where}.metric must be faa or ff, got {raw['metric']!r}")
+            known = ", ".join(sorted(_METRICS))
+            raise ValueError(f"{CLAIMS_FILE}: {where}.metric must be one of {known}, got {raw['metric']!r}")
         sizes = raw.get("buffer_sizes", [])
         if not isinstance(sizes, list) or any(isinstance(s, bool) or not isinstance(s, int) for s in sizes):
             raise ValueError(f"{CLAIMS_FILE}: {where}.buffer_sizes must be a list of integers")
@@ -84,9 +100,10 @@ def claims() -> tuple[Claim, ...]:
     return _parse(tomllib.loads((resources.files("xder_cli.runs") / "presets" / CLAIMS_FILE).read_text()))
 
 
-def table_claims(benchmark: str, buffer_size: int) -> list[Claim]:
-    """The claims about ``benchmark``'s table at ``buffer_size``."""
-    return [c for c in claims() if c.applies_to(benchmark, buffer_size)]
+def table_claims(benchmark: str, buffer_size: int, metrics: Collection[str] = TABLE_METRICS) -> list[Claim]:
+    """The claims about ``benchmark``'s table at ``buffer_size`` on ``metrics`` (default: the
+    table's, FAA and FF)."""
+    return [c for c in claims() if c.applies_to(benchmark, buffer_size) and c.metric in metrics]
 
 
 def _pair(pair: Any) -> dict[str, Any] | None:
@@ -94,6 +111,21 @@ def _pair(pair: Any) -> dict[str, Any] | None:
         return None
     keys = ("row", "other", "mean", "other_mean", "n", "other_n", "difference", "standard_error", "margin")
     return {key: getattr(pair, key) for key in keys} | {"verdict": pair.verdict}
+
+
+def direction(result: ClaimVerdict) -> str | None:
+    """Whether the means go the claim's way in every pair that has both (``"agrees"``), or
+    against it in at least one (``"against"``): the direction alone, whatever the noise; None
+    where no pair has two means. ``>=`` and ``<=`` count equal means as agreeing."""
+    signs = []
+    for pair in result.pairs:
+        if pair.difference is None:
+            continue
+        signed = pair.difference if result.claim.relation in (">", ">=") else -pair.difference
+        signs.append(signed > 0 or (signed == 0 and result.claim.relation in (">=", "<=")))
+    if not signs:
+        return None
+    return "agrees" if all(signs) else "against"
 
 
 def _record(result: ClaimVerdict) -> dict[str, Any]:
@@ -107,6 +139,7 @@ def _record(result: ClaimVerdict) -> dict[str, Any]:
         "relation": claim.relation,
         "than": list(claim.than),
         "verdict": result.verdict,
+        "direction": direction(result),
         "deciding": _pair(result.deciding),
         "pairs": [_pair(p) for p in result.pairs],
         "missing": list(result.missing),
@@ -128,17 +161,23 @@ def check_table_claims(
     buffer_size: int,
     entries: Collection[str],
     values: Mapping[str, Mapping[str, Sequence[float]]],
+    metrics: Collection[str] = TABLE_METRICS,
 ) -> list[dict[str, Any]]:
-    """Check every claim about ``benchmark``'s table at ``buffer_size``, among that table's rows
-    (``entries``, :func:`on_table`), on ``values`` (metric -> entry -> our per-seed values); one
-    JSON-ready record per claim: the claim, its verdict, the deciding pair, every pair, and the
-    entries it names that have no values (rows not trained, or not finished)."""
-    found = [c for c in (on_table(c, entries) for c in table_claims(benchmark, buffer_size)) if c]
+    """Check every claim on ``metrics`` about ``benchmark``'s table at ``buffer_size``, among
+    that table's rows (``entries``, :func:`on_table`), on ``values`` (metric -> entry -> our
+    per-seed values); one JSON-ready record per claim: the claim, its verdict, the direction of
+    the means (:func:`direction`), the deciding pair, every pair, and the entries it names that
+    have no values (rows not trained, or not finished)."""
+    claimed = table_claims(benchmark, buffer_size, metrics)
+    found = [c for c in (on_table(c, entries) for c in claimed) if c]
     return [_record(check_claim(claim, values.get(claim.metric, {}))) for claim in found]
 
 
-def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+_METRIC_LABELS = {name: spec.label for name, spec in ANALYSIS_METRICS.items()}
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def claim_line(record: Mapping[str, Any]) -> str:
@@ -146,14 +185,22 @@ def claim_line(record: Mapping[str, Any]) -> str:
     line = f"- **{record['verdict']}**: {record['text']} ({record['section']})."
     pair = record["deciding"]
     if pair is not None and pair["difference"] is not None:
-        metric = record["metric"].upper()
+        metric = _METRIC_LABELS.get(record["metric"], record["metric"].upper())
+        spec = ANALYSIS_METRICS.get(record["metric"])
+        d = 2 if spec is None else spec.digits  # FAA and FF: 2 decimals, as the tables
         line += (
             f" {metric}, {pair['row']} {RELATIONS[record['relation']]} {pair['other']}?"
-            f" {_number(pair['mean'])} (n {pair['n']}) against {_number(pair['other_mean'])}"
-            f" (n {pair['other_n']}): difference {pair['difference']:+.2f}"
+            f" {_number(pair['mean'], d)} (n {pair['n']}) against {_number(pair['other_mean'], d)}"
+            f" (n {pair['other_n']}): difference {pair['difference']:+.{d}f}"
         )
         se = pair["standard_error"]
-        line += f", 2 SE {2 * se:.2f}." if se is not None else ", standard error undefined (one seed)."
+        line += f", 2 SE {2 * se:.{d}f}." if se is not None else ", standard error undefined (one seed)."
+    if record["verdict"] in (NOT_CHECKED, NOT_SEPARATED) and record.get("direction"):
+        line += (
+            " The means go the claim's way in every pair."
+            if record["direction"] == "agrees"
+            else " The means go against the claim in at least one pair."
+        )
     if record["missing"]:
         line += f" Not in this table: {', '.join(record['missing'])}."
     return line

@@ -29,8 +29,9 @@ default preset of a run is the first of :data:`DEFAULT_ORDER` with an entry for 
 protocol, buffer size and method, else ``none``.
 
 ``published.toml`` in the same folder is not a preset: it holds the papers' published results,
-keyed the same way (:mod:`xder_cli.runs.published`); nor is ``claims.toml``, the papers' claims about
-those tables (:mod:`xder_cli.runs.claims`).
+keyed the same way (:mod:`xder_cli.runs.published`); nor is ``published_analyses.toml``, the
+papers' analysis figures, nor ``claims.toml``, the papers' claims about those tables and analyses
+(:mod:`xder_cli.runs.claims`).
 """
 
 from __future__ import annotations
@@ -125,14 +126,14 @@ def split_preset(text: str) -> tuple[str, str | None]:
 
 PUBLISHED = "published"
 """``presets/published.toml`` holds published results, not a preset (:mod:`xder_cli.runs.published`)."""
-NOT_PRESETS = frozenset({PUBLISHED, "claims"})
-"""The data files beside the presets that are none: the published results and the papers' claims
-about them (:mod:`xder_cli.runs.claims`)."""
+NOT_PRESETS = frozenset({PUBLISHED, "published_analyses", "claims"})
+"""The data files beside the presets that are none: the published results and analysis figures,
+and the papers' claims about them (:mod:`xder_cli.runs.claims`)."""
 
 
 def list_presets() -> list[str]:
-    """``none`` and every preset file shipped with xder-cli (``published.toml`` and ``claims.toml``
-    are none)."""
+    """``none`` and every preset file shipped with xder-cli (those of :data:`NOT_PRESETS` are
+    none)."""
     folder = resources.files("xder_cli.runs") / "presets"
     names = (
         [p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml")]

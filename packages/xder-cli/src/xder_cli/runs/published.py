@@ -27,11 +27,13 @@ from importlib import resources
 from typing import Any
 
 from xder_cli.runs.errors import SettingError, option
-from xder_eval import PublishedResult
+from xder_eval import ANALYSIS_METRICS, PublishedAnalysis, PublishedResult
 
 __all__ = [
+    "PUBLISHED_ANALYSES_FILE",
     "PUBLISHED_FILE",
     "XDER_TABLE",
+    "published_analyses",
     "published_benchmarks",
     "published_buffer_sizes",
     "published_results",
@@ -40,6 +42,7 @@ __all__ = [
 ]
 
 PUBLISHED_FILE = "published.toml"
+PUBLISHED_ANALYSES_FILE = "published_analyses.toml"
 XDER_TABLE = "x-der"
 """The source of the X-DER paper's Table 1: its methods make the table of a benchmark that has no
 published results (:func:`xder_table_methods`)."""
@@ -168,3 +171,53 @@ def xder_table_methods() -> tuple[str, ...]:
     registered = set(list_methods())
     methods = [p.method for p in published_results() if p.source == text and p.method in registered]
     return tuple(dict.fromkeys(methods))
+
+
+def _parse_analyses(data: dict[str, Any]) -> tuple[PublishedAnalysis, ...]:
+    """Every entry of ``published_analyses.toml`` in file order (layout in its header); raises
+    ValueError on a malformed file (shipped data: a bug, caught by the tests)."""
+    where_file = PUBLISHED_ANALYSES_FILE
+    sources = {}
+    for name, raw in data.get("sources", {}).items():
+        if set(raw) != {"paper", "table"}:
+            raise ValueError(f"{where_file}: sources.{name} needs paper and table (only)")
+        sources[name] = f"{raw['paper']}, {raw['table']}"
+    out = []
+    for benchmark, table in data.items():
+        if benchmark == "sources":
+            continue
+        for key, column in table.items():
+            if not (key.startswith("m") and key[1:].isdigit()) or not isinstance(column, dict):
+                raise ValueError(f"{where_file}: [{benchmark}.{key}] is not a buffer column (m<size>)")
+            source = column.get("source")
+            if source not in sources:
+                raise ValueError(f"{where_file}: [{benchmark}.{key}] names no known source ({source!r})")
+            for name, raw in column.items():
+                if name == "source":
+                    continue
+                where = f"{benchmark}.{key}.{name}"
+                figures = {k: v for k, v in raw.items() if k not in ("row", "method")}
+                if not figures or set(figures) - set(ANALYSIS_METRICS):
+                    known = ", ".join(ANALYSIS_METRICS)
+                    raise ValueError(f"{where_file}: {where} needs figures among {known} (and row, method)")
+                values = {k: float(_number(v, f"{where}.{k}", optional=False)) for k, v in figures.items()}  # type: ignore[arg-type]
+                out.append(
+                    PublishedAnalysis(
+                        benchmark=benchmark,
+                        buffer_size=int(key[1:]),
+                        entry=name,
+                        method=str(raw.get("method", name)),
+                        values=values,
+                        source=sources[source],
+                        row=str(raw.get("row", name)),
+                    )
+                )
+    return tuple(out)
+
+
+@functools.cache
+def published_analyses() -> tuple[PublishedAnalysis, ...]:
+    """The papers' analysis figures (``presets/published_analyses.toml``: the X-DER paper's
+    secondary-information table, SS-ERR and SS-NLL on Split CIFAR-100), in the file's order."""
+    text = (resources.files("xder_cli.runs") / "presets" / PUBLISHED_ANALYSES_FILE).read_text()
+    return _parse_analyses(tomllib.loads(text))
