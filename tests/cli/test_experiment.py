@@ -325,7 +325,7 @@ def test_a_run_logged_elsewhere_or_from_before_the_benchmark_section_is_reused(t
 # table
 
 
-def _write_run(run_dir: Path, config: dict, faa: float, ff: float | None) -> None:
+def _write_run(run_dir: Path, config: dict, faa: float, ff: float | None, wall_time_s: float = 60.0) -> None:
     """A finished run directory in the real format (config.toml, results.json), of given FAA and
     FF: two tasks, accuracies (a00), (a10, a11) with (a10 + a11) / 2 = FAA and a00 - a10 = FF."""
     run_dir.mkdir(parents=True)
@@ -345,6 +345,7 @@ def _write_run(run_dir: Path, config: dict, faa: float, ff: float | None) -> Non
         "faa": faa,
         "ff": ff,
         "forgetting_defined": ff is not None,
+        "wall_time_s": wall_time_s,
     }
     rundir.write_json(run_dir / "results.json", results)
 
@@ -388,7 +389,7 @@ def test_table_from_synthetic_run_directories_worked_out_by_hand(tmp_path: Path,
         if run.name == "joint-s2":
             continue
         faa, ff = HAND[run.tags["entry"]]
-        _write_run(out / "runs" / run.name, run.config, faa[run.seed], ff[run.seed])
+        _write_run(out / "runs" / run.name, run.config, faa[run.seed], ff[run.seed], 60.0 * (run.seed + 1))
     held = out / "runs" / "joint-s2"
     held.mkdir(parents=True)
     argv = ["experiment", "table", "--benchmark", "seq-cifar100", "--buffer-size", "500", "--out", str(out)]
@@ -440,14 +441,16 @@ def test_table_from_synthetic_run_directories_worked_out_by_hand(tmp_path: Path,
     table = (out / "table.md").read_text()
     assert table.startswith("# Table: seq-cifar100, buffer 500\n")
     assert (
-        "| method | preset | FAA | FAA published | Δ FAA | > 2 SE | FF | FF published | Δ FF | > 2 SE | n |"
-        in table
+        "| method | preset | FAA | FAA published | Δ FAA | > 2 SE | FF | FF published | Δ FF | > 2 SE | n "
+        "| one run |" in table
     )
+    # one run: the mean wall time of the finished seeds, 1, 2 and 3 min -> 2.0 min (JT: 1 and 2)
     assert (
-        "| derpp | paper | 31.00 ± 1.00 | 38.25 | -7.25 | yes | 52.00 ± 2.00 | 50.54 | +1.46 | no | 3/3 |"
-        in table
+        "| derpp | paper | 31.00 ± 1.00 | 38.25 | -7.25 | yes | 52.00 ± 2.00 | 50.54 | +1.46 | no | 3/3 "
+        "| 2.0 min |" in table
     )
-    assert "| joint | none | 72.00 ± 1.41 | 70.44 | +1.56 | no | - | - | - | - | 2/3 |" in table
+    assert "| joint | none | 72.00 ± 1.41 | 70.44 | +1.56 | no | - | - | - | - | 2/3 | 1.5 min |" in table
+    assert (rows["derpp"]["wall_time_s"], rows["joint"]["wall_time_s"]) == (120.0, 90.0)
     assert "σ the published std where the paper gives one, else our sample std" in table
     assert "- runs/joint-s2: running elsewhere (held by process" in table
     # The X-DER paper's claims about this table: with only five of its rows trained, each claim has
@@ -468,6 +471,7 @@ def test_table_from_synthetic_run_directories_worked_out_by_hand(tmp_path: Path,
     lines = {r["entry"]: r for r in csv.DictReader(io.StringIO((out / "table.csv").read_text()))}
     assert list(lines) == ["joint", "sgd", "er", "derpp", "xder-rpc"]
     assert (lines["derpp"]["faa_difference"], lines["derpp"]["faa_exceeds_two_se"]) == ("-7.2500", "yes")
+    assert lines["derpp"]["wall_time_s_mean"] == "120.0000"
     assert (lines["er"]["ff_standard_error"], lines["er"]["ff_exceeds_two_se"]) == ("2.8868", "no")
     assert (lines["joint"]["ff_published"], lines["joint"]["ff_exceeds_two_se"]) == ("", "")
     assert lines["er"]["source"].endswith("Table 1")

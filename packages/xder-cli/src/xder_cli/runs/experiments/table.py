@@ -66,6 +66,7 @@ __all__ = [
     "table_csv",
     "table_entries",
     "table_markdown",
+    "table_metrics",
 ]
 
 TABLE_MD, TABLE_CSV = "table.md", "table.csv"
@@ -216,8 +217,15 @@ TABLE_CSV_COLUMNS = (
     "source",
     "mode",
     "overrides",
+    "wall_time_s_mean",
 )
 """The header of ``table.csv``: one line per entry (empty cells where a value is undefined)."""
+
+
+def table_metrics(results: dict[str, Any] | None) -> dict[str, float | None]:
+    """``faa``, ``ff`` and ``wall_time_s`` (the run's training time, resumed parts summed) of a
+    results.json (None where it has none)."""
+    return faa_metrics(results) | {"wall_time_s": (results or {}).get("wall_time_s")}
 
 
 def _metric_cell(
@@ -264,7 +272,7 @@ def summarize_table(
     ``mode``: ``judged`` (paper protocol, published values), ``orientation`` (another protocol:
     published values shown, nothing judged) or ``ours only`` (nothing published).
     """
-    records = run_records(runs, outcomes, root, faa_metrics)
+    records = run_records(runs, outcomes, root, table_metrics)
     published = [e.published for e in entries if e.published is not None]
     if not published:
         mode = "ours only"
@@ -293,6 +301,8 @@ def summarize_table(
             values = [float(r[metric]) for r in done if r[metric] is not None]
             row[metric] = _metric_cell(values, entry.published, metric, judged=mode == "judged")
             per_seed[metric][entry.name] = values
+        times = [float(r["wall_time_s"]) for r in done if r["wall_time_s"] is not None]
+        row["wall_time_s"] = sum(times) / len(times) if times else None
         rows.append(row)
     return {
         **common,
@@ -315,6 +325,11 @@ def _signed(value: float | None) -> str:
     return "-" if value is None else f"{value:+.2f}"
 
 
+def _minutes(seconds: float | None) -> str:
+    """``12.3 min``; ``-`` without a finished run."""
+    return "-" if seconds is None else f"{seconds / 60:.1f} min"
+
+
 def table_markdown(summary: dict[str, Any]) -> str:
     """``table.md``: one row per entry; which columns depends on the summary's ``mode``."""
     mode, benchmark, protocol = summary["mode"], summary["benchmark"], summary["protocol"]
@@ -324,24 +339,25 @@ def table_markdown(summary: dict[str, Any]) -> str:
         f"# Table: {on}, buffer {summary['buffer_size']}",
         "",
         "Ours: final average accuracy FAA and final forgetting FF (Class-IL, test split, %), mean ± sample "
-        f"std over the finished seeds of {seeds} (n); each method with its preset (the preset column).",
+        f"std over the finished seeds of {seeds} (n); each method with its preset (the preset column); "
+        "one run: the mean wall time of a finished run (training and evaluation, resumed parts summed).",
     ]
     sources = "; ".join(summary["sources"])
     if mode == "ours only":
         lines.append(
             f"No published results for {benchmark}: ours alone, for the methods of the X-DER paper's Table 1."
         )
-        header = ["method", "preset", "FAA", "FF", "n"]
+        header = ["method", "preset", "FAA", "FF", "n", "one run"]
     elif mode == "orientation":
         lines.append(
             f"Published: {sources}, on the paper protocol: shown for orientation only, since protocol "
             f"{protocol} differs from the paper's; no difference is judged."
         )
-        header = ["method", "preset", "FAA", "FAA published", "FF", "FF published", "n"]
+        header = ["method", "preset", "FAA", "FAA published", "FF", "FF published", "n", "one run"]
     else:
         lines.append(f"Published: {sources}. Δ = ours − published; {TWO_SE_RULE}.")
         header = ["method", "preset", "FAA", "FAA published", "Δ FAA", "> 2 SE"]
-        header += ["FF", "FF published", "Δ FF", "> 2 SE", "n"]
+        header += ["FF", "FF published", "Δ FF", "> 2 SE", "n", "one run"]
     lines += ["", "| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
     for row in summary["rows"]:
         cells = [row["entry"], row["preset"] or "-"]
@@ -353,6 +369,7 @@ def table_markdown(summary: dict[str, Any]) -> str:
             if mode == "judged":
                 cells += [_signed(c["difference"]), _flag(c["exceeds_two_se"])]
         cells.append(f"{row['seeds_finished']}/{row['seeds']}")
+        cells.append(_minutes(row.get("wall_time_s")))
         lines.append("| " + " | ".join(cells) + " |")
     lines += claims_markdown(summary.get("claims", []))
     return "\n".join(with_overrides(lines, summary) + not_finished(summary["runs"])) + "\n"
@@ -381,6 +398,7 @@ def table_csv(summary: dict[str, Any]) -> str:
         line += [row["seeds_finished"], ";".join(map(str, summary["seeds"]))]
         line += [row[metric][part] for metric in ("faa", "ff") for part in parts]
         line += [row["published_seeds"], row["source"], summary["mode"], overrides_text(summary["sets"])]
+        line += [row.get("wall_time_s")]
         writer.writerow([_csv_value(v) for v in line])
     return out.getvalue()
 
