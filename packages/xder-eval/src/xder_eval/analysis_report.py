@@ -41,7 +41,7 @@ import numpy as np
 
 from xder_eval.plots import legend_outside, new_figure, save_figure
 from xder_eval.published import preset_entry_name
-from xder_eval.report import GroupSummary, Report, ReportColumn, SeedStats
+from xder_eval.report import GroupSummary, Report, ReportColumn, SeedStats, _stat  # the report's statistics
 
 __all__ = [
     "ANALYSIS_METRICS",
@@ -164,14 +164,6 @@ class AnalysisRow:
     def mean(self, metric: str) -> float | None:
         stat = self.stats.get(metric)
         return None if stat is None else stat.mean
-
-
-def _stat(values: Sequence[float]) -> SeedStats:
-    if not values:
-        return SeedStats(None, None, ())
-    array = np.asarray(values, dtype=np.float64)
-    std = float(array.std(ddof=1)) if array.size >= 2 else None
-    return SeedStats(float(array.mean()), std, tuple(float(v) for v in values))
 
 
 def analysis_rows(
