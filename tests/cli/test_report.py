@@ -342,10 +342,10 @@ def test_analysed_runs_add_the_papers_analyses_with_its_figures_and_claims(
     # The paper orders ER > DER++ > X-DER on both; ours swap ER and DER++ on SS-ERR only.
     assert "The paper's orderings, in ours: 5 of 6 agree in direction." in text
     assert (
-        "- SS-ERR: derpp below er in the paper (0.670 < 0.710); ours 0.850 against 0.840: **does not agree**"
-        in text
+        "- SS-ERR: derpp below er in the paper (0.670 < 0.710); ours 0.850 against 0.840: **does not agree** "
+        "(within 2 SE)\n" in text
     )
-    assert "- SS-NLL: xder below er in the paper (1.83 < 4.00); ours 2.30 against 3.10: agrees" in text
+    assert "- SS-NLL: xder below er in the paper (1.83 < 4.00); ours 2.30 against 3.10: agrees\n" in text
     # Claims: X-DER's SS-ERR below ER's by 0.03 > 2 SE = 2 sqrt(0.0002/2 + 0.0002/2) = 0.028: holds.
     assert "### The paper's claims on its analyses, checked on these runs" in text
     assert (

@@ -131,6 +131,13 @@ def test_rows_statistics_and_the_papers_orderings() -> None:
         (names["xder-no-memory-update"], names["er"]): True,
         (names["xder"], names["xder-no-memory-update"]): True,
     }
+    # separated? X-DER 0.80, 0.82, 0.84 against ER 0.84, 0.86: d = -0.03, SE = sqrt(0.0004/3 +
+    # 0.0002/2) = 0.01528, 2 SE 0.0306 > 0.03: not; against the ablation (one seed): undefined
+    separated = {(o.lower, o.higher): o.separated for o in orders}
+    assert separated[names["xder"], names["er"]] is False
+    assert separated[names["xder"], names["xder-no-memory-update"]] is None
+    order = next(o for o in orders if (o.lower, o.higher) == (names["xder"], names["er"]))
+    assert order.verdict() == "agrees (within 2 SE)"
     (nll,) = paper_orders(rows, "ss_nll")  # the ablation's SS-NLL is not published here
     assert (nll.lower, nll.paper_lower, nll.ours_lower, nll.ours_higher, nll.agrees) == (
         names["xder"],
@@ -151,6 +158,7 @@ def test_an_order_against_the_paper_and_equal_figures() -> None:
     rows = analysis_rows(report, report.columns[0], analyses, PUBLISHED)
     (order,) = paper_orders(rows, "ss_err")
     assert (order.lower, order.higher, order.agrees) == ("xder", "er", False)  # equal means: no
+    assert (order.separated, order.verdict()) == (None, "**does not agree**")  # one seed each
     same = [PublishedAnalysis("seq-cifar100", 500, e, e, {"ss_err": 0.6}) for e in ("er", "xder")]
     assert paper_orders(analysis_rows(report, report.columns[0], analyses, same), "ss_err") == []
     assert analysis_rows(report, report.columns[0], {}, PUBLISHED) == []  # no analysed run

@@ -20,8 +20,10 @@ parsed; this module reads no file. Per group (one row of a report column):
 The paper's orderings (:func:`paper_orders`): for every two rows of a column that both have our
 mean and a published value of one metric, and whose published values differ, the paper's order
 (which row is lower) is compared with the order of our means: ``agrees`` when our means are
-ordered the same way, else not (equal means do not agree). This is the direction only; whether a
-difference is beyond seed noise is the claims' question (:mod:`xder_eval.claims`).
+ordered the same way, else not (equal means do not agree). Beside the direction, whether our two
+means are ``separated``: their difference beyond two standard errors
+(:func:`xder_eval.compare_rows`, the claims' rule; None below two seeds on either side), so that a
+disagreement within the noise reads as such.
 
 Worked example: the paper's SS-ERR at buffer 500 is X-DER 0.57, ER 0.71; ours X-DER 0.83 and ER
 0.84: X-DER is lower in both, the order agrees although every value of ours is higher.
@@ -39,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from xder_eval.claims import compare_rows
 from xder_eval.plots import legend_outside, new_figure, save_figure
 from xder_eval.published import preset_entry_name
 from xder_eval.report import GroupSummary, Report, ReportColumn, SeedStats, _stat  # the report's statistics
@@ -209,10 +212,17 @@ class PaperOrder:
     paper_higher: float
     ours_lower: float
     ours_higher: float
+    separated: bool | None = None
 
     @property
     def agrees(self) -> bool:
         return self.ours_lower < self.ours_higher
+
+    def verdict(self) -> str:
+        """``agrees`` or ``**does not agree**``, with ``(within 2 SE)`` where our means are not
+        separated."""
+        words = "agrees" if self.agrees else "**does not agree**"
+        return words + (" (within 2 SE)" if self.separated is False else "")
 
 
 def paper_orders(rows: Sequence[AnalysisRow], metric: str) -> list[PaperOrder]:
@@ -230,7 +240,10 @@ def paper_orders(rows: Sequence[AnalysisRow], metric: str) -> list[PaperOrder]:
                 continue
             pair = sorted(((a, paper_a, ours_a), (b, paper_b, ours_b)), key=lambda x: x[1])
             (lo, p_lo, o_lo), (hi, p_hi, o_hi) = pair
-            out.append(PaperOrder(metric, lo.name, hi.name, p_lo, p_hi, float(o_lo), float(o_hi)))  # type: ignore[arg-type]
+            difference, se = compare_rows(lo.stats[metric].values, hi.stats[metric].values)
+            separated = None if se is None or difference is None else abs(difference) > 2 * se
+            order = PaperOrder(metric, lo.name, hi.name, p_lo, p_hi, float(o_lo), float(o_hi), separated)  # type: ignore[arg-type]
+            out.append(order)
     return out
 
 
@@ -280,8 +293,7 @@ def analyses_markdown(column: ReportColumn, rows: Sequence[AnalysisRow]) -> str:
             lines.append(
                 f"- {spec.label}: {o.lower} below {o.higher} in the paper "
                 f"({_number(o.paper_lower, d)} < {_number(o.paper_higher, d)}); ours "
-                f"{_number(o.ours_lower, d)} against {_number(o.ours_higher, d)}: "
-                + ("agrees" if o.agrees else "**does not agree**")
+                f"{_number(o.ours_lower, d)} against {_number(o.ours_higher, d)}: " + o.verdict()
             )
     sources = list(
         dict.fromkeys(r.published.source for r in rows if r.published is not None and r.published.source)
@@ -323,6 +335,7 @@ def analyses_dict(column: ReportColumn, rows: Sequence[AnalysisRow]) -> dict[str
                 "paper": [o.paper_lower, o.paper_higher],
                 "ours": [o.ours_lower, o.ours_higher],
                 "agrees": o.agrees,
+                "separated": o.separated,
             }
             for metric in ANALYSIS_METRICS
             for o in paper_orders(rows, metric)
