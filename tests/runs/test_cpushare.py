@@ -107,12 +107,27 @@ def test_a_fixed_count_is_kept_whatever_runs_beside_it(
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
     clock = Clock()
-    with CpuShare(tmp_path, cores=2), ThreadPolicy(1, clock=clock) as policy:
+    with CpuShare(tmp_path, cores=2), ThreadPolicy(1, share=CpuShare(tmp_path, cores=2), clock=clock) as policy:
         assert not policy.auto
         assert torch.get_num_threads() == 1
         with CpuShare(tmp_path, cores=2), CpuShare(tmp_path, cores=2):
             clock.now += 10 * RECHECK_SECONDS
             assert policy.poll() is None
         assert policy.used == [1]
-        assert len(list(tmp_path.iterdir())) == 1  # a fixed run does not join the register
+    assert torch.get_num_threads() == before
+    assert list(tmp_path.iterdir()) == []  # it left the register at the end of the block
+
+
+def test_a_fixed_run_is_counted_by_the_fair_share_runs_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A one-thread Ray trial beside a fair-share run: the fair-share run must not take both cores.
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    before = torch.get_num_threads()
+    with CpuShare(tmp_path, cores=2) as fair:
+        assert fair.threads() == 2
+        with ThreadPolicy(0, share=CpuShare(tmp_path, cores=2)) as fixed:
+            assert not fixed.auto and torch.get_num_threads() == 1
+            assert (fair.runs(), fair.threads()) == (2, 1)
+        assert (fair.runs(), fair.threads()) == (1, 2)
     assert torch.get_num_threads() == before
