@@ -222,14 +222,12 @@ class ThreadPolicy:
 
     def __enter__(self) -> ThreadPolicy:
         self._before = torch.get_num_threads()
-        if self.share is not None:  # a fixed run too: others must count the cores it holds
-            self.share.__enter__()
+        self.share.__enter__()  # a fixed run too: others must count the cores it holds
         self.apply()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.share is not None:
-            self.share.leave()
+        self.share.leave()
         if self._before is not None and torch.get_num_threads() != self._before:
             torch.set_num_threads(self._before)
 
@@ -238,7 +236,7 @@ class ThreadPolicy:
         if self.fixed is not None:
             threads = self.fixed
         else:
-            threads = self.share.threads() if self.share is not None else machine_cores()
+            threads = self.share.threads()
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
         if threads not in self.used:
