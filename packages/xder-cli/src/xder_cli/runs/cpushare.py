@@ -233,10 +233,7 @@ class ThreadPolicy:
 
     def apply(self) -> int:
         """Set torch's thread count now; returns it."""
-        if self.fixed is not None:
-            threads = self.fixed
-        else:
-            threads = self.share.threads()
+        threads = self.fixed if self.fixed is not None else self.share.threads()
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
         if threads not in self.used:
