@@ -114,9 +114,10 @@ def integration(session: nox.Session) -> None:
 @nox.session
 def slow(session: nox.Session) -> None:
     """Long runs (marked ``slow``): the Quickstart's main job and the seq-digits figures of
-    ``docs/results.md``, through the CLI. Selecting no test (pytest's exit status 5) fails the session."""
+    ``docs/results.md``, through the CLI, each test's time printed (``--durations``). Selecting no
+    test (pytest's exit status 5) fails the session."""
     _install(session, *PACKAGES)
-    session.run("pytest", "tests", "-m", "slow", *session.posargs)
+    session.run("pytest", "tests", "-m", "slow", "--durations=0", *session.posargs)
 
 
 @nox.session
