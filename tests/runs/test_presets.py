@@ -3,6 +3,8 @@ preset holds the appendix's values."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from xder_cli.runs.errors import SettingError
@@ -186,6 +188,37 @@ def test_seq_cifar100_laptop_tuned_entries_changed_only_their_grids_keys_with_an
     for name, switch in XDER_ABLATIONS.items():
         assert tuned[name].method == "xder"
         assert tuned[name].chosen == tuned["xder"].chosen | switch, name
+
+
+# Re-selected on seq-cifar10 with the equal budget -> the preset each grid starts from. ER keeps its
+# earlier one-round entry until its grid (examples/selection/seq-cifar10-laptop/er.toml) has run.
+SELECTED_ON_CIFAR10_LAPTOP = {"derpp": "paper", "xder": "none"}
+
+
+def test_seq_cifar10_laptop_tuned_entries_changed_only_their_grids_keys_with_an_equal_budget() -> None:
+    """The tuned laptop entries of seq-cifar10 at M = 200 (issue 23, item 8): each re-selected
+    method's chosen values are its starting preset's (the DER paper's for DER++, X-DER's own
+    defaults) with the two searched keys replaced by a point of its 2 x 2 grid, the grids of
+    examples/selection/seq-cifar10-laptop/."""
+    from xder_cli.runs.sweep import load_spec
+
+    tuned = {
+        e.name: e
+        for e in preset_entries("tuned")
+        if (e.benchmark, e.protocol, e.buffer_size) == ("seq-cifar10", "laptop", 200)
+    }
+    assert set(tuned) == {*SELECTED_ON_CIFAR10_LAPTOP, "er"}
+    grids = Path(__file__).resolve().parents[2] / "examples" / "selection" / "seq-cifar10-laptop"
+    for name, start in SELECTED_ON_CIFAR10_LAPTOP.items():
+        entry, spec = tuned[name], load_spec(grids / f"{name}.toml")
+        assert (spec.preset, entry.grid) == (start, {k: list(v) for k, v in spec.grid.items()}), name
+        assert all(entry.chosen[key] in values for key, values in entry.grid.items()), name
+        started = {}
+        if start != "none":
+            started = preset_entry(start, "seq-cifar10", 200, name, protocol="laptop").chosen
+        unsearched = {k: v for k, v in entry.chosen.items() if k not in entry.grid}
+        assert unsearched == {k: v for k, v in started.items() if k not in entry.grid}, name
+        assert default_preset("seq-cifar10", name, 200, "laptop") == "tuned"
 
 
 def test_paper_preset_is_applied_by_default_where_it_has_an_entry() -> None:
