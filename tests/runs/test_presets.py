@@ -196,8 +196,8 @@ SELECTED_ON_CIFAR10_LAPTOP = {"er": "paper", "derpp": "paper", "xder": "none"}
 
 def test_seq_cifar10_laptop_tuned_entries_changed_only_their_grids_keys_with_an_equal_budget() -> None:
     """The tuned laptop entries of seq-cifar10 at M = 200 (issue 23, item 8): each re-selected
-    method's chosen values are its starting preset's (the DER paper's for DER++, X-DER's own
-    defaults) with the two searched keys replaced by a point of its 2 x 2 grid, the grids of
+    method's chosen values are its starting preset's (the DER paper's for ER and DER++, X-DER's
+    own defaults) with the two searched keys replaced by a point of its 2 x 2 grid, the grids of
     examples/selection/seq-cifar10-laptop/."""
     from xder_cli.runs.sweep import load_spec
 
