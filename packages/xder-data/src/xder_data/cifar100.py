@@ -26,7 +26,8 @@ Protocols (X-DER, Sec. 5.1 and App. "Data Augmentation Techniques"; the authors'
   transforms, batch and replay batch 32, SGD lr 0.03, buffer 500). The lr is still divided by 10 at
   70% and 90% of each task, as the paper's 35 and 45 of 50 epochs are: at 1.4 and 1.8 epochs
   (fractional milestones, counted in steps), so that the schedule keeps the paper's shape. One
-  X-DER run at buffer 500 took 7.4 minutes alone on a 2-core CPU (docs/benchmarks.md, "Protocols").
+  X-DER run at buffer 500 took 7.4 to 13 minutes alone on the 2-core CPUs measured
+  (docs/benchmarks.md, "Protocols").
 
 Option ``image_size`` (default 32, the native size): the paper's secondary-targets experiment
 pre-trains "on Split CIFAR-100 with images upsampled to 64 x 64" (X-DER, App. "Secondary Targets:
