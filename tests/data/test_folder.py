@@ -381,6 +381,7 @@ def test_split_classes() -> None:
         (6, {"tasks": 0}, "tasks must be an integer >= 1"),
         (6, {"classes_per_task": 0}, "classes_per_task must be >= 1"),
         (6, {"classes_per_task": [3, 0, 3]}, "list of ints >= 1"),
+        (6, {"classes_per_task": True}, "an int or a list of ints >= 1, got True"),
     ],
 )
 def test_classes_that_do_not_divide(n, options, message) -> None:

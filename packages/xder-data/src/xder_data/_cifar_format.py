@@ -19,7 +19,7 @@ import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -242,6 +242,11 @@ class _Python2Pickler(pickle._Pickler):
     ``bytes`` keys under ``encoding='bytes'``."""
 
     dispatch: ClassVar[dict[type, Any]] = dict(pickle._Pickler.dispatch)
+
+    if TYPE_CHECKING:  # undocumented pickle._Pickler members that typeshed's stub leaves out
+        write: Callable[[bytes], object]
+
+        def memoize(self, obj: object) -> None: ...
 
     def _save_python2_str(self, obj: bytes) -> None:
         if len(obj) < 256:

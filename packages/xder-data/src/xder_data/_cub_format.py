@@ -178,7 +178,7 @@ def read_listing(root: Path) -> Listing:
     """Read and cross-check the four listing files of ``<root>/CUB_200_2011``."""
     folder = _folder(root)
     classes_path = folder / "classes.txt"
-    class_dirs = []
+    class_dirs: list[str] = []
     for number, (text_id, name) in _read_table(classes_path, "<class_id> <class_name>"):
         class_id = _int(classes_path, number, text_id, "class id")
         if class_id != len(class_dirs) + 1:
@@ -280,7 +280,7 @@ class PartLocations:
 
 def read_part_locations(listing: Listing) -> PartLocations:
     parts_path = listing.folder / "parts" / "parts.txt"
-    part_names = []
+    part_names: list[str] = []
     for number, (text_id, name) in _read_table(parts_path, "<part_id> <part_name>", text_last=True):
         part_id = _int(parts_path, number, text_id, "part id")
         if part_id != len(part_names) + 1:

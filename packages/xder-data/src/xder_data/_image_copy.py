@@ -97,7 +97,11 @@ class ImageCopy:
                 handle = tar.extractfile(member)
                 assert handle is not None  # a regular file always has a payload
                 payload = handle.read()
-                yield (*found, lambda payload=payload: payload)
+
+                def read(payload: bytes = payload) -> bytes:  # binds this member's payload
+                    return payload
+
+                yield (*found, read)
 
     def check_classes(self, source: Path, entries: Sequence[Entry], classes: Sequence[str] | None) -> None:
         """Every split holds images, in exactly the class folders ``classes`` (when given) or, when

@@ -467,7 +467,7 @@ def _check_cache(path: Path, handle: h5py.File, listing: Listing) -> None:
             f"{path}: stale cache, its listing differs from {listing.folder} (images, classes or split "
             f"changed); {fix}"
         )
-    expected = {
+    expected: dict[str, tuple[tuple[int, ...], type[np.generic]]] = {
         "train_x": ((int(listing.is_train.sum()), 3, TRAIN_SIZE, TRAIN_SIZE), np.uint8),
         "test_x": ((int((~listing.is_train).sum()), 3, IMAGE_SIZE, IMAGE_SIZE), np.uint8),
     }

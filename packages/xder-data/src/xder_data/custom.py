@@ -95,7 +95,8 @@ def split_classes(
             )
         counts = (classes_per_task,) * (n_classes // classes_per_task)
     else:
-        counts = tuple(classes_per_task)
+        # A bool (excluded above) is neither a count nor a list: the error below names it.
+        counts = tuple(classes_per_task) if isinstance(classes_per_task, Sequence) else ()
         if not counts or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts):
             raise BenchmarkOptionError(
                 f"benchmark.classes_per_task must be an int or a list of ints >= 1, got {classes_per_task!r}"

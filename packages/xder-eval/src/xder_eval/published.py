@@ -143,6 +143,8 @@ def compare_to_published(
     n = len(values)
     mean = statistics.fmean(values) if values else None
     std = statistics.stdev(values) if n >= 2 else None
+    sigma: float | None
+    sigma_from: str | None
     if published_std is not None:
         sigma, sigma_from = published_std, "published"
     else:

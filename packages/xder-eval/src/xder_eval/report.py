@@ -400,7 +400,7 @@ def _matrix_ok(matrix: Any) -> bool:
 def _status(run: _Run) -> RunProblem | None:
     """None for a run that enters the means, else why it does not."""
     record = run.record
-    known = {
+    known: dict[str, Any] = {  # RunProblem's keyword arguments
         "path": record.path,
         "method": run.method,
         "benchmark": run.benchmark,
@@ -503,9 +503,9 @@ def group_runs(records: Iterable[RunRecord]) -> tuple[dict[GroupKey, list[RunRec
 
     groups: dict[GroupKey, list[RunRecord]] = defaultdict(list)
     for (benchmark, buffer_size, method, preset), runs in cells.items():
-        keys = sorted(varying[(method, preset)])
+        label_keys = sorted(varying[(method, preset)])
         for run in runs:
-            label = ", ".join(f"{k}={_format_value(run.flat_config.get(k, _UNSET))}" for k in keys)
+            label = ", ".join(f"{k}={_format_value(run.flat_config.get(k, _UNSET))}" for k in label_keys)
             groups[GroupKey(benchmark, buffer_size, method, preset, label)].append(run.record)
     return dict(groups), problems
 
@@ -658,7 +658,7 @@ def build_report(records: Iterable[RunRecord], published: Iterable[PublishedResu
         {(g.key.method, g.key.preset, g.key.settings) for g in summaries},
         key=lambda r: (*_method_rank(r[0]), r[1], r[2]),
     )
-    per_method = defaultdict(int)
+    per_method: defaultdict[str, int] = defaultdict(int)
     for method, _, _ in row_keys:
         per_method[method] += 1
     rows = tuple(

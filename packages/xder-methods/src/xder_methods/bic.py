@@ -225,6 +225,10 @@ class BiC(MethodBase):
     bias layers ``bias_alpha`` / ``bias_beta`` ((n_tasks,) each, identity until trained).
     """
 
+    # Buffers registered in __init__, declared for the type checker.
+    bias_alpha: Tensor
+    bias_beta: Tensor
+
     def __init__(
         self,
         net: nn.Module,

@@ -71,6 +71,11 @@ class Buffer(nn.Module):
         num_logits: width of the stored logits (0: no logits).
     """
 
+    # Buffers registered in __init__ (``logits`` is declared there), declared for the type checker.
+    examples: Tensor
+    labels: Tensor
+    task_labels: Tensor
+
     def __init__(
         self,
         capacity: int,

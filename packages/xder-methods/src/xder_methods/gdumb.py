@@ -364,6 +364,8 @@ class GDumb(MethodBase):
     (``initial_state``) and the network trained at the last fit (``net``), all in ``state_dict``.
     """
 
+    seen: Tensor  # the buffer registered in __init__, declared for the type checker
+
     def __init__(
         self,
         net: nn.Module,

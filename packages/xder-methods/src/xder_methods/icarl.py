@@ -37,7 +37,7 @@ Deviations from the paper and from the authors' code (mammoth), which the X-DER 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -48,7 +48,15 @@ from xder_methods.buffer import Buffer
 from xder_methods.er import ReplayConfig, join_replay, stream_buffer_groups
 from xder_methods.errors import MethodConfigError
 from xder_methods.lwf_mc import LwFMC
-from xder_methods.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transform, Transforms
+from xder_methods.protocols import (
+    Backbone,
+    Batch,
+    ContinualSetting,
+    StepOutput,
+    TaskData,
+    Transform,
+    Transforms,
+)
 from xder_methods.xder import rank_within_class
 
 __all__ = [
@@ -154,11 +162,12 @@ def nearest_mean_scores(features: Tensor, class_means: Tensor, has_mean: Tensor)
 @torch.no_grad()
 def eval_features(net: nn.Module, x_raw: Tensor, transform: Transform, batch_size: int) -> Tensor:
     """(N, D) ``net.forward_features`` of ``transform(x_raw)`` in eval mode (the mode is restored)."""
+    backbone = cast(Backbone, net)  # a method's network is a Backbone (not checkable on nn.Module)
     was_training = net.training
     net.train(False)
     try:
         chunks = [
-            net.forward_features(transform(x_raw[start : start + batch_size])).flatten(1).float()
+            backbone.forward_features(transform(x_raw[start : start + batch_size])).flatten(1).float()
             for start in range(0, x_raw.shape[0], batch_size)
         ]
     finally:
@@ -214,6 +223,10 @@ class ICaRL(LwFMC):
     """iCaRL: LwF.MC's distillation on the stream and replayed exemplars, a herding memory, and
     nearest-mean-of-exemplars prediction (see the module docstring)."""
 
+    # Buffers registered in __init__, declared for the type checker.
+    class_means: Tensor
+    has_mean: Tensor
+
     def __init__(
         self,
         net: nn.Module,
@@ -229,7 +242,7 @@ class ICaRL(LwFMC):
                 "iCaRL's nearest-mean classifier needs an exemplar of every class"
             )
         self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=self.device)
-        num_features = int(net.num_features)
+        num_features = int(cast(Backbone, net).num_features)
         self.register_buffer(
             "class_means", torch.zeros(setting.num_classes, num_features, device=self.device)
         )
@@ -266,4 +279,5 @@ class ICaRL(LwFMC):
 
     def predict(self, x: Tensor) -> Tensor:
         """(B, num_classes) nearest-mean-of-exemplars scores (minus distances; -inf: no mean)."""
-        return nearest_mean_scores(self.net.forward_features(x).flatten(1), self.class_means, self.has_mean)
+        features = cast(Backbone, self.net).forward_features(x).flatten(1)
+        return nearest_mean_scores(features, self.class_means, self.has_mean)

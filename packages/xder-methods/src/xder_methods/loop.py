@@ -450,7 +450,7 @@ def _first_tasks(evaluation: Evaluation, n_tasks: int) -> Evaluation:
 
 def _evaluate_all(loop: Loop, seen_tasks: int) -> tuple[Evaluation, Evaluation | None]:
     stream, schedule, method = loop.stream, loop.schedule, loop.method
-    kwargs = {
+    kwargs: dict[str, Any] = {
         "seen_tasks": seen_tasks,
         "transform": method.transforms.test,
         "batch_size": schedule.eval_batch_size,
@@ -545,10 +545,10 @@ def fit(
         for callback in calls:
             callback.on_task_start(loop)
         for epoch in range(loop.epoch, schedule.epochs):
-            record = _run_epoch(loop, task, epoch, rows, bounds, calls)
+            epoch_record = _run_epoch(loop, task, epoch, rows, bounds, calls)
             loop.epoch = epoch + 1
             for callback in calls:
-                callback.on_epoch_end(loop, record)
+                callback.on_epoch_end(loop, epoch_record)
         task_rows = stream.task(task).train
         data = TaskData(
             stream.train_x[task_rows].to(generator.device),

@@ -55,7 +55,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -70,7 +70,7 @@ from xder_methods.heads import CosineHead
 from xder_methods.icarl import class_mean_features, eval_features, update_herding_buffer
 from xder_methods.loop import batch_bounds
 from xder_methods.lwf_mc import frozen_copy
-from xder_methods.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
+from xder_methods.protocols import Backbone, Batch, ContinualSetting, StepOutput, TaskData, Transforms
 
 __all__ = [
     "LUCIR",
@@ -197,13 +197,14 @@ def imprinted_weights(
 
 def _head_parameter_ids(net: nn.Module) -> set[int]:
     """Ids of the parameters ``net.forward_head`` uses (found by one backward pass in eval mode)."""
+    backbone = cast(Backbone, net)  # a method's network is a Backbone (not checkable on nn.Module)
     params = [p for p in net.parameters() if p.requires_grad]
     was_training = net.training
     net.train(False)
     try:
         with torch.enable_grad():
-            probe = torch.zeros(2, int(net.num_features), device=params[0].device, requires_grad=True)
-            grads = torch.autograd.grad(net.forward_head(probe).sum(), params, allow_unused=True)
+            probe = torch.zeros(2, int(backbone.num_features), device=params[0].device, requires_grad=True)
+            grads = torch.autograd.grad(backbone.forward_head(probe).sum(), params, allow_unused=True)
     finally:
         net.train(was_training)
     return {id(p) for p, g in zip(params, grads, strict=True) if g is not None}
@@ -214,6 +215,8 @@ class LUCIR(MethodBase):
     """LUCIR: cosine classifier, less-forget feature distillation, margin ranking, imprinting,
     class-balanced fine-tuning and a herding memory (see the module docstring)."""
 
+    imprinted: Tensor  # the buffer registered in __init__, declared for the type checker
+
     def __init__(
         self,
         net: nn.Module,
@@ -223,7 +226,7 @@ class LUCIR(MethodBase):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
-        num_features = int(net.num_features)
+        num_features = int(cast(Backbone, net).num_features)
         self.head = CosineHead(num_features, setting.classes_per_task, generator, self.device)
         self.teacher = frozen_copy(net)
         self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=self.device)
@@ -270,7 +273,7 @@ class LUCIR(MethodBase):
         num_old, num_seen = self.setting.class_range(t)
         x, y = join_replay(batch, self.buffer, cfg.minibatch_size, self.transforms.train, self.generator)
         n_stream, n = batch.y.shape[0], y.shape[0]
-        features = self.net.forward_features(x).flatten(1)
+        features = cast(Backbone, self.net).forward_features(x).flatten(1)
         if t >= 1 and cfg.imprint:
             self._imprint(features[:n_stream].detach(), batch.y, t)
         cosines = self.head.cosines(features, trainable_task=t)[:, :num_seen]
@@ -280,7 +283,7 @@ class LUCIR(MethodBase):
         terms = {"ce": loss.detach()}
         if t >= 1:
             with torch.no_grad():
-                teacher_features = self.teacher.forward_features(x).flatten(1)
+                teacher_features = cast(Backbone, self.teacher).forward_features(x).flatten(1)
             less_forget = self.less_forget_weight(t) * less_forget_distance(features, teacher_features)
             ranking = cfg.lambda_mr * margin_ranking_loss(
                 cosines, y, num_old=num_old, k=cfg.k, margin=cfg.margin
@@ -317,7 +320,7 @@ class LUCIR(MethodBase):
                     rows = order[start:end]
                     with torch.no_grad():
                         x = self.transforms.train(items.examples[rows], self.generator)
-                        features = self.net.forward_features(x).flatten(1)
+                        features = cast(Backbone, self.net).forward_features(x).flatten(1)
                     labels = items.labels[rows]
                     cosines = self.head.cosines(features, trainable_task=task)[:, :num_seen]
                     loss = F.cross_entropy(self.head.sigma * cosines, labels)
@@ -333,4 +336,4 @@ class LUCIR(MethodBase):
 
     def predict(self, x: Tensor) -> Tensor:
         """(B, num_classes) scaled cosine scores."""
-        return self.head(self.net.forward_features(x).flatten(1))
+        return self.head(cast(Backbone, self.net).forward_features(x).flatten(1))

@@ -177,6 +177,8 @@ class XDER(MethodBase):
     so that a step needs no host synchronisation.
     """
 
+    visits: Tensor  # the buffer registered in __init__, declared for the type checker
+
     def __init__(
         self,
         net: nn.Module,
@@ -358,6 +360,7 @@ class XDER(MethodBase):
         full = F.pad(fresh, (0, stored.shape[1] - available))
         updated = rescale_logits(stored, full, labels, task * self.head_size, available, self.config.gamma)
         target = torch.where(chosen, index, torch.full_like(index, scratch))
+        assert self.buffer.logits is not None  # X-DER's buffer always stores logits
         self.buffer.logits.index_copy_(0, target, updated)
         self.buffer.task_labels.index_copy_(0, target, torch.full_like(index, task))
 
@@ -415,6 +418,8 @@ class XDER(MethodBase):
             # 4. Implant the present and future heads of every past item.
             if cfg.memory_update and t >= 1 and kept:
                 everything = buffer.all()
+                assert everything.logits is not None  # X-DER's buffer always stores logits
+                assert buffer.logits is not None
                 shuffle = torch.randperm(len(buffer), generator=self.generator, device=self.device)
                 fresh = torch.empty_like(everything.logits)
                 fresh[shuffle] = self._forward_all(everything.examples[shuffle])

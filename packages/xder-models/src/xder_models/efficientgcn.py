@@ -203,6 +203,8 @@ class SpatialGraphConv(nn.Module):
     Shapes: ``x: (B, in_channels, T, V)`` -> ``(B, out_channels, T, V)``.
     """
 
+    A: Tensor  # the buffer registered in __init__, declared for the type checker
+
     def __init__(self, in_channels: int, out_channels: int, adjacency: Tensor, *, edge: bool = True) -> None:
         super().__init__()
         self.partitions = adjacency.shape[0]
