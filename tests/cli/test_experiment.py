@@ -293,7 +293,7 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys) -> None:
         "seq-digits",
         ["er"],
         [0],
-        [("train", "epochs", 2), ("backbone", "width", 4), ("run", "device", "cpu")],
+        {"train.epochs": 2, "backbone.width": 4, "run.device": "cpu"},
     )
     run_dir = Path(out) / "runs" / run.name
     run_dir.mkdir(parents=True)
@@ -309,7 +309,7 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys) -> None:
 def test_a_run_logged_elsewhere_or_from_before_the_benchmark_section_is_reused(tmp_path: Path) -> None:
     from xder_cli.runs.experiments.common import _check_existing
 
-    run, _ = plan_class_order("seq-digits", ["er"], [0], [("train", "epochs", 1)])
+    run, _ = plan_class_order("seq-digits", ["er"], [0], {"train.epochs": 1})
     stored = json.loads(json.dumps(run.config))
     stored["run"]["loggers"] = ["wandb"]  # trackers observe a run; they do not configure it
     del stored["benchmark"]  # a config.toml written before [benchmark] existed (seq-digits: no options)
@@ -375,7 +375,7 @@ def test_table_from_synthetic_run_directories_worked_out_by_hand(tmp_path: Path,
     out = tmp_path / "table"
     entries = table_entries("seq-cifar100", 500, methods=list(HAND))
     assert [e.name for e in entries] == ["joint", "sgd", "er", "derpp", "xder-rpc"]  # the paper's order
-    runs = plan_table("seq-cifar100", 500, entries, [0, 1, 2], [])
+    runs = plan_table("seq-cifar100", 500, entries, [0, 1, 2], {})
     assert [r.name for r in runs[:6]] == ["joint-s0", "joint-s1", "joint-s2", "sgd-s0", "sgd-s1", "sgd-s2"]
     configs = {r.name: r.config for r in runs}
     assert configs["xder-rpc-m500-s1"]["run"]["preset"] == "paper:xder-rpc"
@@ -487,7 +487,7 @@ def test_table_from_synthetic_run_directories_worked_out_by_hand(tmp_path: Path,
 def test_table_on_another_protocol_is_for_orientation_only(tmp_path: Path, capsys) -> None:
     out = tmp_path / "laptop"
     entries = table_entries("seq-cifar10", 200, "laptop", ["er", "derpp"])
-    runs = plan_table("seq-cifar10", 200, entries, [0], [], "laptop")
+    runs = plan_table("seq-cifar10", 200, entries, [0], {}, "laptop")
     for run, faa in zip(runs, (40.0, 60.0), strict=True):
         assert (run.config["run"]["protocol"], run.config["backbone"]["width"]) == ("laptop", 8)
         _write_run(out / "runs" / run.name, run.config, faa, 30.0)
@@ -545,7 +545,7 @@ def test_table_checks_the_papers_claims_worked_out_by_hand(tmp_path: Path, capsy
     out = tmp_path / "claims"
     entries = table_entries("seq-cifar10", 200, "laptop")
     assert [e.name for e in entries] == list(CLAIM_ROWS)
-    for run in plan_table("seq-cifar10", 200, entries, [0, 1], [], "laptop"):
+    for run in plan_table("seq-cifar10", 200, entries, [0, 1], {}, "laptop"):
         _write_run(out / "runs" / run.name, run.config, CLAIM_ROWS[run.tags["entry"]][run.seed], 30.0)
     argv = ["experiment", "table", "--benchmark", "seq-cifar10", "--protocol", "laptop"]
     assert main([*argv, "--buffer-size", "200", "--seeds", "0,1", "--out", str(out)]) == 0
@@ -648,7 +648,7 @@ def test_table_with_nothing_published_plans_every_method_of_the_x_der_table() ->
         "xder",
     ]
     assert all(e.published is None and e.preset is None and e.name == e.method for e in entries)
-    runs = plan_table("seq-digits", 200, entries, [0], [])  # every configuration builds
+    runs = plan_table("seq-digits", 200, entries, [0], {})  # every configuration builds
     presets = {r.name: r.config["run"]["preset"] for r in runs}
     assert presets["xder-m200-s0"] == presets["derpp-m200-s0"] == "tuned"
     assert presets["er-m200-s0"] == presets["lwf_mc-s0"] == "none"

@@ -16,8 +16,8 @@ from PIL import Image
 
 from xder_cli.main import main
 from xder_cli.runs.bench import BenchOptions, run_bench
-from xder_cli.runs.plan import build_plan, resolve_config
 from xder_cli.runs.rundir import read_config
+from xder_cli.runs.settings import build_plan, resolve_config
 from xder_cli.runs.sweep import load_spec, plan_trials
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -72,9 +72,8 @@ def cifar100_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _config(**kwargs) -> dict:
-    values = {"preset": None, "run": {}, "train": {}, "method_values": {}, "sets": []} | kwargs
-    return resolve_config(**values)
+def _config(method: str, benchmark: str, protocol: str = "paper", **settings) -> dict:
+    return resolve_config(method, benchmark, protocol=protocol, settings=settings)
 
 
 def test_the_protocol_sets_drop_last_and_is_recorded() -> None:
@@ -84,10 +83,10 @@ def test_the_protocol_sets_drop_last_and_is_recorded() -> None:
     for benchmark in ("seq-cifar10", "seq-cifar100", "seq-miniimg", "seq-ntu60", "seq-cub200"):
         plan = build_plan(_config(method="er", benchmark=benchmark))
         assert plan.schedule.drop_last is False, benchmark  # the papers' protocols keep the last batch
-    laptop = build_plan(_config(method="er", benchmark="seq-cifar10", protocol_name="laptop"))
+    laptop = build_plan(_config(method="er", benchmark="seq-cifar10", protocol="laptop"))
     assert laptop.config["run"]["protocol"] == "laptop"
     assert (laptop.schedule.epochs, laptop.backbone["width"], laptop.buffer_size) == (2, 8, 200)
-    override = _config(method="er", benchmark="seq-cifar10", protocol_name="laptop", train={"epochs": 3})
+    override = _config(method="er", benchmark="seq-cifar10", protocol="laptop", **{"train.epochs": 3})
     assert build_plan(override).schedule.epochs == 3  # flags and --set still override the protocol
 
 
@@ -156,7 +155,7 @@ def test_seq_cifar100_laptop_plan(method: str) -> None:
     """The resolved run: the laptop protocol (2 epochs, milestones 1.4 and 1.8, width 8, buffer
     500) under the tuned entry where the method was selected on this protocol (X-DER, ER, DER++),
     else the paper preset's carried-over entry; neither sets an epoch or milestone of its own."""
-    plan = build_plan(_config(method=method, benchmark="seq-cifar100", protocol_name="laptop"))
+    plan = build_plan(_config(method=method, benchmark="seq-cifar100", protocol="laptop"))
     schedule = plan.schedule
     selected = method in ("xder", "er", "derpp")
     assert (plan.settings.protocol, plan.settings.preset) == ("laptop", "tuned" if selected else "paper")

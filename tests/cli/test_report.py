@@ -17,7 +17,7 @@ from xder_cli.commands.report import command_report, find_run_dirs, read_run
 from xder_cli.errors import UsageError
 from xder_cli.main import main
 from xder_cli.runs import rundir
-from xder_cli.runs.plan import build_plan, resolve_config
+from xder_cli.runs.settings import build_plan, resolve_config
 
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -177,14 +177,13 @@ def _paper_run(root: Path, name: str, method: str, benchmark: str, seed: int, ma
     """A complete run directory in the real format, configured as xder-run train would."""
     config = build_plan(
         resolve_config(
-            method=method,
-            benchmark=benchmark,
+            method,
+            benchmark,
+            protocol=kw.get("protocol", "paper"),
             preset=kw.get("preset"),
-            run={"seed": seed},
-            train={},
-            method_values={"buffer_size": kw["buffer_size"]} if "buffer_size" in kw else {},
-            sets=[],
-            protocol_name=kw.get("protocol", "paper"),
+            settings={"run.seed": seed}
+            | ({"method.buffer_size": kw["buffer_size"]} if "buffer_size" in kw else {})
+            | kw.get("settings", {}),
         )
     ).config
     run_dir = root / name
@@ -193,6 +192,20 @@ def _paper_run(root: Path, name: str, method: str, benchmark: str, seed: int, ma
     results = {"method": method, "benchmark": benchmark, "seed": seed, "complete": True, "n_tasks": 2}
     results |= {"buffer_size": kw.get("buffer_size", 0), "accuracy_matrix": matrix}
     rundir.write_json(run_dir / "results.json", results | {"task_il_accuracy_matrix": matrix})
+
+
+def test_runs_placed_differently_are_one_group(tmp_path: Path, capsys) -> None:
+    """Where a run trained and where its data lived (run.device, run.data_root, run.data_device)
+    do not define it: one group over the seeds, not one per machine."""
+    runs = tmp_path / "runs"
+    _paper_run(runs, "a", "er", "seq-cifar10", 0, [[80.0], [30.0, 32.0]], buffer_size=200)
+    placed = {"run.device": "cpu", "run.data_root": "/elsewhere", "run.data_device": "host"}
+    _paper_run(runs, "b", "er", "seq-cifar10", 1, [[84.0], [32.0, 34.0]], buffer_size=200, settings=placed)
+    out = tmp_path / "report"
+    assert command_report(SimpleNamespace(run_dirs=[str(runs)], out=str(out), task_il=False)) == 0
+    table = capsys.readouterr().out
+    assert "| er | paper | 32.00 ± 1.41 (51.00 ± 1.41) n=2; published" in table
+    assert "data_device" not in table
 
 
 def test_the_published_value_stands_beside_matching_groups(tmp_path: Path, capsys) -> None:
@@ -262,27 +275,19 @@ def test_a_run_without_overrides_has_none(method, benchmark, preset, protocol, t
     """A configuration as config.toml holds it (written, read back) differs from its preset and
     protocol in nothing; each change made on top of it is found, and only it."""
     from xder_cli.runs import rundir
-    from xder_cli.runs.plan import build_plan, resolve_config, run_overrides
+    from xder_cli.runs.settings import build_plan, resolve_config, run_overrides
 
-    def written(sets: list) -> dict:
+    def written(sets: dict) -> dict:
+        settings = {"run.seed": 3, **sets}
         plan = build_plan(
-            resolve_config(
-                method=method,
-                benchmark=benchmark,
-                preset=preset,
-                run={"seed": 3},
-                train={},
-                method_values={},
-                sets=sets,
-                protocol_name=protocol,
-            )
+            resolve_config(method, benchmark, protocol=protocol, preset=preset, settings=settings)
         )
         path = tmp_path / f"config-{len(sets)}.toml"
         rundir.write_config(path, plan.config)
         return tomllib.loads(path.read_text())
 
-    assert run_overrides(written([])) == {}
-    changed = [("train", "lr", 0.123), ("run", "class_order", "reversed"), ("backbone", "width", 3)]
+    assert run_overrides(written({})) == {}
+    changed = {"train.lr": 0.123, "run.class_order": "reversed", "backbone.width": 3}
     assert run_overrides(written(changed)) == {
         "run.class_order": "reversed",
         "train.lr": 0.123,

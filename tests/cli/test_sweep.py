@@ -20,8 +20,9 @@ from xder_cli.progress import Progress
 from xder_cli.runs import rundir, scheduler
 from xder_cli.runs import sweep as sweep_module
 from xder_cli.runs.errors import SettingError
-from xder_cli.runs.plan import build_plan
+from xder_cli.runs.lifecycle import RunDisplay, run_training
 from xder_cli.runs.scheduler import ATTEMPTS, train_trial, trial_cpus
+from xder_cli.runs.settings import build_plan
 from xder_cli.runs.sweep import (
     SweepSpec,
     Trial,
@@ -32,7 +33,6 @@ from xder_cli.runs.sweep import (
     spec_from_preset,
     sweep_markdown,
 )
-from xder_cli.runs.training import run_training
 
 GRID = """\
 method = "derpp"
@@ -69,7 +69,7 @@ def _interrupt_after_second_task(trial: Trial, run_dir: Path, monkeypatch) -> No
     with monkeypatch.context() as patch:
         patch.setattr(Progress, "on_task_end", crash)
         with pytest.raises(KeyboardInterrupt):
-            run_training(plan, run_dir, callbacks=[Progress()])
+            run_training(plan, run_dir, display=RunDisplay([Progress()]))
     assert json.loads((run_dir / "results.json").read_text())["complete"] is False
 
 

@@ -15,9 +15,9 @@ import torch
 
 from xder_cli.main import main
 from xder_cli.progress import Progress
+from xder_cli.runs import lifecycle as lifecycle_module
 from xder_cli.runs import plugins as plugins_module
 from xder_cli.runs import rundir
-from xder_cli.runs import training as training_module
 
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
 
@@ -356,7 +356,7 @@ def test_an_interrupted_start_keeps_its_folder_and_resume_says_it_starts_over(
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(training_module, "_train", stop)
+        patch.setattr(lifecycle_module, "_train", stop)
         assert main(["train", "--method", "sgd", "--out", str(tmp_path), *TINY]) == 130
     (run,) = run_dirs(tmp_path)
     err = capsys.readouterr().err
@@ -458,5 +458,5 @@ def test_resume_of_a_run_whose_method_nothing_registers_names_the_plugin_flag(tm
     assert main(["train", "--resume", str(run)]) == 2
     assert capsys.readouterr().err == (
         f"xder-run train: error: {run} trains method 'from_a_plugin', which nothing registers here: it comes "
-        "from a plugin not recorded in its config.toml; resume with --plugin MODULE_OR_FILE naming it\n"
+        "from a plugin not recorded in its config.toml; pass --plugin MODULE_OR_FILE naming it\n"
     )

@@ -165,12 +165,13 @@ def test_groups_by_benchmark_buffer_method_and_preset() -> None:
     groups, problems = group_runs(
         [
             record("er", 0, ER[0]),
-            record("er", 1, ER[1], device="cuda:1"),  # the device identifies a run, not a setting
+            record("er", 1, ER[1], device="cuda:1"),  # where it trained: the caller's ignore
             record("er", 0, ER[0], buffer=500),
             record("er", 0, ER[0], benchmark="seq-b"),
             record("er", 0, ER[0], preset="tuned"),
             record("sgd", 0, SGD[0], buffer=0),
-        ]
+        ],
+        ignore={"run.device"},
     )
     assert problems == []
     assert {key: len(runs) for key, runs in groups.items()} == {
@@ -197,12 +198,17 @@ def test_another_protocol_is_another_benchmark_column() -> None:
     assert "| seq-a (laptop) m200 |" in report_markdown(build_report([laptop, paper, legacy]))
 
 
-def test_runs_logged_to_different_trackers_are_one_group() -> None:
+def test_keys_the_caller_ignores_tell_no_runs_apart() -> None:
     logged = record("er", 1, ER[1])
     logged.config["run"]["loggers"] = ["tensorboard", "wandb"]  # observes the run, configures nothing
-    groups, problems = group_runs([record("er", 0, ER[0]), logged])
+    logged.config["run"]["data_device"] = "host"  # where its data lived
+    ignore = {"run.loggers", "run.data_device"}
+    groups, problems = group_runs([record("er", 0, ER[0]), logged], ignore)
     assert problems == []
     assert {key: len(runs) for key, runs in groups.items()} == {GroupKey("seq-a", 200, "er", "none"): 2}
+    # Without being told, the report keeps them apart: a key it does not know is a setting.
+    groups, _ = group_runs([record("er", 0, ER[0]), logged])
+    assert len(groups) == 2
 
 
 def test_differently_configured_runs_are_not_merged() -> None:

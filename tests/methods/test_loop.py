@@ -81,9 +81,9 @@ def test_cosine_with_warmup_by_hand() -> None:
 
 
 def test_batch_bounds() -> None:
-    assert batch_bounds(10, 4) == [(0, 4), (4, 8)]
-    assert batch_bounds(3, 4) == [(0, 3)]  # the only batch stays
-    assert batch_bounds(0, 4) == []
+    assert batch_bounds(10, 4, drop_last=True) == [(0, 4), (4, 8)]
+    assert batch_bounds(3, 4, drop_last=True) == [(0, 3)]  # the only batch stays
+    assert batch_bounds(0, 4, drop_last=True) == []
     assert batch_bounds(10, 4, drop_last=False) == [(0, 4), (4, 8), (8, 10)]
     assert batch_bounds(9, 4, drop_last=False) == [(0, 4), (4, 9)]  # a last batch of one joins
     assert batch_bounds(1, 4, drop_last=False) == [(0, 1)]

@@ -14,7 +14,7 @@ import torch
 import xder_cli.runs
 from xder_cli.runs import errors, rundir
 from xder_cli.runs.analyses import RECORD_HINT
-from xder_cli.runs.config import parse_assignment
+from xder_cli.runs.build import resolve_device
 from xder_cli.runs.errors import (
     OPTIONS,
     AnalysisSkipped,
@@ -34,10 +34,10 @@ from xder_cli.runs.errors import (
 from xder_cli.runs.experiments.common import OWNED_BY_ALL, check_owned
 from xder_cli.runs.experiments.flatness import pair_class_order
 from xder_cli.runs.experiments.table import table_entries
-from xder_cli.runs.plan import resolve_config, resolve_device
 from xder_cli.runs.plugins import load_plugin
 from xder_cli.runs.presets import preset_values
 from xder_cli.runs.published import published_table
+from xder_cli.runs.settings import parse_assignment, resolve_config
 from xder_cli.runs.sweep import spec_from_preset
 from xder_cli.runs.trackers import _PACKAGES, check_loggers
 from xder_methods import MethodError
@@ -97,11 +97,11 @@ def test_library_errors_read_without_flags(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setitem(_PACKAGES, "wandb", ("wandb", "xder_no_such_module"))
     (tmp_path / "notes.txt").write_text("not Python\n")
-    sgd = {"method": "sgd", "benchmark": "seq-digits", "preset": "none"}
-    sgd |= {"run": {}, "train": {}, "method_values": {}}
     messages = {
         "overrides": str(_raised(lambda: parse_assignment("method.alpha"))),
-        "run.method": str(_raised(lambda: resolve_config(**sgd, sets=[("run", "method", "er")]))),
+        "run.method": str(
+            _raised(lambda: resolve_config("sgd", "seq-digits", settings={"run.method": "er"}))
+        ),
         "run.device": str(_raised(lambda: resolve_device("cuda"))),
         "preset": str(_raised(lambda: preset_values("paper", "seq-cifar100", "xder", 1000))),
         "method": str(_raised(lambda: preset_values("paper:xder-rpc", "seq-cifar100", "er", 500))),
@@ -110,7 +110,7 @@ def test_library_errors_read_without_flags(tmp_path: Path, monkeypatch) -> None:
         "plugin": str(_raised(lambda: load_plugin(str(tmp_path / "notes.txt")))),
         "loggers": str(_raised(lambda: check_loggers(["wandb"]))),
         "grid": str(_raised(lambda: spec_from_preset("paper:seq-cifar100", None))),
-        "seeds": str(_raised(lambda: check_owned([("run", "seed", 1)], OWNED_BY_ALL))),
+        "seeds": str(_raised(lambda: check_owned({"run.seed": 1}, OWNED_BY_ALL))),
         "pairs": str(_raised(lambda: pair_class_order((2, 2, 2), 2))),
         "table": str(_raised(lambda: table_entries("seq-digits", 0))),
         "record": render(RECORD_HINT),

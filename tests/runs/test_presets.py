@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from xder_cli.runs.errors import SettingError
-from xder_cli.runs.plan import build_plan, resolve_config
 from xder_cli.runs.presets import (
     PresetEntry,
     default_preset,
@@ -17,6 +16,7 @@ from xder_cli.runs.presets import (
     preset_entry,
     preset_values,
 )
+from xder_cli.runs.settings import build_plan, resolve_config
 from xder_data import benchmark_defaults
 
 
@@ -24,17 +24,14 @@ def _all_entries() -> list[PresetEntry]:
     return [e for name in list_presets() if name != "none" for e in preset_entries(name)]
 
 
-def _config(entry: PresetEntry, preset: str, sets: list[tuple[str, str, object]] = ()) -> dict:
-    values = {} if entry.buffer_size is None else {"buffer_size": entry.buffer_size}
+def _config(entry: PresetEntry, preset: str, sets: dict[str, object] | None = None) -> dict:
+    settings = {} if entry.buffer_size is None else {"method.buffer_size": entry.buffer_size}
     return resolve_config(
-        method=entry.method,
-        benchmark=entry.benchmark,
+        entry.method,
+        entry.benchmark,
+        protocol=entry.protocol,
         preset=preset,
-        run={},
-        train={},
-        method_values=values,
-        sets=list(sets),
-        protocol_name=entry.protocol,
+        settings=settings | (sets or {}),
     )
 
 
@@ -66,9 +63,8 @@ def test_every_grid_point_of_every_entry_is_a_valid_setting(entry: PresetEntry) 
     assert set(entry.chosen) >= set(entry.grid), "every searched key has a chosen value"
     for dotted, values in entry.grid.items():
         assert entry.chosen[dotted] in values, f"{dotted}: the chosen value is one of the grid's"
-        section, key = dotted.split(".", 1)
         for value in values:
-            build_plan(_config(entry, preset, [(section, key, value)]))
+            build_plan(_config(entry, preset, {dotted: value}))
 
 
 @pytest.mark.parametrize("preset", ["paper", "tuned"])
@@ -121,11 +117,7 @@ def test_der_paper_values_on_seq_cifar10() -> None:
         assert icarl == {"train.lr": 0.1 if m < 5120 else 0.03, "train.weight_decay": 1e-5}
     assert preset_entry("paper", "seq-cifar10", None, "sgd").chosen == {"train.lr": 0.1}
     # The paper preset is the default there, and the protocol is the DER paper's.
-    plan = build_plan(
-        resolve_config(
-            method="derpp", benchmark="seq-cifar10", preset=None, run={}, train={}, method_values={}, sets=[]
-        )
-    )
+    plan = build_plan(resolve_config("derpp", "seq-cifar10", preset=None))
     assert plan.settings.preset == "paper"
     assert (plan.method_config.alpha, plan.method_config.beta, plan.schedule.lr) == (0.1, 0.5, 0.03)
     assert (plan.schedule.epochs, plan.schedule.batch_size, plan.schedule.drop_last) == (50, 32, False)
@@ -225,25 +217,14 @@ def test_paper_preset_is_applied_by_default_where_it_has_an_entry() -> None:
     assert default_preset("seq-cifar100", "xder", 1000) == "none"  # no such table in the paper
     assert default_preset("seq-ntu60", "sgd", None) == "paper"
     assert default_preset("seq-cub200", "xder", 500) == "none"
-    plan = build_plan(
-        resolve_config(
-            method="er", benchmark="seq-cifar100", preset=None, run={}, train={}, method_values={}, sets=[]
-        )
-    )
+    plan = build_plan(resolve_config("er", "seq-cifar100", preset=None))
     assert plan.settings.preset == "paper"
     assert plan.schedule.lr == 0.1
 
 
 def test_set_overrides_the_preset_and_buffer_size_picks_the_entry() -> None:
-    config = resolve_config(
-        method="xder",
-        benchmark="seq-cifar100",
-        preset="paper",
-        run={},
-        train={},
-        method_values={},
-        sets=[("method", "buffer_size", 2000), ("method", "alpha", 0.9)],
-    )
+    settings = {"method.buffer_size": 2000, "method.alpha": 0.9}
+    config = resolve_config("xder", "seq-cifar100", preset="paper", settings=settings)
     plan = build_plan(config)
     assert plan.method_config.alpha == 0.9
     assert plan.method_config.beta == 0.9  # M2000's choice, not M500's 0.8
@@ -253,11 +234,7 @@ def test_tuned_is_the_default_on_seq_digits_and_none_keeps_the_method_defaults()
     assert default_preset("seq-digits", "xder", 200) == "tuned"
     assert default_preset("seq-digits", "derpp", 200) == "tuned"
     assert default_preset("seq-digits", "er", 200) == "none"
-    plain = build_plan(
-        resolve_config(
-            method="xder", benchmark="seq-digits", preset="none", run={}, train={}, method_values={}, sets=[]
-        )
-    )
+    plain = build_plan(resolve_config("xder", "seq-digits", preset="none"))
     assert (plain.method_config.alpha, plain.method_config.beta, plain.method_config.margin) == (
         0.3,
         0.8,
@@ -269,10 +246,10 @@ def test_the_buffer_size_picks_the_tuned_entry_on_seq_digits() -> None:
     assert default_preset("seq-digits", "xder", 20) == "tuned"
     assert default_preset("seq-digits", "derpp", 20) == "tuned"
     assert default_preset("seq-digits", "xder", 500) == "none"  # no entry for that size
-    small = preset_values("tuned", "seq-digits", "xder", 20)["method"]
-    large = preset_values("tuned", "seq-digits", "xder", 200)["method"]
-    assert (small["alpha"], small["beta"], small["eta"]) == (0.6, 0.5, 0.03)
-    assert (large["alpha"], large["beta"], large["eta"]) == (0.3, 0.8, 0.1)
+    small = preset_values("tuned", "seq-digits", "xder", 20)
+    large = preset_values("tuned", "seq-digits", "xder", 200)
+    assert (small["method.alpha"], small["method.beta"], small["method.eta"]) == (0.6, 0.5, 0.03)
+    assert (large["method.alpha"], large["method.beta"], large["method.eta"]) == (0.3, 0.8, 0.1)
 
 
 def test_missing_entries_are_one_line_errors() -> None:

@@ -99,7 +99,7 @@ def test_the_graph_sees_imports_inside_functions() -> None:
     # commands/__init__ loads every command with importlib.import_module(f"...{name}"): not a
     # literal, so it is no edge; main imports it at the top.
     assert "xder_cli.commands" in graph["xder_cli.main"]
-    assert "xder_cli.runs.rundir" in graph["xder_cli.runs.training"]
+    assert "xder_cli.runs.rundir" in graph["xder_cli.runs.lifecycle"]
 
 
 def test_no_module_of_xder_cli_imports_itself_back() -> None:

@@ -24,10 +24,10 @@ _HOMES = {
     "UsageError": "xder_cli.errors",
     "build_parser": "xder_cli.main",
     "main": "xder_cli.main",
-    "RunSettings": "xder_cli.runs.config",
-    "coerce": "xder_cli.runs.config",
-    "parse_assignment": "xder_cli.runs.config",
-    "validate_section": "xder_cli.runs.config",
+    "RunSettings": "xder_cli.runs.settings",
+    "coerce": "xder_cli.runs.settings",
+    "parse_assignment": "xder_cli.runs.settings",
+    "validate_section": "xder_cli.runs.settings",
 }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from xder_cli.runs.lifecycle import RunDisplay
 from xder_cli.runs.scheduler import outcome_note
 from xder_methods import (
     Callback,
@@ -76,10 +77,10 @@ class Progress(Callback):
         )
 
 
-def on_terminal() -> dict[str, Any]:
-    """The keyword arguments of :func:`xder_cli.runs.training.run_training` that show a run on the
-    terminal: a bar per task and a line per task, a bar over the images read, notes and warnings."""
-    return {"callbacks": [Progress()], "notify": print_notice, "read_progress": progress_bar("images")}
+def on_terminal() -> RunDisplay:
+    """What shows a run on the terminal (:class:`xder_cli.runs.lifecycle.RunDisplay`): a bar per
+    task and a line per task, a bar over the images read, notes and warnings."""
+    return RunDisplay((Progress(),), print_notice, progress_bar("images"))
 
 
 class OutcomeLines:

@@ -73,8 +73,9 @@ class BenchmarkDefaults:
 
     The CLI turns these into the loop's schedule and the methods' buffer settings; presets and
     ``--set`` override them. ``drop_last``: drop each epoch's last partial batch (the loop's
-    ``TrainingSchedule.drop_last``); the papers' protocols keep it, as the authors' code does
-    (a DataLoader's default), so the default is False. ``milestones``: where the ``multistep``
+    ``TrainingSchedule.drop_last``, whose default, True, it shares); the papers' protocols keep
+    it, as the authors' code does (a DataLoader's default), and say so (``drop_last=False``).
+    ``milestones``: where the ``multistep``
     schedule multiplies the lr by ``lr_gamma``, as positions within a task counted in epochs, integer
     (at the start of that epoch) or fractional (1.4: 40% into the second epoch); each lies strictly
     between 0 and ``epochs`` and they increase, so that every one takes effect.
@@ -97,7 +98,7 @@ class BenchmarkDefaults:
     optimizer: Literal["sgd", "radam"] = "sgd"
     backbone: str = "resnet18-cifar"
     backbone_options: dict[str, Any] = field(default_factory=dict)
-    drop_last: bool = False
+    drop_last: bool = True
 
     def __post_init__(self) -> None:
         if not all(0 < m < self.epochs for m in self.milestones):

@@ -184,6 +184,7 @@ COCO_STITCH_DEFAULTS = BenchmarkDefaults(
     optimizer="sgd",
     backbone="resnet18-cifar",  # the Split CIFAR-100 backbone it probes (width 64)
     backbone_options={"width": 64, "in_channels": 3},
+    drop_last=False,  # as the papers' protocols (a DataLoader's default)
 )
 
 """Wraps the iterable a converter walks through (e.g. ``tqdm``); the identity by default."""

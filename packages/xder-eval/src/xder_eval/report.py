@@ -13,12 +13,14 @@ sections of ``config.toml`` and the ``results.json`` object); this module reads 
    preset disagree *within one (benchmark, buffer) cell*: for each (method, preset) the keys that
    vary inside any of its cells are collected, and every group of that (method, preset) is
    labelled with its values of those keys, e.g. ``"train.epochs=1"`` (the ``--set`` spelling).
-   Keys that identify or observe the run rather than configure it (:data:`RUN_IDENTITY_KEYS`:
-   seed, device, data root, trackers, and the method, benchmark, protocol, preset and buffer size
-   already in the key) are never compared. So two differently configured sets of runs of one
-   method are never averaged together, and a setting that differs only between benchmarks (their
-   protocols) labels nothing. A run on a protocol other than ``paper`` (``run.protocol``) counts
-   as a benchmark of its own, named ``"<benchmark> (<protocol>)"``, e.g. ``seq-cifar10 (laptop)``.
+   Keys that identify the run (:data:`RUN_IDENTITY_KEYS`: its seed, and the method, benchmark,
+   protocol, preset and buffer size already in the key) are never compared, nor those the caller
+   says do not define a run (``ignore``: where it trained, what watched it; ``xder-run report``
+   passes those its settings table says place or observe a run). So two differently configured
+   sets of runs of one method are never averaged together, and a setting that differs only
+   between benchmarks (their protocols) labels nothing. A run on a protocol other than ``paper``
+   (``run.protocol``) counts as a benchmark of its own, named ``"<benchmark> (<protocol>)"``, e.g.
+   ``seq-cifar10 (laptop)``.
 3. **Table.** One row per (method, preset, settings), one column per (benchmark, buffer size).
    Runs without a buffer (``buffer_size`` 0: FT, JT, LwF.MC) fill every buffer column of their
    benchmark, as in the paper's Table 1; a benchmark holding only such runs gets one column.
@@ -45,7 +47,7 @@ import io
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,25 +83,10 @@ __all__ = [
 ]
 
 RUN_IDENTITY_KEYS = frozenset(
-    {
-        "run.seed",
-        "run.device",
-        "run.data_root",
-        "run.method",
-        "run.benchmark",
-        "run.protocol",
-        "run.preset",
-        "run.loggers",
-        "run.threads",
-        "run.record_analyses",
-        "run.plugins",
-        "method.buffer_size",
-    }
+    {"run.seed", "run.method", "run.benchmark", "run.protocol", "run.preset", "method.buffer_size"}
 )
-"""Flattened ``config.toml`` keys never used to tell configurations apart (``run.loggers`` names
-the experiment trackers a run logged to, ``run.record_analyses`` what it recorded for later
-analyses: they observe the run, they do not configure it; ``run.threads`` is where it ran, like
-``run.device``; ``run.plugins`` where the code of a plugin method was loaded from)."""
+"""Flattened ``config.toml`` keys that identify a run in the report (its group's key and its seed):
+never compared as settings."""
 
 # Rows follow the paper's Table 1 (bounds, regularisation, replay, DER family); other methods
 # come after, alphabetically.
@@ -474,10 +461,13 @@ class _Unset:
 _UNSET = _Unset()
 
 
-def group_runs(records: Iterable[RunRecord]) -> tuple[dict[GroupKey, list[RunRecord]], list[RunProblem]]:
+def group_runs(
+    records: Iterable[RunRecord], ignore: Collection[str] = ()
+) -> tuple[dict[GroupKey, list[RunRecord]], list[RunProblem]]:
     """Split ``records`` into groups of complete runs and a list of the runs left out.
 
-    See the module docstring for the grouping rule. Returns the groups (records in input order)
+    See the module docstring for the grouping rule; ``ignore``: flattened keys that do not define a
+    run (e.g. ``run.device``), never compared. Returns the groups (records in input order)
     and the run-level problems (``unreadable``, ``missing``, ``incomplete``) in input order.
     """
     included: list[_Run] = []
@@ -495,7 +485,7 @@ def group_runs(records: Iterable[RunRecord]) -> tuple[dict[GroupKey, list[RunRec
         cells[(run.benchmark, run.buffer_size, run.method, run.preset)].append(run)
     varying: dict[tuple[str, str], set[str]] = defaultdict(set)
     for (_, _, method, preset), runs in cells.items():
-        keys = set().union(*(run.flat_config for run in runs)) - RUN_IDENTITY_KEYS
+        keys = set().union(*(run.flat_config for run in runs)) - RUN_IDENTITY_KEYS - set(ignore)
         for key in keys:
             first = runs[0].flat_config.get(key, _UNSET)
             if any(run.flat_config.get(key, _UNSET) != first for run in runs[1:]):
@@ -598,14 +588,17 @@ def _method_rank(method: str) -> tuple[int, str]:
     return (_METHOD_ORDER.index(method) if method in _METHOD_ORDER else len(_METHOD_ORDER), method)
 
 
-def build_report(records: Iterable[RunRecord], published: Iterable[PublishedResult] = ()) -> Report:
-    """Group ``records``, summarize every group, lay out the table and list the problems; match
-    each group with the ``published`` cell it belongs to, if any.
+def build_report(
+    records: Iterable[RunRecord], published: Iterable[PublishedResult] = (), *, ignore: Collection[str] = ()
+) -> Report:
+    """Group ``records`` (:func:`group_runs`, ``ignore`` as there), summarize every group, lay out
+    the table and list the problems; match each group with the ``published`` cell it belongs to,
+    if any.
 
     Never raises on a bad run: it becomes a :class:`RunProblem`.
     """
     records = list(records)
-    grouped, problems = group_runs(records)
+    grouped, problems = group_runs(records, ignore)
 
     expected: dict[str, set[int]] = defaultdict(set)  # every seed tried on a benchmark
     for record in records:

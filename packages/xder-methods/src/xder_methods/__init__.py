@@ -21,6 +21,7 @@ from xder_methods import rpc as _rpc  # noqa: F401  (registers rpc)
 from xder_methods import sgd as _sgd  # noqa: F401  (registers sgd)
 from xder_methods import xder as _xder  # noqa: F401  (registers xder)
 from xder_methods._registry import (
+    check_schedule,
     create_method,
     list_methods,
     method_class,
@@ -140,6 +141,7 @@ __all__ = [
     "XDERConfig",
     "autocast",
     "batch_bounds",
+    "check_schedule",
     "check_settings",
     "create_method",
     "evaluate",

@@ -25,7 +25,12 @@ M = TypeVar("M", bound=type)
 
 
 def register_method(name: str, config: type) -> Callable[[M], M]:
-    """Register a method class and its frozen config dataclass under ``name``."""
+    """Register a method class and its frozen config dataclass under ``name``.
+
+    The config may define ``check_schedule(self, schedule)``: the method's rules on the loop's
+    :class:`~xder_methods.TrainingSchedule`, raising :class:`~xder_methods.MethodConfigError` for
+    one it cannot train with (:func:`check_schedule` calls it).
+    """
     if not dataclasses.is_dataclass(config):
         raise TypeError(f"the config of method {name!r} must be a dataclass")
 
@@ -36,6 +41,19 @@ def register_method(name: str, config: type) -> Callable[[M], M]:
         return cls
 
     return decorator
+
+
+def check_schedule(config: Any, schedule: Any) -> None:
+    """Apply a method config's own rules on the training schedule (its ``check_schedule``, where
+    it has one): e.g. JT in ``final`` mode trains only at the benchmark's last task, so a schedule
+    shortened by ``tasks`` would train nothing.
+
+    Raises:
+        MethodConfigError: the method cannot train with ``schedule``.
+    """
+    check = getattr(config, "check_schedule", None)
+    if check is not None:
+        check(schedule)
 
 
 def list_methods() -> list[str]:

@@ -61,7 +61,7 @@ from xder_methods._registry import register_method
 from xder_methods.base import MethodBase
 from xder_methods.buffer import Buffer
 from xder_methods.errors import MethodConfigError, check_settings
-from xder_methods.loop import batch_bounds
+from xder_methods.loop import TrainingSchedule, batch_bounds
 from xder_methods.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
 
 __all__ = [
@@ -136,6 +136,15 @@ class GDumbConfig:
             ),
         ]
         check_settings(checks)
+
+    def check_schedule(self, schedule: TrainingSchedule) -> None:
+        """``last_task`` fits only at the benchmark's last task: a stream shortened by
+        ``train.tasks`` would never fit."""
+        if schedule.tasks is not None and self.fit_after == "last_task":
+            raise MethodConfigError(
+                "train.tasks cannot shorten gdumb with method.fit_after = 'last_task': it trains only at "
+                "the benchmark's last task; pick another method.fit_after or drop train.tasks"
+            )
 
 
 # ---------------------------------------------------------------------------------------------

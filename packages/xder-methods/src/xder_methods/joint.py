@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from xder_methods._registry import register_method
 from xder_methods.base import MethodBase
 from xder_methods.errors import MethodConfigError
 from xder_methods.losses import seen_class_cross_entropy
 from xder_methods.protocols import Batch, StepOutput
+
+if TYPE_CHECKING:
+    from xder_methods.loop import TrainingSchedule
 
 __all__ = ["Joint", "JointConfig"]
 
@@ -29,6 +32,15 @@ class JointConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("final", "cumulative"):
             raise MethodConfigError(f"method.mode must be final or cumulative, got {self.mode!r}")
+
+    def check_schedule(self, schedule: TrainingSchedule) -> None:
+        """``final`` trains only at the benchmark's last task: a stream shortened by
+        ``train.tasks`` would never train."""
+        if schedule.tasks is not None and self.mode == "final":
+            raise MethodConfigError(
+                "train.tasks cannot shorten joint with method.mode = 'final': it trains only at the "
+                "benchmark's last task; pick another method.mode or drop train.tasks"
+            )
 
 
 @register_method("joint", JointConfig)

@@ -70,11 +70,12 @@ class TrainingSchedule:
             so that ``epochs`` alone can shorten a protocol (the protocols themselves keep their
             milestones inside their epochs: ``xder_data.BenchmarkDefaults``). Integers stay
             ints (a configuration written with them reads back the same).
-        drop_last: drop each epoch's last partial batch (default), so that every step sees
-            ``batch_size`` examples: BatchNorm on a few examples with small feature maps (e.g.
-            ``seq-digits``, 1x1 at the last stage) destabilises training, and fixed shapes suit
-            compiled steps. A fresh shuffle per epoch still shows every example. Off: the
-            partial batch is kept (a DataLoader's ``drop_last=False``, the authors' code).
+        drop_last: drop each epoch's last partial batch (default, as
+            :class:`xder_data.BenchmarkDefaults`'), so that every step sees ``batch_size``
+            examples: BatchNorm on a few examples with small feature maps (e.g. ``seq-digits``,
+            1x1 at the last stage) destabilises training, and fixed shapes suit compiled steps; a
+            fresh shuffle per epoch still shows every example. Off: the partial batch is kept (a
+            DataLoader's ``drop_last=False``, the authors' code), as the papers' protocols say.
         eval_batch_size: batch size of evaluation passes.
         precision: ``fp32`` or ``bf16`` (autocast of every forward pass of the training step and of
             evaluation; the backward pass and the optimiser stay in float32).
@@ -212,8 +213,9 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
     return contextlib.nullcontext()
 
 
-def batch_bounds(n: int, batch_size: int, drop_last: bool = True) -> list[tuple[int, int]]:
-    """``[start, end)`` of each batch over n shuffled rows.
+def batch_bounds(n: int, batch_size: int, *, drop_last: bool) -> list[tuple[int, int]]:
+    """``[start, end)`` of each batch over n shuffled rows (``drop_last``: the schedule's
+    :attr:`TrainingSchedule.drop_last`, or the caller's own choice).
 
     With ``drop_last`` the last partial batch is dropped, unless it is the only batch (fewer
     rows than ``batch_size``). Without it the partial batch is kept, except that a final batch
@@ -540,7 +542,7 @@ def fit(
         if resumed_mid_task and resume is not None and resume["optimizer"] is not None:
             loop.optimizer.load_state_dict(resume["optimizer"])
         rows = _training_rows(stream, task, method.training_data)
-        bounds = batch_bounds(rows.shape[0], schedule.batch_size, schedule.drop_last)
+        bounds = batch_bounds(rows.shape[0], schedule.batch_size, drop_last=schedule.drop_last)
         loop.steps_per_epoch = len(bounds)
         for callback in calls:
             callback.on_task_start(loop)

@@ -24,7 +24,7 @@ from xder_cli.runs.analyses import (
 )
 from xder_cli.runs.cpushare import ThreadPolicy
 from xder_cli.runs.errors import RunError, render
-from xder_cli.runs.trained import load_trained_run
+from xder_cli.runs.loaded import load_trained_run
 
 __all__ = ["command_analyze", "has_training_records"]
 

@@ -75,7 +75,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "--rounds", type=int, default=3, metavar="R", help="--concurrent: rounds, medians taken (3)"
     )
-    bench.add_argument("--start-after", help=argparse.SUPPRESS)  # a --concurrent child's start signal
     add_plugin_argument(bench)
     bench.set_defaults(handler="bench")
 
@@ -111,7 +110,6 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
         compile=args.compile,
         epoch=args.epoch,
         rounds=args.rounds,
-        start_after=Path(args.start_after) if args.start_after else None,
         plugins=tuple(args.plugin or ()),
     )
 

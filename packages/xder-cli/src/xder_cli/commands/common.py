@@ -9,8 +9,8 @@ import json
 from collections.abc import Sequence
 from typing import NoReturn
 
-from xder_cli.runs.config import LOGGERS, parse_assignment
 from xder_cli.runs.errors import RunError
+from xder_cli.runs.settings import LOGGERS, parse_assignment
 
 __all__ = [
     "DEFAULT_BENCHMARK",
@@ -95,7 +95,8 @@ def class_order(text: str) -> str | list[int]:
     return value
 
 
-def assignment(text: str) -> tuple[str, str, object]:
+def assignment(text: str) -> tuple[str, object]:
+    """``--set section.key=value`` -> ``("section.key", value)``."""
     try:
         return parse_assignment(text)
     except RunError as error:

@@ -16,7 +16,7 @@ from xder_cli.commands.common import (
 )
 from xder_cli.errors import UsageError
 from xder_cli.progress import progress_bar
-from xder_cli.runs.config import benchmark_settings
+from xder_cli.runs.settings import benchmark_settings, split_key
 from xder_data import (
     DEFAULT_PROTOCOL,
     Benchmark,
@@ -151,10 +151,11 @@ def command_data(args: Any) -> int:
     if args.data_command == "info":
         protocol = args.protocol or DEFAULT_PROTOCOL
         given: dict[str, Any] = {}
-        for section, key, value in args.set or []:
+        for dotted, value in args.set or []:
+            section, key = split_key(dotted)
             if section != "benchmark":
                 raise UsageError(
-                    f"--set {section}.{key}: data info takes the benchmark's options only "
+                    f"--set {dotted}: data info takes the benchmark's options only "
                     "(--set benchmark.KEY=VALUE, e.g. benchmark.tasks=3)"
                 )
             given[key] = value

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,8 @@ from xder_cli.commands.common import (
     assignment,
 )
 from xder_cli.errors import UsageError
-from xder_cli.runs.config import SECTIONS
+from xder_cli.runs.errors import SettingError
+from xder_cli.runs.settings import parse_value, split_key
 
 __all__ = ["add_parser", "parse_param", "run"]
 
@@ -139,13 +139,6 @@ def _names(text: str, flag: str) -> tuple[str, ...]:
     return names
 
 
-def _toml_value(text: str) -> Any:
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
 def parse_param(text: str) -> tuple[str, list[Any]]:
     """``section.key=V1,V2,...`` -> ``("section.key", [V1, V2, ...])``; each value read as a TOML
     value (``0.1``, ``true``, ``"text"``, else a bare string). Values that hold commas (lists) are
@@ -158,20 +151,19 @@ def parse_param(text: str) -> tuple[str, list[Any]]:
     if "=" not in text:
         raise UsageError(f"--param {text!r} needs the form section.key=V1,V2,...: {hint}")
     dotted, raw = (part.strip() for part in text.split("=", 1))
-    section, _, key = dotted.partition(".")
-    if section not in SECTIONS or not key or "." in key:
-        raise UsageError(
-            f"--param {text!r}: the key must be section.name with section one of {', '.join(SECTIONS)}"
-        )
+    try:
+        split_key(dotted)
+    except SettingError as error:
+        raise UsageError(f"--param {text!r}: {error}") from None
     if raw.startswith("["):
-        values = _toml_value(raw)
+        values = parse_value(raw)
         if not isinstance(values, list):
             raise UsageError(f"--param {text!r}: {raw!r} is not a TOML array of values")
     else:
         items = [item.strip() for item in raw.split(",")]
         if any(not item for item in items):
             raise UsageError(f"--param {text!r}: give one or more comma-separated values, {hint}")
-        values = [_toml_value(item) for item in items]
+        values = [parse_value(item) for item in items]
     if not values:
         raise UsageError(f"--param {text!r}: give one or more values, {hint}")
     tokens = [json.dumps(v, sort_keys=True) for v in values]
@@ -226,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         benchmark=args.benchmark,
         protocol=args.protocol or PAPER_PROTOCOL,
         seeds=seeds,
-        sets=tuple(args.set or ()),
+        sets=dict(args.set or ()),
         loggers=tuple(args.logger or ()),
         pairs=None if args.pairs is None else _int_list(args.pairs, "--pairs"),
         methods=None if args.methods is None else _names(args.methods, "--methods"),

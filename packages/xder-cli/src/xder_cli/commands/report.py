@@ -27,8 +27,8 @@ from xder_cli.errors import UsageError
 from xder_cli.runs import rundir
 from xder_cli.runs.claims import check_table_claims, claims_markdown
 from xder_cli.runs.errors import RunError
-from xder_cli.runs.plan import run_overrides, settings_text
 from xder_cli.runs.published import published_analyses, published_results
+from xder_cli.runs.settings import NOT_DEFINING, run_overrides, settings_text
 from xder_data import DataError
 from xder_eval import (
     ANALYSIS_METRICS,
@@ -169,7 +169,8 @@ def report_analyses(
 
 
 def group_overrides(groups: Any, configs: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per group whose runs differ from their preset and protocol (:func:`xder_cli.runs.plan.run_overrides`
+    """Per group whose runs differ from their preset and protocol
+    (:func:`xder_cli.runs.settings.run_overrides`
     of its first run): the group and those settings; groups whose method or benchmark is unknown
     here (a plugin not loaded) are left out."""
     out = []
@@ -237,7 +238,7 @@ def command_report(args: Any) -> int:
     records = [read_run(path) for path in paths]
     analysed = {str(path): found for path in paths if (found := read_analyses(path)) is not None}
     task_il = bool(args.task_il)
-    report = build_report(records, published_results())
+    report = build_report(records, published_results(), ignore=NOT_DEFINING)
 
     out = Path(args.out)
     try:

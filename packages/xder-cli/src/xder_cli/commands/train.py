@@ -1,14 +1,11 @@
-"""``xder-run train``: resolve a run's configuration, build it, train it, record it."""
+"""``xder-run train``: its flags turned into settings, the run's life (:mod:`xder_cli.runs.lifecycle`)
+shown on the terminal, its summary printed."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
 import math
-import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,31 +19,18 @@ from xder_cli.commands.common import (
     add_protocol_argument,
     assignment,
     class_order,
-    error_line,
     fraction,
 )
 from xder_cli.errors import Interrupted, UsageError
 from xder_cli.progress import on_terminal
 from xder_cli.runs import rundir
-from xder_cli.runs.errors import RunError
-from xder_cli.runs.plan import RunPlan, build_plan, resolve_config, resolve_device
-from xder_cli.runs.plugins import PluginError, load_plugin, loaded_plugins
-from xder_cli.runs.trackers import check_loggers
-from xder_cli.runs.training import run_training
-from xder_data import DEFAULT_PROTOCOL, DataError, list_benchmarks
-from xder_methods import (
-    MethodError,
-    list_methods,
-    method_config_class,
-)
-from xder_models import UnknownBackboneError
+from xder_cli.runs.lifecycle import Start, live
+from xder_cli.runs.plugins import loaded_plugins
+from xder_cli.runs.settings import RunPlan, build_plan, resolve_config, takes_buffer
+from xder_data import DEFAULT_PROTOCOL, list_benchmarks
+from xder_methods import list_methods
 
-__all__ = ["command_train", "print_summary"]
-
-
-def _run(plan: RunPlan, run_dir: Path, *, resume: bool = False) -> dict[str, Any]:
-    """Train ``plan`` into ``run_dir`` with the terminal's progress bars and lines."""
-    return run_training(plan, run_dir, resume=resume, **on_terminal())
+__all__ = ["command_train", "print_summary", "run_settings"]
 
 
 def _fmt(value: float | None) -> str:
@@ -61,8 +45,44 @@ def print_summary(results: dict[str, Any], run_dir: Path) -> None:
     print(f"results: {run_dir / rundir.RESULTS}  plots: {run_dir / rundir.PLOTS}")
 
 
+RUN_FLAGS = {
+    "seed": "run.seed",
+    "device": "run.device",
+    "class_order": "run.class_order",
+    "data_root": "run.data_root",
+    "validation": "run.validation",
+    "logger": "run.loggers",
+    "record_analyses": "run.record_analyses",
+    "epochs": "train.epochs",
+}
+"""The flags that are settings: argparse's name -> the dotted key it sets."""
+
+
+def run_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the flags give, as dotted keys, then ``--set``'s in their order."""
+    settings = {
+        key: getattr(args, name) for name, key in RUN_FLAGS.items() if getattr(args, name) is not None
+    }
+    if args.buffer_size is not None:
+        if args.buffer_size < 0:
+            raise UsageError(f"--buffer-size must be >= 0, got {args.buffer_size}")
+        if takes_buffer(args.method):
+            settings["method.buffer_size"] = args.buffer_size
+        else:
+            print(f"note: method {args.method!r} keeps no buffer; --buffer-size is ignored", file=sys.stderr)
+    if loaded_plugins():
+        settings["run.plugins"] = list(loaded_plugins())
+    return settings | dict(args.set or [])
+
+
 def command_train(args: Any) -> int:
     """Entry point of ``xder-run train`` (``args`` from the argument parser)."""
+    started: list[Path] = []  # the run directory, once the run's life knows it
+
+    def on_start(start: Start, plan: RunPlan, run_dir: Path) -> None:
+        started.append(run_dir)
+        _announce(start, plan, run_dir, resumed=args.resume is not None)
+
     if args.resume is not None:
         given = [flag for flag, value in _train_flags(args).items() if value is not None]
         if given:
@@ -70,137 +90,36 @@ def command_train(args: Any) -> int:
                 f"--resume takes no other settings (got {given[0]}): "
                 "the run continues with its own config.toml"
             )
-        run_dir = rundir.check_run_dir(Path(args.resume), named_by="resume")
-        plan = _resumed_plan(run_dir)
-        # A complete run is reported without taking the lock: nothing in the folder is touched.
-        if _report_if_complete(run_dir):
-            return 0
-        with rundir.lock_run_dir(run_dir, then=f"run xder-run train --resume {run_dir} again"):
-            if _report_if_complete(run_dir):  # another writer finished it meanwhile
-                return 0
-            check_loggers(plan.settings.loggers)
-            if (run_dir / rundir.CHECKPOINT).exists():
-                _announce(plan, run_dir, "resuming")
-            else:
-                print(f"{run_dir}: no checkpoint yet: starting from the beginning", flush=True)
-                _announce(plan, run_dir, "training")
-            with _interruptible(run_dir):
-                results = _run(plan, run_dir, resume=True)
-            print_summary(results, run_dir)
-        return 0
-
-    method_values: dict[str, Any] = {}
-    if args.buffer_size is not None:
-        if args.buffer_size < 0:
-            raise UsageError(f"--buffer-size must be >= 0, got {args.buffer_size}")
-        fields = {f.name for f in dataclasses.fields(method_config_class(args.method))}
-        if "buffer_size" in fields:
-            method_values["buffer_size"] = args.buffer_size
-        else:
-            print(
-                f"note: method {args.method!r} keeps no buffer; --buffer-size is ignored",
-                file=sys.stderr,
-            )
-    run = {
-        key: value
-        for key, value in {
-            "seed": args.seed,
-            "device": args.device,
-            "class_order": args.class_order,
-            "data_root": args.data_root,
-            "validation": args.validation,
-            "loggers": args.logger,
-            "record_analyses": args.record_analyses,
-            "plugins": list(loaded_plugins()) or None,
-        }.items()
-        if value is not None
-    }
-    train = {} if args.epochs is None else {"epochs": args.epochs}
-    config = resolve_config(
-        method=args.method,
-        benchmark=args.benchmark,
-        preset=args.preset,
-        run=run,
-        train=train,
-        method_values=method_values,
-        sets=list(args.set or []),
-        protocol_name=args.protocol or DEFAULT_PROTOCOL,
-    )
-    plan = build_plan(config)
-    resolve_device(plan.settings.device)  # fail before creating anything
-    check_loggers(plan.settings.loggers)
-    run_dir = rundir.new_run_dir(
-        Path(args.out),
-        plan.settings.method,
-        plan.settings.benchmark,
-        plan.buffer_size,
-        plan.settings.seed,
-    )
+        where = {"run_dir": rundir.check_run_dir(Path(args.resume), named_by="resume")}
+        plan = None
+    else:
+        config = resolve_config(
+            args.method,
+            args.benchmark,
+            protocol=args.protocol or DEFAULT_PROTOCOL,
+            preset=args.preset,
+            settings=run_settings(args),
+        )
+        where, plan = {"out": Path(args.out)}, build_plan(config)
     try:
-        # Nobody else knows the fresh folder's name yet: the lock is free, and held from here on.
-        with rundir.lock_run_dir(run_dir, then=f"run xder-run train --resume {run_dir}"):
-            config = run_dir / rundir.CONFIG
-            with rundir.write_errors(config, then=f"train again (and delete {run_dir})"):
-                rundir.write_config(config, plan.config)
-            _announce(plan, run_dir, "training")
-            with _interruptible(run_dir):
-                results = _run(plan, run_dir)
-            print_summary(results, run_dir)
-    except (RunError, UsageError, DataError, MethodError, UnknownBackboneError):
-        _remove_if_unstarted(run_dir)
-        raise
+        lived = live(plan, **where, display=on_terminal(), on_start=on_start)
+    except KeyboardInterrupt:
+        if not started:
+            raise
+        raise Interrupted(f"interrupted: continue with xder-run train --resume {started[0]}") from None
+    print_summary(lived.results, lived.run_dir)
     return 0
 
 
-def _remove_if_unstarted(run_dir: Path) -> None:
-    """Remove a run folder that a failed start left behind (a data error, a bad class order, a
-    divergence in the first epoch): nothing in it can be resumed, and ``report`` would list it.
-    Never one holding a checkpoint. Silent: the error that follows is the one line to read."""
-    if not (run_dir / rundir.CHECKPOINT).exists():
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _interruptible(run_dir: Path) -> Iterator[None]:
-    """Turn Ctrl-C into the line that says how to continue this run (exit status 130)."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        raise Interrupted(f"interrupted: continue with xder-run train --resume {run_dir}") from None
-
-
-def _resumed_plan(run_dir: Path) -> RunPlan:
-    """The plan of a run to resume, its plugins loaded first (those recorded in config.toml)."""
-    config = rundir.read_config(run_dir / rundir.CONFIG)
-    for spec in config.get("run", {}).get("plugins", []):
-        try:
-            load_plugin(spec)
-        except PluginError as error:
-            raise UsageError(
-                f"{run_dir} was trained with --plugin {spec}, which does not load now ({error_line(error)}): "
-                "install or restore it, or pass --plugin with where it is now"
-            ) from error
-    method = config.get("run", {}).get("method")
-    if method is not None and method not in list_methods():
-        raise UsageError(
-            f"{run_dir} trains method {method!r}, which nothing registers here: it comes from a plugin "
-            "not recorded in its config.toml; resume with --plugin MODULE_OR_FILE naming it"
-        )
-    return build_plan(config)
-
-
-def _report_if_complete(run_dir: Path) -> bool:
-    """Print the summary of ``run_dir`` if its results.json says it is complete; read only."""
-    results = rundir.complete_results(run_dir)
-    if results is None:
-        return False
-    print(f"{run_dir} is already complete.")
-    print_summary(results, run_dir)
-    return True
-
-
-def _announce(plan: RunPlan, run_dir: Path, verb: str) -> None:
+def _announce(start: Start, plan: RunPlan, run_dir: Path, *, resumed: bool) -> None:
+    """The run's first lines: what trains, from where (or that it is complete already)."""
+    if start is Start.COMPLETE:
+        print(f"{run_dir} is already complete.")
+        return
+    if resumed and start is Start.NEW:
+        print(f"{run_dir}: no checkpoint yet: starting from the beginning", flush=True)
     s = plan.settings
+    verb = "resuming" if start is Start.RESUMED else "training"
     protocol = "" if s.protocol == DEFAULT_PROTOCOL else f", protocol {s.protocol}"
     print(
         f"{verb} {s.method} on {s.benchmark} (buffer {plan.buffer_size}, seed {s.seed}, preset {s.preset}"

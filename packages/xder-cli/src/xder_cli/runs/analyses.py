@@ -14,7 +14,7 @@ Two kinds of analysis:
   (where COCO-stitched data are prepared).
 
 Results go to ``RUN_DIR/analysis/analysis.json`` and PNG plots beside it. The run is loaded back
-by :func:`~xder_cli.runs.trained.load_trained_run`; the plots are drawn by
+by :func:`~xder_cli.runs.loaded.load_trained_run`; the plots are drawn by
 ``xder_cli.runs._analysis_plots``.
 """
 
@@ -31,8 +31,8 @@ from torch import Tensor, nn
 
 from xder_cli.runs._analysis_plots import plot_buffer_logits, plot_grad_norms, plot_head_bias, plot_series
 from xder_cli.runs.errors import AnalysisSkipped, option
+from xder_cli.runs.loaded import Predictor, TrainedRun, load_trained_run, predict_all
 from xder_cli.runs.recorded import task_end_analysis
-from xder_cli.runs.trained import Predictor, TrainedRun, load_trained_run, predict_all
 from xder_data import load_benchmark
 from xder_eval import (
     expected_calibration_error,

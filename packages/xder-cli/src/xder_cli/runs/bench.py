@@ -27,6 +27,7 @@ counts it used. ``--concurrent N,...`` measures several such processes at once i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import statistics
@@ -37,8 +38,10 @@ from typing import Any
 
 import torch
 
+from xder_cli.runs.build import build_method, build_network, resolve_device, run_generator
 from xder_cli.runs.cpushare import ThreadPolicy
 from xder_cli.runs.errors import BenchError, SettingError, option
+from xder_cli.runs.settings import RunPlan, resolve_run
 from xder_data import (
     DEFAULT_PROTOCOL,
     BenchmarkDefaults,
@@ -56,12 +59,10 @@ from xder_methods import (
     Transforms,
     autocast,
     batch_bounds,
-    create_method,
     method_config_class,
 )
-from xder_models import create_backbone
 
-__all__ = ["BENCH_SHAPES", "BenchOptions", "run_bench", "wait_for_start", "with_protocol"]
+__all__ = ["BENCH_SHAPES", "BenchOptions", "bench_plan", "run_bench", "wait_for_start", "with_protocol"]
 
 # Synthetic data shaped like each benchmark: (input shape, classes per task, tasks, items per class).
 BENCH_SHAPES: dict[str, tuple[tuple[int, ...], int, int, int]] = {
@@ -143,8 +144,33 @@ class _Subject:
     epoch: Any
 
 
+def bench_plan(name: str, options: BenchOptions) -> RunPlan:
+    """The plan of method ``name`` as the bench measures it: the benchmark's protocol, the method's
+    own defaults (no preset), and ``options``' backbone, width, batch size, buffer size, precision,
+    memory format and compilation (``options`` with the protocol's values filled in:
+    :func:`with_protocol`)."""
+    overrides: dict[str, Any] = {
+        "run.device": options.device,
+        "backbone.name": options.backbone or "",
+        "train.batch_size": options.batch_size,
+        "train.precision": options.precision,
+        "train.channels_last": options.channels_last,
+        "train.compile": options.compile,
+    }
+    if options.backbone == "resnet18-cifar":
+        overrides["backbone.width"] = options.width
+    fields = {f.name for f in dataclasses.fields(method_config_class(name))}
+    if "buffer_size" in fields:
+        overrides["method.buffer_size"] = options.buffer_size
+    if "minibatch_size" in fields:
+        overrides["method.minibatch_size"] = options.batch_size
+    protocol = options.protocol or DEFAULT_PROTOCOL
+    return resolve_run(name, options.benchmark, preset="none", protocol=protocol, overrides=overrides)
+
+
 def _subject(name: str, options: BenchOptions, device: torch.device, defaults: BenchmarkDefaults) -> _Subject:
-    """``name`` brought to task ``options.task``; ``options`` with the protocol's values filled in."""
+    """``name`` brought to task ``options.task``; ``options`` with the protocol's values filled in.
+    Its network and method are built from its plan (:func:`bench_plan`) as training builds them."""
     shape, per_task, n_tasks, per_class = BENCH_SHAPES[options.benchmark]
     num_classes = per_task * n_tasks
     mean, std = (0.5,) * shape[0], (0.25,) * shape[0]
@@ -157,30 +183,10 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
         StrongAugment(image, mean, std),
     )
     setting = ContinualSetting((per_task,) * n_tasks, shape)
-    net_options = (
-        {"width": options.width, "in_channels": shape[0]} if options.backbone == "resnet18-cifar" else {}
-    )
-    torch.manual_seed(0)
-    net = create_backbone(options.backbone, num_classes, **net_options).to(device)
-    if options.channels_last:
-        net = net.to(memory_format=torch.channels_last)
-    if options.compile:
-        net.compile()
-    generator = torch.Generator(device=device).manual_seed(0)
-    fields = {f for f in method_config_class(name).__dataclass_fields__}
-    config = {
-        k: v
-        for k, v in {"buffer_size": options.buffer_size, "minibatch_size": options.batch_size}.items()
-        if k in fields
-    }
-    method = create_method(
-        name,
-        net=net,
-        setting=setting,
-        transforms=transforms,
-        config=method_config_class(name)(**config),
-        generator=generator,
-    )
+    plan = bench_plan(name, options)
+    net = build_network(plan, num_classes, device)
+    generator = run_generator(plan, device)
+    method: Any = build_method(plan, net, setting, transforms, generator)
     data_gen = torch.Generator(device=device).manual_seed(1)
     n_items = per_class * per_task
     task_x = torch.randint(0, 256, (n_items, *shape), generator=data_gen, device=device, dtype=torch.uint8)
@@ -202,7 +208,7 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
 
     def step(rows: torch.Tensor = batch_rows) -> None:
         x_raw, y = task_x[rows], task_y[rows]
-        with autocast(options.precision, device):
+        with autocast(plan.schedule.precision, device):
             out = method.observe(Batch(transforms.train(x_raw, generator), y, x_raw, options.task))
         if out.loss is not None:
             optimizer.zero_grad(set_to_none=True)
@@ -216,16 +222,12 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
     images = sum(seen)
     with OpCounter() as counter:
         step()
-    floor_net = create_backbone(options.backbone, num_classes, **net_options).to(device)
-    if options.channels_last:
-        floor_net = floor_net.to(memory_format=torch.channels_last)
-    if options.compile:
-        floor_net.compile()
+    floor_net = build_network(plan, num_classes, device)
     floor_opt = torch.optim.SGD(floor_net.parameters(), lr=0.01)
     floor_x = torch.randn(images, *shape, device=device)
 
     def floor() -> None:
-        with autocast(options.precision, device):
+        with autocast(plan.schedule.precision, device):
             loss = floor_net(floor_x).float().logsumexp(dim=1).mean()
         floor_opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -233,7 +235,7 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
 
     def epoch() -> int:
         order = torch.randperm(n_items, generator=generator, device=device)
-        bounds = batch_bounds(n_items, options.batch_size)
+        bounds = batch_bounds(n_items, plan.schedule.batch_size, drop_last=plan.schedule.drop_last)
         for start, end in bounds:
             step(order[start:end])
         return len(bounds)
@@ -288,8 +290,6 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
         SettingError: a benchmark without bench shapes or images, a task out of range, a width,
             batch size or buffer size out of range (and the packages' errors: an unknown method).
     """
-    from xder_cli.runs.plan import resolve_device
-
     device = resolve_device(options.device)
     if options.benchmark not in BENCH_SHAPES:
         raise SettingError(f"bench shapes exist for {', '.join(BENCH_SHAPES)}, not {options.benchmark!r}")

@@ -5,10 +5,11 @@ figures.)
 
 PERFORMANCE.md's terms, at the level of processes: for each method, the same fixed work (the
 timed training steps of ``xder-run bench``, warm-up excluded) is run by one process alone, then by
-N processes at once, each a separate ``xder-run bench`` with the caller's options (so it takes its
-threads as a training run does: :mod:`xder_cli.runs.cpushare`). Processes wait for each other after
-their warm-up (:func:`xder_cli.runs.bench.wait_for_start`) and start their timed steps together.
-Rounds interleave methods and group sizes, so that drift on the machine hits all of them alike.
+N processes at once, each a separate process measuring with the caller's options
+(:func:`child_main`; it takes its threads as a training run does: :mod:`xder_cli.runs.cpushare`).
+Processes wait for each other after their warm-up (:func:`xder_cli.runs.bench.wait_for_start`)
+and start their timed steps together. Rounds interleave methods and group sizes, so that drift on
+the machine hits all of them alike.
 
 Figures, per method and group size N (medians over rounds):
 
@@ -21,6 +22,7 @@ Figures, per method and group size N (medians over rounds):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -35,10 +37,13 @@ from xder_cli.runs.errors import BenchError
 if TYPE_CHECKING:  # only a type: the children import torch, this process need not
     from xder_cli.runs.bench import BenchOptions
 
-__all__ = ["FAIR_SHARE_TARGET", "run_share_bench", "share_ratio"]
+__all__ = ["FAIR_SHARE_TARGET", "child_main", "run_share_bench", "share_ratio"]
 
 FAIR_SHARE_TARGET = 1.25
-_CHILD = "from xder_cli.main import main; raise SystemExit(main())"
+_CHILD = (
+    "import sys; from xder_cli.runs.bench_share import child_main; raise SystemExit(child_main(sys.argv[1]))"
+)
+"""A child process: the library's entry point :func:`child_main`, given its request file."""
 
 
 def share_ratio(group_seconds: float, processes: int, alone_seconds: float) -> float:
@@ -51,27 +56,39 @@ def share_ratio(group_seconds: float, processes: int, alone_seconds: float) -> f
     return group_seconds / (processes * alone_seconds)
 
 
-def _child_args(options: BenchOptions, method: str, json_path: Path, start: Path) -> list[str]:
-    """The ``xder-run`` arguments of a child measuring ``method`` with ``options``: its timed
-    steps only (no epoch), its figures to ``json_path``, started by the signal in ``start``."""
-    argv = ["bench", "--methods", method, "--benchmark", options.benchmark]
-    argv += ["--task", str(options.task), "--device", options.device, "--steps", str(options.steps)]
-    argv += ["--warmup", str(options.warmup), "--precision", options.precision, "--no-epoch"]
-    argv += ["--json", str(json_path), "--start-after", str(start)]
-    for flag, value in (
-        ("--protocol", options.protocol),
-        ("--backbone", options.backbone),
-        ("--width", options.width),
-        ("--batch-size", options.batch_size),
-        ("--buffer-size", options.buffer_size),
-    ):
-        if value is not None:
-            argv += [flag, str(value)]
-    argv += ["--channels-last"] if options.channels_last else []
-    argv += ["--compile"] if options.compile else []
-    for plugin in options.plugins:
-        argv += ["--plugin", plugin]
-    return argv
+def child_main(request: str) -> int:
+    """A fair-share child process (:data:`_CHILD`): measure with the options of the JSON file
+    ``request`` (``{"options": BenchOptions fields, "out": path}``), write the figures to its
+    ``out``; a library error is one line on stderr and exit status 2 (its parent reports that
+    line)."""
+    from xder_cli.runs.bench import BenchOptions, run_bench
+    from xder_cli.runs.errors import RunError
+    from xder_cli.runs.plugins import load_plugins
+    from xder_cli.runs.rundir import write_json
+
+    data = json.loads(Path(request).read_text())
+    fields = data["options"] | {
+        "methods": tuple(data["options"]["methods"]),
+        "plugins": tuple(data["options"]["plugins"]),
+        "start_after": Path(data["options"]["start_after"]),
+    }
+    try:
+        load_plugins(fields["plugins"])
+        write_json(Path(data["out"]), run_bench(BenchOptions(**fields)))
+    except RunError as error:
+        print(" ".join(str(error).split()), file=sys.stderr)
+        return 2
+    return 0
+
+
+def _request(options: BenchOptions, method: str, out: Path, start: Path) -> Path:
+    """The request file of a child measuring ``method`` with ``options``: its timed steps only
+    (no epoch), its figures to ``out``, started by the signal in ``start``."""
+    child = dataclasses.replace(options, methods=(method,), epoch=False, start_after=start)
+    path = out.with_suffix(".request.json")
+    fields = dataclasses.asdict(child) | {"start_after": str(start)}
+    path.write_text(json.dumps({"options": fields, "out": str(out)}))
+    return path
 
 
 def _run_group(options: BenchOptions, method: str, processes: int, scratch: Path) -> list[dict[str, Any]]:
@@ -80,7 +97,7 @@ def _run_group(options: BenchOptions, method: str, processes: int, scratch: Path
     outputs = [folder / f"child-{i}.json" for i in range(processes)]
     children = [
         subprocess.Popen(
-            [sys.executable, "-c", _CHILD, *_child_args(options, method, out, folder)],
+            [sys.executable, "-c", _CHILD, str(_request(options, method, out, folder))],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

@@ -1,5 +1,6 @@
 """A trained run loaded back from its run directory (:func:`load_trained_run`): its plan,
-benchmark, method (from the last checkpoint), events and results, for the analyses."""
+benchmark, method (from the last checkpoint), events and results, for the analyses. Its parts
+are built as training built them (:mod:`xder_cli.runs.build`)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,17 @@ import torch
 from torch import Tensor, nn
 
 from xder_cli.runs import rundir
+from xder_cli.runs.build import (
+    benchmark_setting,
+    build_method,
+    build_network,
+    load_data,
+    resolve_device,
+    run_generator,
+)
 from xder_cli.runs.errors import RunDirError
-from xder_cli.runs.plan import build_plan, resolve_device
-from xder_data import Benchmark, load_benchmark
-from xder_methods import ContinualSetting, Transforms, create_method
-from xder_models import create_backbone
+from xder_cli.runs.settings import RunPlan, build_plan
+from xder_data import Benchmark
 
 __all__ = ["Predictor", "TrainedRun", "load_trained_run", "predict_all"]
 
@@ -46,7 +53,7 @@ class TrainedRun:
     """A finished (or checkpointed) run, rebuilt from its directory."""
 
     run_dir: Path
-    plan: Any
+    plan: RunPlan
     bench: Benchmark
     method: Any
     device: torch.device
@@ -56,13 +63,13 @@ class TrainedRun:
 
     def make_network(self) -> nn.Module:
         """A fresh, untrained network of the run's backbone, on its device."""
-        options = {k: v for k, v in self.plan.backbone.items() if k != "name"}
-        torch.manual_seed(self.plan.settings.seed)
-        return create_backbone(self.plan.backbone["name"], self.bench.num_classes, **options).to(self.device)
+        return build_network(self.plan, self.bench.num_classes, self.device)
 
 
 def load_trained_run(run_dir: Path, *, device: str | None = None, data_root: str | None = None) -> TrainedRun:
-    """Rebuild the method of a run directory and load its checkpoint (eval mode).
+    """Rebuild the method of a run directory and load its checkpoint (eval mode). The run is
+    ``complete`` when its checkpoint is past the last task it trains (``train.tasks``, else the
+    benchmark's).
 
     Raises:
         RunDirError: not a run directory, or one without a checkpoint yet.
@@ -72,33 +79,16 @@ def load_trained_run(run_dir: Path, *, device: str | None = None, data_root: str
     if not checkpoint.is_file():
         raise RunDirError(f"{run_dir} has no {rundir.CHECKPOINT} yet: train (or resume) it first")
     plan = build_plan(rundir.read_config(run_dir / rundir.CONFIG))
-    settings = plan.settings
-    target = resolve_device(device or settings.device)
-    bench = load_benchmark(
-        settings.benchmark,
-        data_root or settings.data_root,
-        class_order=settings.class_order,
-        seed=settings.seed,
-        validation=settings.validation,
-        device=target,
-        protocol=settings.protocol,
-        **plan.benchmark,
-    )
+    target = resolve_device(device or plan.settings.device)
+    # Analyses read the data where they compute: on the device, whatever run.data_device said.
+    bench = load_data(plan, target, data_root=data_root).to(target)
     run = TrainedRun(run_dir, plan, bench, None, target, [], {}, False)
-    generator = torch.Generator(device=target).manual_seed(settings.seed)
-    method = create_method(
-        settings.method,
-        net=run.make_network(),
-        setting=ContinualSetting(bench.classes_per_task, bench.input_shape, bench.train_x.dtype),
-        transforms=Transforms(bench.train_transform, bench.test_transform, bench.strong_transform),
-        config=plan.method_config,
-        generator=generator,
-    )
+    method = build_method(plan, run.make_network(), *benchmark_setting(bench), run_generator(plan, target))
     state = rundir.load_checkpoint(checkpoint, target)
     method.load_state_dict(state["method"])
     method.train(False)
     run.method = method
-    run.complete = state["position"]["task"] >= bench.n_tasks
+    run.complete = state["position"]["task"] >= (plan.schedule.tasks or bench.n_tasks)
     events_path = run_dir / rundir.EVENTS
     if events_path.exists():
         run.events = [json.loads(line) for line in events_path.read_text().splitlines() if line.strip()]

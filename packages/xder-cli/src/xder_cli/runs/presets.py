@@ -54,7 +54,6 @@ __all__ = [
     "preset_entries",
     "preset_entry",
     "preset_values",
-    "split_dotted",
     "split_preset",
     "table_key",
 ]
@@ -100,22 +99,6 @@ class PresetEntry:
     fixed: dict[str, Any] = field(default_factory=dict)
     """The preset's ``protocol`` table: settings it fixes for every method of the benchmark."""
     protocol: str = PAPER_PROTOCOL
-
-    def sections(self) -> dict[str, dict[str, Any]]:
-        """The fixed settings then the chosen values, as ``{section: {key: value}}``."""
-        out: dict[str, dict[str, Any]] = {}
-        for dotted, value in {**self.fixed, **self.chosen}.items():
-            section, key = split_dotted(dotted)
-            out.setdefault(section, {})[key] = value
-        return out
-
-
-def split_dotted(dotted: str) -> tuple[str, str]:
-    """``"method.alpha"`` -> ``("method", "alpha")``."""
-    section, _, key = dotted.partition(".")
-    if not section or not key:
-        raise SettingError(f"{dotted!r} is not a setting: write section.key, e.g. method.alpha")
-    return section, key
 
 
 def split_preset(text: str) -> tuple[str, str | None]:
@@ -230,9 +213,9 @@ def preset_values(
     method: str,
     buffer_size: int | None = None,
     protocol: str = PAPER_PROTOCOL,
-) -> dict[str, dict[str, Any]]:
-    """The sections preset ``preset`` (``NAME`` or ``NAME:ENTRY``) sets for a run; ``{}`` for
-    ``none``.
+) -> dict[str, Any]:
+    """The settings preset ``preset`` (``NAME`` or ``NAME:ENTRY``) gives a run, as dotted keys: the
+    benchmark's fixed settings, then the entry's chosen values; ``{}`` for ``none``.
 
     Raises:
         SettingError: unknown preset, or no entry for this benchmark, protocol, buffer size and
@@ -242,7 +225,7 @@ def preset_values(
     if name == "none":
         return {}
     found = preset_entry(name, benchmark, buffer_size, entry or method, method=method, protocol=protocol)
-    return found.sections()
+    return {**found.fixed, **found.chosen}
 
 
 def default_preset(

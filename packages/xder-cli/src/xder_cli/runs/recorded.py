@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from xder_cli.runs.trained import predict_all
+from xder_cli.runs.loaded import predict_all
 from xder_eval.analyses import DEFAULT_SHOTS, class_mean_logits, curve_auc, fewshot_curve
 from xder_methods import Loop
 

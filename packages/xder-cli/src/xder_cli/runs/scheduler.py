@@ -23,6 +23,7 @@ how many times this invocation started it (``attempts``; :func:`trial_retries`).
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import socket
@@ -37,12 +38,13 @@ from typing import Any, NamedTuple
 
 from xder_cli.runs import rundir
 from xder_cli.runs.errors import RunDirError
-from xder_cli.runs.plan import build_plan
+from xder_cli.runs.lifecycle import RunDisplay, Start, live
 from xder_cli.runs.plugins import load_plugins, loaded_plugins
-from xder_cli.runs.training import run_training
+from xder_cli.runs.settings import build_plan
 
 __all__ = [
     "ATTEMPTS",
+    "LOG",
     "RAY_MAX_RETRIES",
     "RETRY_LOCK_WAIT_S",
     "RUNNING_ELSEWHERE",
@@ -63,6 +65,8 @@ __all__ = [
 ]
 
 RUNNING_ELSEWHERE = "running elsewhere"  # a run another process holds (the command started twice)
+LOG = "log.txt"
+"""What a job printed (its progress lines, a failure's traceback)."""
 ATTEMPTS = "attempts.jsonl"
 """A job's starts, one JSON line each (written under its lock, before it trains): ``submission``
 (one per job per invocation: Ray's retries of a task share it), ``node`` (:func:`this_node`),
@@ -75,11 +79,11 @@ RETRY_LOCK_WAIT_S = 150.0
 kernel frees it when that process dies, but a shared filesystem may keep a dead node's lock until
 its lease runs out (NFSv4: about 90 s)."""
 
-LogOutput = Callable[[], Mapping[str, Any]]
-"""Makes, for one job, the keyword arguments of :func:`xder_cli.runs.training.run_training` that
-show a run (``callbacks``, ``notify``, ``read_progress``); what they print goes to the job's
-``log.txt``. The commands pass :func:`xder_cli.progress.on_terminal`; on Ray it is called in the
-worker (a module-level function travels by its name)."""
+LogOutput = Callable[[], RunDisplay]
+"""Makes, for one job, the :class:`~xder_cli.runs.lifecycle.RunDisplay` that shows a run (its
+callbacks, notices and read progress); what they print goes to the job's ``log.txt``. The
+commands pass :func:`xder_cli.progress.on_terminal`; on Ray it is called in the worker (a
+module-level function travels by its name)."""
 
 
 class Job(NamedTuple):
@@ -200,6 +204,32 @@ def read_attempts(run_dir: Path) -> list[dict[str, Any]]:
     return attempts
 
 
+class _LazyLog(io.TextIOBase):
+    """A text file opened for appending at its first write (and closed with the ``with``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file: Any = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if self.file is None:
+            self.file = open(self.path, "a")  # noqa: SIM115  (closed by close())
+        return self.file.write(text)
+
+    def flush(self) -> None:
+        if self.file is not None:
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+        super().close()
+
+
 def _attempts_of(run_dir: Path, submission: str) -> int:
     return sum(a.get("submission") == submission for a in read_attempts(run_dir))
 
@@ -212,10 +242,11 @@ def train_trial(
     *,
     log_output: LogOutput | None = None,
 ) -> dict[str, Any]:
-    """Train one job into ``run_dir`` (resuming from its checkpoint if it has one); never raises.
+    """Train one job into ``run_dir`` through the run's life
+    (:func:`xder_cli.runs.lifecycle.live`: resuming from its checkpoint if it has one, holding the
+    run directory's lock throughout); never raises.
 
-    Runs inside a Ray worker (or in-process), holding the run directory's lock
-    (:func:`rundir.lock_run_dir`) throughout. A job whose lock another process holds (the same
+    Runs inside a Ray worker (or in-process). A job whose lock another process holds (the same
     sweep or experiment started twice) is left alone: its outcome is ``running elsewhere``, with
     ``held_by`` naming that process. A job that another process finished meanwhile is not trained
     again. The job's printed output (what ``log_output`` shows, a failure's traceback) goes to
@@ -239,11 +270,50 @@ def train_trial(
     """
     path = Path(run_dir)
     submission = submission or uuid.uuid4().hex
+    deadline = time.monotonic() + RETRY_LOCK_WAIT_S
+    earlier = 0
+
+    def record_attempt(folder: Path, resumes: bool) -> None:
+        nonlocal earlier
+        earlier = _attempts_of(folder, submission)
+        start = {
+            "submission": submission,
+            "node": this_node(),
+            "pid": os.getpid(),
+            "time": datetime.now().astimezone().isoformat(timespec="seconds"),
+            "resume": resumes,
+        }
+        rundir.EventLog(folder / ATTEMPTS).append(start)
+
+    def retry_waits() -> bool:  # a retry of this submission waits for its lost attempt's lock
+        return _attempts_of(path, submission) > 0 and time.monotonic() < deadline
+
     try:
         path.mkdir(parents=True, exist_ok=True)
-        with contextlib.ExitStack() as lock:
-            _lock_trial(lock, path, submission)
-            return _train_locked(path, config, plugins, submission, log_output)
+        # What the run prints (log_output's lines, a failure's traceback) goes to its log.txt,
+        # made at the first line: a run another process holds is left as it is.
+        with (
+            _LazyLog(path / LOG) as log,
+            contextlib.redirect_stdout(log),
+            contextlib.redirect_stderr(log),
+        ):
+            try:
+                load_plugins(plugins)
+                display = log_output() if log_output is not None else RunDisplay()
+                lived = live(
+                    build_plan(config),
+                    run_dir=path,
+                    then="run the sweep again",
+                    display=display,
+                    on_locked=record_attempt,
+                    lock_wait=retry_waits,
+                )
+            except rundir.RunDirBusyError:
+                raise
+            except Exception as error:  # a failed job is recorded, never fatal to the others
+                traceback.print_exc(file=log)
+                outcome = trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
+                return outcome | {"attempts": _attempts_of(path, submission)}
     except rundir.RunDirBusyError as busy:  # its metrics are those of a run in progress: none
         metrics = dict.fromkeys(("val_faa", "faa", "ff", "wall_time_s"))
         return {
@@ -257,65 +327,10 @@ def train_trial(
     except (OSError, RunDirError) as error:  # the folder cannot be created, locked or written
         outcome = trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
         return outcome | {"attempts": _attempts_of(path, submission)}
-
-
-def _lock_trial(stack: contextlib.ExitStack, path: Path, submission: str) -> None:
-    """Take the job's lock into ``stack``; a retry of ``submission`` (an earlier attempt of it
-    started, then was lost) waits up to :data:`RETRY_LOCK_WAIT_S` for that attempt's lock to go."""
-    deadline = time.monotonic() + RETRY_LOCK_WAIT_S
-    while True:
-        try:
-            stack.enter_context(rundir.lock_run_dir(path, then="run the sweep again"))
-            return
-        except rundir.RunDirBusyError:
-            if _attempts_of(path, submission) == 0 or time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
-
-
-def _train_locked(
-    path: Path,
-    config: dict[str, dict[str, Any]],
-    plugins: Sequence[str],
-    submission: str,
-    log_output: LogOutput | None,
-) -> dict[str, Any]:
-    earlier = _attempts_of(path, submission)
-    if trial_finished(path):  # finished since the caller looked: by another process, or by a lost attempt
+    if lived.start is Start.COMPLETE:  # by another process, or by a lost attempt of this submission
+        earlier = _attempts_of(path, submission)
         return trial_outcome(path, "finished") | ({"attempts": earlier} if earlier else {"skipped": True})
-    resume = (path / rundir.CHECKPOINT).exists()
-    start = {
-        "submission": submission,
-        "node": this_node(),
-        "pid": os.getpid(),
-        "time": datetime.now().astimezone().isoformat(timespec="seconds"),
-        "resume": resume,
-    }
-    rundir.EventLog(path / ATTEMPTS).append(start)
-    return _train_logged(path, config, plugins, resume, log_output) | {"attempts": earlier + 1}
-
-
-def _train_logged(
-    path: Path,
-    config: dict[str, dict[str, Any]],
-    plugins: Sequence[str],
-    resume: bool,
-    log_output: LogOutput | None,
-) -> dict[str, Any]:
-    # What the run prints (log_output's lines, a failure's traceback) goes to its log.txt.
-    with open(path / "log.txt", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        try:
-            (path / rundir.PLOTS).mkdir(exist_ok=True)
-            load_plugins(plugins)
-            plan = build_plan(config)
-            if not resume:
-                rundir.write_config(path / rundir.CONFIG, plan.config)
-            shown = dict(log_output()) if log_output is not None else {}
-            run_training(plan, path, resume=resume, **shown)
-        except Exception as error:  # a failed job is recorded, never fatal to the others
-            traceback.print_exc(file=log)
-            return trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
-    return trial_outcome(path, "finished")
+    return trial_outcome(path, "finished") | {"attempts": earlier + 1}
 
 
 # ---------------------------------------------------------------------------------------------

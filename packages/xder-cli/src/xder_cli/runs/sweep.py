@@ -40,8 +40,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
-import statistics
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,9 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from xder_cli.runs import rundir
+from xder_cli.runs._stats import fmt_stat, mean_std
 from xder_cli.runs.errors import SettingError, option
-from xder_cli.runs.plan import build_plan, resolve_config
-from xder_cli.runs.presets import PAPER_PROTOCOL, preset_entry, split_dotted
+from xder_cli.runs.presets import PAPER_PROTOCOL, preset_entry
 from xder_cli.runs.scheduler import (
     Job,
     LogOutput,
@@ -60,6 +58,7 @@ from xder_cli.runs.scheduler import (
     run_jobs,
     trial_retries,
 )
+from xder_cli.runs.settings import build_plan, resolve_config, split_key
 
 __all__ = [
     "SWEEP_JSON",
@@ -119,7 +118,7 @@ def _check_grid(grid: Any, where: str) -> dict[str, list[Any]]:
     if not isinstance(grid, dict) or not grid:
         raise SettingError(f'{where}: [grid] must map "section.key" to a non-empty list of values')
     for key, values in grid.items():
-        split_dotted(key)
+        split_key(key)
         if not isinstance(values, list) or not values:
             raise SettingError(f"{where}: grid key {key!r} must be a non-empty list, got {values!r}")
     return dict(grid)
@@ -154,7 +153,7 @@ def load_spec(path: Path, *, seeds: tuple[int, ...] | None = None, protocol: str
     if not isinstance(fixed, dict):
         raise SettingError(f'{path}: [set] must map "section.key" to a value')
     for key in fixed:
-        split_dotted(key)
+        split_key(key)
     buffer_size = data.get("buffer_size")
     if buffer_size is not None and (not isinstance(buffer_size, int) or buffer_size < 0):
         raise SettingError(f"{path}: buffer_size must be an integer >= 0, got {buffer_size!r}")
@@ -232,27 +231,17 @@ def plan_trials(spec: SweepSpec) -> list[Trial]:
     points = [dict(zip(keys, values, strict=True)) for values in itertools.product(*spec.grid.values())]
     trials = []
     for index, point in enumerate(points):
-        sets = [(*split_dotted(k), v) for k, v in {**spec.fixed, **point}.items()]
         for seed in spec.seeds:
+            settings = {"run.seed": seed, "run.validation": spec.validation}
+            if spec.buffer_size is not None:
+                settings["method.buffer_size"] = spec.buffer_size
+            settings |= {**spec.fixed, **point}
             config = resolve_config(
-                method=spec.method,
-                benchmark=spec.benchmark,
-                preset=spec.preset,
-                run={"seed": seed, "validation": spec.validation},
-                train={},
-                method_values={} if spec.buffer_size is None else {"buffer_size": spec.buffer_size},
-                sets=sets,
-                protocol_name=spec.protocol,
+                spec.method, spec.benchmark, protocol=spec.protocol, preset=spec.preset, settings=settings
             )
             plan = build_plan(config)
             trials.append(Trial(f"{_point_name(index, point)}-s{seed}", point, seed, plan.config))
     return trials
-
-
-def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
-    if not values:
-        return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
 def select(spec: SweepSpec, trials: list[Trial], outcomes: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -270,8 +259,8 @@ def select(spec: SweepSpec, trials: list[Trial], outcomes: dict[str, dict[str, A
             entry["test"].append(float(outcome["faa"]))
     rows = []
     for key, entry in points.items():
-        val_mean, val_std = _mean_std(entry["val"])
-        test_mean, test_std = _mean_std(entry["test"])
+        val_mean, val_std = mean_std(entry["val"])
+        test_mean, test_std = mean_std(entry["test"])
         rows.append(
             {
                 "name": key,
@@ -315,12 +304,6 @@ def select(spec: SweepSpec, trials: list[Trial], outcomes: dict[str, dict[str, A
     }
 
 
-def _fmt(mean: float | None, std: float | None) -> str:
-    if mean is None or not math.isfinite(mean):
-        return "-"
-    return f"{mean:.2f} ± {std:.2f}"
-
-
 def sweep_markdown(summary: dict[str, Any]) -> str:
     """The sweep report: points ranked by validation FAA, the best first, then failed trials."""
     keys = list(summary["grid"])
@@ -343,8 +326,8 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
     else:
         chosen = ", ".join(f"{k} = {json.dumps(v)}" for k, v in best["point"].items())
         lines += [
-            f"**Best: {chosen}**: validation FAA {_fmt(best['val_faa_mean'], best['val_faa_std'])}, "
-            f"test FAA {_fmt(best['test_faa_mean'], best['test_faa_std'])}.",
+            f"**Best: {chosen}**: validation FAA {fmt_stat(best['val_faa_mean'], best['val_faa_std'])}, "
+            f"test FAA {fmt_stat(best['test_faa_mean'], best['test_faa_std'])}.",
             "",
         ]
     lines += [
@@ -357,8 +340,9 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
     for rank, row in enumerate(ranked, 1):
         values = " | ".join(json.dumps(row["point"][k]) for k in keys)
         lines.append(
-            f"| {rank} | {values} | {_fmt(row['val_faa_mean'], row['val_faa_std'])} | "
-            f"{_fmt(row['test_faa_mean'], row['test_faa_std'])} | {row['seeds_finished']}/{row['seeds']} |"
+            f"| {rank} | {values} | {fmt_stat(row['val_faa_mean'], row['val_faa_std'])} | "
+            f"{fmt_stat(row['test_faa_mean'], row['test_faa_std'])} | "
+            f"{row['seeds_finished']}/{row['seeds']} |"
         )
     failed = [t for t in summary["trials"] if t["status"] != "finished"]
     if failed:

@@ -44,14 +44,13 @@ from xder_cli.runs.experiments.common import (
     ExperimentOptions,
     ExperimentRun,
     PlannedExperiment,
-    dotted,
     execute,
     run_experiment,
 )
 from xder_cli.runs.experiments.flatness import Flatness
 from xder_cli.runs.experiments.sensitivity import Sensitivity
 from xder_cli.runs.experiments.table import Table
-from xder_cli.runs.plan import Notify, ignore
+from xder_cli.runs.settings import Notify, ignore
 
 __all__ = [
     "DEFAULT_SEEDS",
@@ -115,7 +114,7 @@ def plan_experiment(name: str, options: ExperimentOptions, *, notify: Notify = i
         "benchmark": options.benchmark,
         "protocol": options.protocol,
         "seeds": list(options.seeds),
-        "sets": dotted(options.sets),
+        "sets": dict(options.sets),
     }
     return experiment.plan(options, common, notify)
 

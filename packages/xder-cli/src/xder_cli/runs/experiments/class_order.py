@@ -4,7 +4,7 @@ reversed class order; FAA and FF per method x order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,8 @@ from xder_cli.runs.experiments.common import (
     run_records,
     with_overrides,
 )
-from xder_cli.runs.plan import Notify, ignore
 from xder_cli.runs.presets import PAPER_PROTOCOL
+from xder_cli.runs.settings import Notify, ignore
 from xder_eval.plots import legend_outside, new_figure, save_figure
 
 __all__ = [
@@ -49,7 +49,7 @@ def plan_class_order(
     benchmark: str,
     methods: Sequence[str],
     seeds: Sequence[int],
-    sets: Sequence[tuple[str, str, Any]],
+    sets: Mapping[str, Any],
     protocol: str = PAPER_PROTOCOL,
 ) -> list[ExperimentRun]:
     """Every (method, natural | reversed, seed), configured and validated."""
@@ -57,7 +57,7 @@ def plan_class_order(
         ExperimentRun(
             f"{method}-{order}-s{seed}",
             seed,
-            run_config(method, benchmark, seed, [*sets, ("run", "class_order", order)], protocol),
+            run_config(method, benchmark, seed, {**sets, "run.class_order": order}, protocol),
             {"method": method, "order": order},
         )
         for method in methods

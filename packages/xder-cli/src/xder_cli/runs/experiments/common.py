@@ -10,25 +10,23 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from xder_cli.runs import rundir
+from xder_cli.runs._stats import fmt, fmt_stat, mean_std
 from xder_cli.runs.errors import RunDirError, SettingError, option
-from xder_cli.runs.plan import Notify, build_plan, resolve_config, settings_text
 from xder_cli.runs.presets import PAPER_PROTOCOL
 from xder_cli.runs.scheduler import Job, LogOutput, outcome_note, run_jobs, trial_retries
+from xder_cli.runs.settings import Notify, build_plan, defines, resolve_config, settings_text
 
 __all__ = [
     "DEFAULT_SEEDS",
     "EXPERIMENT_JSON",
     "EXPERIMENT_MD",
-    "OBSERVING_KEYS",
     "OWNED_BY_ALL",
-    "PLACING_KEYS",
     "RUNS",
     "Experiment",
     "ExperimentOptions",
@@ -36,7 +34,6 @@ __all__ = [
     "PlannedExperiment",
     "cell",
     "check_owned",
-    "dotted",
     "execute",
     "faa_metrics",
     "fmt",
@@ -77,7 +74,7 @@ class ExperimentOptions:
         benchmark: the benchmark of every run.
         protocol: the benchmark's training protocol.
         seeds: the seeds of every setting.
-        sets: ``(section, key, value)`` overrides of every run (``--set``).
+        sets: the settings of every run, dotted keys (``--set``, and the flags that are settings).
         loggers: experiment trackers of every run (``run.loggers``; not an override).
         pairs: flatness: the pairs (k, k+1) to run, by k (None: all).
         methods: class-order: the methods; table: some of the table's rows (None: the default).
@@ -89,7 +86,7 @@ class ExperimentOptions:
     benchmark: str
     protocol: str = PAPER_PROTOCOL
     seeds: tuple[int, ...] = DEFAULT_SEEDS
-    sets: tuple[tuple[str, str, Any], ...] = ()
+    sets: Mapping[str, Any] = field(default_factory=dict)
     loggers: tuple[str, ...] = ()
     pairs: tuple[int, ...] | None = None
     methods: tuple[str, ...] | None = None
@@ -97,10 +94,9 @@ class ExperimentOptions:
     params: tuple[tuple[str, list[Any]], ...] = ()
     buffer_size: int | None = None
 
-    def run_sets(self) -> list[tuple[str, str, Any]]:
+    def run_sets(self) -> dict[str, Any]:
         """The settings of every run: ``sets``, then ``run.loggers`` where there are loggers."""
-        loggers = [("run", "loggers", list(self.loggers))] if self.loggers else []
-        return [*self.sets, *loggers]
+        return {**self.sets, **({"run.loggers": list(self.loggers)} if self.loggers else {})}
 
 
 @dataclass(frozen=True)
@@ -164,20 +160,14 @@ class Experiment(Protocol):
         ...
 
 
-def dotted(sets: Sequence[tuple[str, str, Any]]) -> dict[str, Any]:
-    """``[(section, key, value)]`` -> ``{"section.key": value}``."""
-    return {f"{section}.{key}": value for section, key, value in sets}
-
-
-def check_owned(sets: Sequence[tuple[str, str, Any]], owned: dict[str, str]) -> None:
+def check_owned(sets: Mapping[str, Any], owned: dict[str, str]) -> None:
     """The overrides may not touch what the protocol sets itself (``owned``: key -> why, what
     instead, its options written as placeholders: :func:`xder_cli.runs.errors.option`).
 
     Raises:
         SettingError: an override of a key in ``owned``.
     """
-    for section, key, _ in sets:
-        name = f"{section}.{key}"
+    for name in sets:
         if name in owned:
             raise SettingError(f"{option('overrides')} {name}: {owned[name]}")
 
@@ -198,37 +188,24 @@ def run_config(
     method: str,
     benchmark: str,
     seed: int,
-    sets: Sequence[tuple[str, str, Any]],
+    sets: Mapping[str, Any],
     protocol: str,
     *,
     preset: str | None = None,
-    method_values: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A run's resolved, validated configuration; ``preset`` None: the method's default preset."""
-    config = resolve_config(
-        method=method,
-        benchmark=benchmark,
-        preset=preset,
-        run={"seed": seed},
-        train={},
-        method_values=dict(method_values or {}),
-        sets=list(sets),
-        protocol_name=protocol,
-    )
+    """A run's resolved, validated configuration: ``sets`` (dotted keys) over the method's
+    ``preset`` (None: its default preset) and the benchmark's ``protocol``."""
+    settings = {"run.seed": seed, **sets}
+    config = resolve_config(method, benchmark, protocol=protocol, preset=preset, settings=settings)
     return build_plan(config).config
-
-
-OBSERVING_KEYS = frozenset({"run.loggers", "run.threads", "run.record_analyses", "run.plugins"})
-"""Settings that observe a run (trackers, recorded analyses) or place it (threads) without changing
-what it trains: an earlier invocation's run may differ in them."""
 
 
 def _normalised(config: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """A configuration as its config.toml reads back (no None values, lists for tuples), less what
-    observes the run or places it rather than configures it (:data:`OBSERVING_KEYS`) and empty
-    sections."""
+    places or observes the run rather than defines it (:func:`xder_cli.runs.settings.defines`: a
+    run moved to another device or data folder is the same run) and empty sections."""
     body = {
-        s: {k: v for k, v in values.items() if v is not None and f"{s}.{k}" not in OBSERVING_KEYS}
+        s: {k: v for k, v in values.items() if v is not None and defines(f"{s}.{k}")}
         for s, values in config.items()
     }
     return json.loads(json.dumps({s: values for s, values in body.items() if values}))
@@ -364,13 +341,6 @@ def run_experiment(
     return summary, outcomes
 
 
-def mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
-    """The mean and the sample standard deviation (None below two values); None, None of none."""
-    if not values:
-        return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
-
-
 def faa_metrics(results: dict[str, Any] | None) -> dict[str, float | None]:
     """``faa`` and ``ff`` of a results.json (None where it has none)."""
     results = results or {}
@@ -382,18 +352,6 @@ def describe_faa(results: dict[str, Any] | None, label: str = "FAA") -> str:
     FAA: ``test FAA`` where no validation split is held out)."""
     m = faa_metrics(results)
     return f"{label} {fmt(m['faa'])}, FF {fmt(m['ff'])}"
-
-
-def fmt(value: float | None, digits: int = 2) -> str:
-    """``12.34``; ``-`` for None or a value that is not finite."""
-    return "-" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
-
-
-def fmt_stat(mean: float | None, std: float | None) -> str:
-    """``mean ± std`` (``mean`` alone without a std, ``-`` without a mean)."""
-    if mean is None:
-        return "-"
-    return fmt(mean) if std is None else f"{fmt(mean)} ± {fmt(std)}"
 
 
 def run_records(
@@ -441,14 +399,11 @@ def cell(records: Sequence[dict[str, Any]], keys: dict[str, str]) -> dict[str, A
     return out
 
 
-PLACING_KEYS = OBSERVING_KEYS | {"run.device", "run.data_root", "run.data_device"}
-"""Settings that say where a run trains or what watches it, not what it trains: not overrides."""
-
-
-def overrides_text(sets: dict[str, Any]) -> str:
+def overrides_text(sets: Mapping[str, Any]) -> str:
     """``--set`` overrides that change what is trained, as ``key=value`` pairs (JSON values), e.g.
-    ``train.epochs=1, backbone.width=4``; empty when there are none (:data:`PLACING_KEYS` left out)."""
-    return settings_text({key: value for key, value in sets.items() if key not in PLACING_KEYS})
+    ``train.epochs=1, backbone.width=4``; empty when there are none (those that only place or
+    observe a run left out: :func:`xder_cli.runs.settings.defines`)."""
+    return settings_text({key: value for key, value in sets.items() if defines(key)})
 
 
 def with_overrides(lines: list[str], summary: dict[str, Any]) -> list[str]:

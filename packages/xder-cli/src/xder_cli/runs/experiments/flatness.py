@@ -9,7 +9,7 @@ one axis per pair), with that task's forgetting.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +32,8 @@ from xder_cli.runs.experiments.common import (
     run_records,
     with_overrides,
 )
-from xder_cli.runs.plan import Notify, ignore
 from xder_cli.runs.presets import PAPER_PROTOCOL
+from xder_cli.runs.settings import Notify, ignore
 from xder_data import load_benchmark
 from xder_eval.plots import legend_outside, new_figure, save_figure
 
@@ -89,7 +89,7 @@ def plan_flatness(
     classes_per_task: Sequence[int],
     pairs: Sequence[int],
     seeds: Sequence[int],
-    sets: Sequence[tuple[str, str, Any]],
+    sets: Mapping[str, Any],
     protocol: str = PAPER_PROTOCOL,
 ) -> list[ExperimentRun]:
     """Every (pair, regulariser, seed) of the stable-regime study, configured and validated."""
@@ -97,17 +97,13 @@ def plan_flatness(
     for pair in pairs:
         order = pair_class_order(classes_per_task, pair)
         for regulariser in REGULARISERS:
-            study = [
-                ("run", "class_order", order),
-                ("train", "tasks", 2),
-                ("method", "regulariser", regulariser),
-            ]
+            study = {"run.class_order": order, "train.tasks": 2, "method.regulariser": regulariser}
             for seed in seeds:
                 runs.append(
                     ExperimentRun(
                         f"pair{pair}-{regulariser}-s{seed}",
                         seed,
-                        run_config(FLATNESS_METHOD, benchmark, seed, [*sets, *study], protocol),
+                        run_config(FLATNESS_METHOD, benchmark, seed, {**sets, **study}, protocol),
                         {"pair": pair, "regulariser": regulariser},
                     )
                 )

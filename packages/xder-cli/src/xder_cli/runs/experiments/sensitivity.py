@@ -7,7 +7,7 @@ plus ``--set``); test FAA against the value. Its runs are planned as one-key gri
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,6 @@ from xder_cli.runs.experiments.common import (
     cell,
     check_owned,
     describe_faa,
-    dotted,
     faa_metrics,
     fmt_stat,
     not_finished,
@@ -30,8 +29,8 @@ from xder_cli.runs.experiments.common import (
     run_records,
     with_overrides,
 )
-from xder_cli.runs.plan import Notify, ignore
 from xder_cli.runs.presets import PAPER_PROTOCOL
+from xder_cli.runs.settings import Notify, ignore
 from xder_cli.runs.sweep import SweepSpec, plan_trials
 from xder_eval.plots import new_figure, save_figure, set_percent_axis
 
@@ -53,7 +52,7 @@ def plan_sensitivity(
     benchmark: str,
     params: Sequence[tuple[str, list[Any]]],
     seeds: Sequence[int],
-    sets: Sequence[tuple[str, str, Any]],
+    sets: Mapping[str, Any],
     protocol: str = PAPER_PROTOCOL,
 ) -> tuple[list[ExperimentRun], dict[str, Any], str]:
     """Every (parameter, value, seed), each parameter's values planned as a one-key sweep grid
@@ -74,7 +73,7 @@ def plan_sensitivity(
             grid={key: list(values)},
             validation=0.0,
             preset=preset,
-            fixed=dotted(sets),
+            fixed=dict(sets),
             protocol=protocol,
         )
         for trial in plan_trials(spec):

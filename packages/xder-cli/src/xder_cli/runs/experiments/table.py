@@ -21,7 +21,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,9 +46,9 @@ from xder_cli.runs.experiments.common import (
     run_records,
     with_overrides,
 )
-from xder_cli.runs.plan import Notify, ignore
 from xder_cli.runs.presets import DEFAULT_ORDER, PAPER_PROTOCOL, list_presets, preset_entry
 from xder_cli.runs.published import published_table, xder_table_methods
+from xder_cli.runs.settings import Notify, ignore
 from xder_data import list_benchmarks
 from xder_eval import PublishedResult, compare_to_published
 from xder_eval.plots import new_figure, save_figure
@@ -161,17 +161,17 @@ def plan_table(
     buffer_size: int,
     entries: Sequence[TableEntry],
     seeds: Sequence[int],
-    sets: Sequence[tuple[str, str, Any]],
+    sets: Mapping[str, Any],
     protocol: str = PAPER_PROTOCOL,
 ) -> list[ExperimentRun]:
     """Every (entry, seed) of a table, configured and validated: the entry's preset, the buffer
     size for methods that keep a buffer, then ``sets``."""
     runs = []
     for entry in entries:
-        values = {"buffer_size": buffer_size} if entry.buffered else {}
+        buffer = {"method.buffer_size": buffer_size} if entry.buffered else {}
         for seed in seeds:
             config = run_config(
-                entry.method, benchmark, seed, sets, protocol, preset=entry.preset, method_values=values
+                entry.method, benchmark, seed, {**buffer, **sets}, protocol, preset=entry.preset
             )
             runs.append(
                 ExperimentRun(

@@ -1,0 +1,195 @@
+"""Settings (xder_cli.runs.settings, their one owner): dotted keys and --set parsing, typed
+coercion, the layers, the plan, and which [run] keys define a run."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from xder_cli.runs.errors import SettingError
+from xder_cli.runs.rundir import read_config, write_config
+from xder_cli.runs.settings import (
+    RUN_KEYS,
+    Role,
+    RunSettings,
+    build_plan,
+    coerce,
+    defines,
+    parse_assignment,
+    resolve_config,
+    split_key,
+)
+from xder_data import BenchmarkDefaults, benchmark_defaults
+from xder_methods import MethodConfigError, TrainingSchedule
+
+
+def test_parse_assignment_reads_toml_values() -> None:
+    assert parse_assignment("method.alpha=0.2") == ("method.alpha", 0.2)
+    assert parse_assignment("train.milestones=[35, 45]") == ("train.milestones", [35, 45])
+    assert parse_assignment("run.class_order=reversed") == ("run.class_order", "reversed")
+    assert parse_assignment('backbone.name="resnet18-cifar"') == ("backbone.name", "resnet18-cifar")
+    assert parse_assignment("train.momentum = 0") == ("train.momentum", 0)
+    for bad in ["alpha=0.2", "model.alpha=1", "method.=1", "method.alpha", "method.a.b=1"]:
+        with pytest.raises(SettingError):
+            parse_assignment(bad)
+
+
+def test_one_reader_of_a_dotted_key() -> None:
+    assert split_key("method.alpha") == ("method", "alpha")
+    assert split_key(" train.lr ") == ("train", "lr")
+    for bad in ["alpha", "model.alpha", "method.", ".alpha", "method.a.b"]:
+        with pytest.raises(
+            SettingError, match=r"is not a setting: write section\.name with section one of run"
+        ):
+            split_key(bad)
+
+
+def test_every_run_key_says_what_it_is_to_a_run() -> None:
+    fields = {f.name for f in dataclasses.fields(RunSettings)}
+    assert set(RUN_KEYS) == fields
+    placing = {f"run.{k}" for k, role in RUN_KEYS.items() if role is Role.PLACES}
+    assert {"run.device", "run.data_root", "run.data_device", "run.threads"} <= placing
+    assert [defines(k) for k in ("run.device", "run.data_root", "run.data_device", "run.loggers")] == [
+        False
+    ] * 4
+    defining = (
+        "run.seed",
+        "run.class_order",
+        "train.lr",
+        "method.alpha",
+        "backbone.width",
+        "benchmark.tasks",
+    )
+    assert all(defines(k) for k in defining)
+
+
+def test_the_protocol_gives_every_schedule_field_it_has() -> None:
+    """No list of keys mirrors BenchmarkDefaults: each of its fields the schedule shares lands in
+    [train] with the protocol's value, for every benchmark's paper protocol."""
+    shared = {f.name for f in dataclasses.fields(BenchmarkDefaults)} & {
+        f.name for f in dataclasses.fields(TrainingSchedule)
+    }
+    assert {"epochs", "lr", "milestones", "drop_last", "optimizer"} <= shared
+    for benchmark in ("seq-digits", "seq-cifar10", "seq-cifar100"):
+        protocol = benchmark_defaults(benchmark)
+        config = resolve_config("sgd", benchmark, preset="none")
+        for key in shared:
+            assert config["train"][key] == getattr(protocol, key), (benchmark, key)
+
+
+@pytest.mark.parametrize(
+    ("value", "hint", "expected"),
+    [
+        (1, float, 1.0),
+        (2, int, 2),
+        (True, bool, True),
+        ([35, 45], tuple[int, ...], (35, 45)),
+        ([1.4, 2], tuple[int | float, ...], (1.4, 2)),
+        ("seen", Literal["seen", "all"], "seen"),
+        ("natural", str | list[int], "natural"),
+        ([2, 0, 1], str | list[int], [2, 0, 1]),
+        (None, int | None, None),
+    ],
+)
+def test_coerce_accepts(value, hint, expected) -> None:
+    assert coerce(value, hint, "x") == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        ("0.2", float),
+        (1.5, int),
+        (True, int),
+        (1, bool),
+        (["a"], tuple[int, ...]),
+        ("some", Literal["seen", "all"]),
+    ],
+)
+def test_coerce_rejects(value, hint) -> None:
+    with pytest.raises(SettingError, match="x = "):
+        coerce(value, hint, "x")
+
+
+def _resolve(method: str = "derpp", benchmark: str = "seq-digits", preset: str | None = None, **settings):
+    return resolve_config(method, benchmark, preset=preset, settings=settings)
+
+
+def test_layers_protocol_flags_then_set() -> None:
+    # What train makes of --epochs 3 --buffer-size 50 --set method.alpha=0.9 --set train.epochs=4.
+    settings = {"train.epochs": 3, "method.buffer_size": 50} | {"method.alpha": 0.9, "train.epochs": 4}
+    plan = build_plan(resolve_config("derpp", "seq-digits", preset="none", settings=settings))
+    assert plan.schedule.epochs == 4  # --set beats the flag
+    assert plan.schedule.lr == 0.05  # the seq-digits protocol
+    assert plan.method_config.buffer_size == 50
+    assert plan.method_config.alpha == 0.9
+    assert plan.method_config.beta == 0.5  # DER++'s own default
+    assert plan.backbone == {"name": "resnet18-cifar", "width": 16, "in_channels": 1}
+    assert plan.config["run"]["preset"] == "none"
+
+
+def test_unknown_and_ill_typed_keys_are_rejected() -> None:
+    with pytest.raises(SettingError, match=r"method.gamma is not a setting of method 'derpp'.*alpha"):
+        build_plan(_resolve(**{"method.gamma": 0.5}))
+    with pytest.raises(SettingError, match=r"train\.lr = 'fast'"):
+        build_plan(_resolve(**{"train.lr": "fast"}))
+    with pytest.raises(SettingError, match=r"backbone\.depth"):
+        build_plan(_resolve(**{"backbone.depth": 3}))
+    with pytest.raises(SettingError, match=r"run\.method cannot be set with overrides: use method$"):
+        _resolve(**{"run.method": "er"})
+    with pytest.raises(SettingError, match=r"'model\.alpha' is not a setting"):
+        _resolve(**{"model.alpha": 1})
+
+
+def test_milestones_take_fractional_epochs_and_integers_stay_integers(tmp_path: Path) -> None:
+    dotted, value = parse_assignment("train.milestones=[1.4,1.8]")
+    assert (dotted, value) == ("train.milestones", [1.4, 1.8])
+    plan = build_plan(_resolve(benchmark="seq-cifar100", **{dotted: value}))
+    assert plan.schedule.milestones == (1.4, 1.8)
+    paper = build_plan(_resolve(benchmark="seq-cifar100"))
+    assert paper.schedule.milestones == (35, 45)
+    assert all(type(m) is int for m in paper.config["train"]["milestones"])  # written as before
+    # config.toml, as runs wrote it before fractional milestones and as they write it now, reads
+    # back (what --resume rebuilds a run from) to the same schedule.
+    for run, expected in ((paper, (35, 45)), (plan, (1.4, 1.8))):
+        path = tmp_path / "config.toml"
+        write_config(path, run.config)
+        written = read_config(path)
+        assert [(type(m), m) for m in written["train"]["milestones"]] == [(type(m), m) for m in expected]
+        again = build_plan(written)
+        assert again.schedule.milestones == expected
+        assert [type(m) for m in again.schedule.milestones] == [type(m) for m in expected]
+    with pytest.raises(SettingError, match=r"train\.milestones = 'x' is not valid"):
+        build_plan(_resolve(**{"train.milestones": ["x"]}))
+
+
+def test_plan_round_trips_through_its_resolved_config() -> None:
+    plan = build_plan(_resolve(**{"run.class_order": [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]}))
+    again = build_plan(plan.config)
+    assert again.config == plan.config
+    assert again.settings.class_order == [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]
+
+
+@pytest.mark.parametrize(
+    ("method", "key", "value"), [("joint", "mode", "final"), ("gdumb", "fit_after", "last_task")]
+)
+def test_train_tasks_refuses_methods_that_train_only_at_the_last_task(
+    method: str, key: str, value: str
+) -> None:
+    config = _resolve(method, preset="none", **{"train.tasks": 2, f"method.{key}": value})
+    with pytest.raises(MethodConfigError, match=f"train.tasks cannot shorten {method} with method.{key}"):
+        build_plan(config)
+
+
+def test_one_drop_last_default() -> None:
+    """The loop's schedule and a benchmark's protocol have one default drop_last; a run takes its
+    protocol's (the papers' protocols keep each epoch's last partial batch)."""
+    assert (
+        TrainingSchedule().drop_last
+        is BenchmarkDefaults(epochs=1, batch_size=1, minibatch_size=1, lr=0.1).drop_last
+    )
+    assert build_plan(_resolve(benchmark="seq-digits")).schedule.drop_last is True  # its documented drop
+    assert build_plan(_resolve(benchmark="seq-cifar10")).schedule.drop_last is False
