@@ -8,14 +8,13 @@ import json
 import os
 import tomllib
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from xder_cli.main import main
 from xder_cli.runs import rundir
-from xder_cli.runs.analyses import ANALYSES, analyse_pointing, load_trained_run
+from xder_cli.runs.analyses import ANALYSES, AnalysisOptions, analyse_pointing, load_trained_run
 
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
 FAST = ["--buffer-epochs", "2", "--max-items", "40"]
@@ -148,7 +147,7 @@ def test_pointing_on_planted_masks(derpp_run: Path) -> None:
 
     def pointing(masks: torch.Tensor, tolerance: float = 0.0) -> dict:
         run.bench = dataclasses.replace(run.bench, test_masks=masks)
-        return analyse_pointing(run, derpp_run / "analysis", SimpleNamespace(tolerance=tolerance))
+        return analyse_pointing(run, derpp_run / "analysis", AnalysisOptions(tolerance=tolerance))
 
     # Wherever the Grad-CAM maximum is: a mask over the whole image is hit, an empty one missed.
     assert pointing(torch.ones(n, 8, 8, dtype=torch.bool))["accuracy"] == 1.0
@@ -194,3 +193,12 @@ def test_analyze_on_a_folder_that_is_not_a_run(tmp_path: Path, capsys) -> None:
         assert "resume" not in err
         assert err.startswith(f"xder-run analyze: error: {target}: ")
         assert "give a folder that xder-run train created" in err
+
+
+def test_a_finished_shortened_run_is_analysed_as_complete(tmp_path: Path, capsys) -> None:
+    run = _train(tmp_path, "--set", "train.tasks=2")
+    capsys.readouterr()
+    assert main(["analyze", str(run), "--only", "ece", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["complete"] is True
+    assert "not finished" not in captured.err

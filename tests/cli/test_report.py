@@ -9,14 +9,13 @@ import json
 import statistics
 import tomllib
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from xder_cli.commands.report import command_report, find_run_dirs, read_run
-from xder_cli.errors import UsageError
 from xder_cli.main import main
 from xder_cli.runs import rundir
+from xder_cli.runs.errors import RunDirError
+from xder_cli.runs.report import find_run_dirs, read_run, write_report
 from xder_cli.runs.settings import build_plan, resolve_config
 
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
@@ -67,7 +66,7 @@ def expected_cell(results: list[dict], prefix: str = "") -> str:
 def test_report_of_a_runs_folder(runs: Path, tmp_path: Path, capsys, saved_figures) -> None:
     out = tmp_path / "report"
     capsys.readouterr()
-    assert command_report(SimpleNamespace(run_dirs=[str(runs)], out=str(out), task_il=False)) == 0
+    assert main(["report", str(runs), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
 
     assert {p.name for p in out.iterdir()} == {
@@ -136,8 +135,8 @@ def test_report_of_a_runs_folder(runs: Path, tmp_path: Path, capsys, saved_figur
 def test_report_of_named_run_dirs_in_task_il(runs: Path, tmp_path: Path, capsys) -> None:
     named = sorted(str(p) for p in runs.glob("*-s[01]"))
     out = tmp_path / "til"
-    args = SimpleNamespace(run_dirs=[*named, named[0]], out=str(out), task_il=True)  # a run named twice
-    assert command_report(args) == 0
+    argv = ["report", *named, named[0], "--out", str(out), "--task-il"]  # a run named twice
+    assert main(argv) == 0
     table = capsys.readouterr().out
     assert table.split("\n\n", 1)[1].startswith("Task-IL final average accuracy")  # after the overrides line
     assert f"| er | none | {expected_cell(results_of(runs, 'er'), 'task_il_')} |" in table
@@ -161,9 +160,7 @@ def test_broken_run_directories_are_listed(tmp_path: Path, capsys) -> None:
     assert read_run(garbled).error.startswith("unreadable results.json: Expecting")
 
     out = tmp_path / "out"
-    assert (
-        command_report(SimpleNamespace(run_dirs=[str(tmp_path / "runs")], out=str(out), task_il=False)) == 0
-    )
+    assert main(["report", str(tmp_path / "runs"), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "No complete runs." in printed
     assert f"- {fresh}: no results.json, no task finished (er on seq-digits m200 seed 0)" in printed
@@ -202,7 +199,7 @@ def test_runs_placed_differently_are_one_group(tmp_path: Path, capsys) -> None:
     placed = {"run.device": "cpu", "run.data_root": "/elsewhere", "run.data_device": "host"}
     _paper_run(runs, "b", "er", "seq-cifar10", 1, [[84.0], [32.0, 34.0]], buffer_size=200, settings=placed)
     out = tmp_path / "report"
-    assert command_report(SimpleNamespace(run_dirs=[str(runs)], out=str(out), task_il=False)) == 0
+    assert main(["report", str(runs), "--out", str(out)]) == 0
     table = capsys.readouterr().out
     assert "| er | paper | 32.00 ± 1.41 (51.00 ± 1.41) n=2; published" in table
     assert "data_device" not in table
@@ -221,7 +218,7 @@ def test_the_published_value_stands_beside_matching_groups(tmp_path: Path, capsy
     laptop = {"buffer_size": 200, "protocol": "laptop"}
     _paper_run(runs, "laptop-0", "derpp", "seq-cifar10", 0, [[90.0], [40.0, 60.0]], **laptop)
     out = tmp_path / "report"
-    assert command_report(SimpleNamespace(run_dirs=[str(runs)], out=str(out), task_il=False)) == 0
+    assert main(["report", str(runs), "--out", str(out)]) == 0
     table = capsys.readouterr().out
     assert "| derpp | paper |  | 32.00 ± 1.41 (51.00 ± 1.41) n=2; published 38.25 (50.54) |" in table
     assert "| xder | paper:xder-rpc |  | 49.00 (20.00) n=1; published 48.53 (26.94) |" in table
@@ -256,8 +253,8 @@ def test_the_published_value_stands_beside_matching_groups(tmp_path: Path, capsy
 )
 def test_bad_paths_are_usage_errors(make, message, tmp_path: Path) -> None:
     path = make(tmp_path)
-    with pytest.raises(UsageError, match=message) as caught:
-        command_report(SimpleNamespace(run_dirs=[str(path)], out=str(tmp_path / "out"), task_il=False))
+    with pytest.raises(RunDirError, match=message) as caught:
+        write_report([path], tmp_path / "out")
     assert "\n" not in str(caught.value)
     assert not (tmp_path / "out").exists()
 
@@ -327,7 +324,7 @@ def test_analysed_runs_add_the_papers_analyses_with_its_figures_and_claims(
     _paper_run(runs, "sgd-1", "sgd", "seq-cifar100", 1, [[90.0], [0.0, 20.0]], protocol="laptop")
     out = tmp_path / "report"
     capsys.readouterr()
-    assert command_report(SimpleNamespace(run_dirs=[str(runs)], out=str(out), task_il=False)) == 0
+    assert main(["report", str(runs), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     text = (out / "analyses.md").read_text()
     assert text in printed
@@ -383,7 +380,7 @@ def test_a_report_without_analysed_runs_has_no_analyses(tmp_path: Path, capsys) 
     (runs / "er-0" / "analysis").mkdir()
     (runs / "er-0" / "analysis" / "analysis.json").write_text("{not json")  # unreadable: left out
     out = tmp_path / "report"
-    assert command_report(SimpleNamespace(run_dirs=[str(runs)], out=str(out), task_il=False)) == 0
+    assert main(["report", str(runs), "--out", str(out)]) == 0
     assert not (out / "analyses.md").exists()
     assert json.loads((out / "report.json").read_text())["analyses"] == []
     printed = capsys.readouterr().out

@@ -13,6 +13,7 @@ import xder_cli
 SOURCE = Path(xder_cli.__file__).parent
 LONGEST_MODULE = 600  # lines
 LONGEST_MAIN = 150
+COMMANDS_LINES = 1600  # all of xder_cli.commands: a command parses, calls and prints
 
 
 def _modules() -> dict[str, Path]:
@@ -130,3 +131,45 @@ def test_modules_stay_short_and_main_only_assembles() -> None:
     lengths = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
     assert {m: n for m, n in lengths.items() if n > LONGEST_MODULE} == {}
     assert lengths["xder_cli.main"] < LONGEST_MAIN
+
+
+RUN_FILES = {"config.toml", "events.jsonl", "results.json", "checkpoint.pt", "analysis.json", "attempts.jsonl"}
+RUN_FILE_ACCESS = {
+    "read_config",
+    "write_config",
+    "read_results",
+    "complete_results",
+    "load_checkpoint",
+    "save_checkpoint",
+    "EventLog",
+    "read_analysis",
+    "write_analysis",
+    "read_attempts",
+    "read_text",
+    "write_text",
+    "read_bytes",
+    "write_bytes",
+    "open",
+}
+
+
+def test_no_command_reads_or_writes_a_run_folder_itself() -> None:
+    """A command parses, calls the library and prints: no run folder's file named as a value, no
+    file opened, no run file read or written (help texts may name the files)."""
+    found = []
+    for module, path in MODULES.items():
+        if not module.startswith("xder_cli.commands"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in RUN_FILES:
+                found.append(f"{module}:{node.lineno}: {node.value!r}")
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "attr", getattr(node.func, "id", None))
+                if name in RUN_FILE_ACCESS:
+                    found.append(f"{module}:{node.lineno}: {name}()")
+    assert found == []
+
+
+def test_the_commands_stay_thin() -> None:
+    lengths = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
+    assert sum(n for m, n in lengths.items() if m.startswith("xder_cli.commands")) <= COMMANDS_LINES

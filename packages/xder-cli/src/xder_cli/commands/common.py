@@ -47,6 +47,7 @@ FLAGS = {
     "run.record_analyses": "--record-analyses",
     "plugin": "--plugin",
     "train_run": "xder-run train",
+    "analyze_run": "xder-run analyze",
     "resume": "--resume",
     "grid": "--grid",
     "out": "--out",

@@ -20,8 +20,8 @@ by :func:`~xder_cli.runs.loaded.load_trained_run`; the plots are drawn by
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -55,10 +55,12 @@ from xder_eval.plots import save_figure
 
 __all__ = [
     "ANALYSES",
+    "ANALYSIS_FOLDER",
     "FLATNESS_SIGMAS",
     "RECORDED",
     "RECORD_HINT",
     "RUNNERS",
+    "AnalysisOptions",
     "AnalysisSkipped",
     "TrainedRun",
     "analyse",
@@ -85,6 +87,28 @@ RECORDED = ("grad_norms", "future_fewshot_auc")
 RECORD_HINT = f"train it with {option('run.record_analyses')} (run.record_analyses = true)"
 """What to do for :data:`RECORDED`, as a template of :mod:`~xder_cli.runs.errors`."""
 FLATNESS_SIGMAS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1)
+ANALYSIS_FOLDER = "analysis"
+"""Where a run's analyses go: ``RUN_DIR/analysis/``, their plots and
+:data:`xder_cli.runs.run_analysis.ANALYSIS_JSON`."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnalysisOptions:
+    """How the analyses that compute something run (defaults: ``xder-run analyze``'s).
+
+    Attributes:
+        max_items: training items per task for ``flatness`` (and, at most 200, ``fisher_trace``).
+        buffer_epochs: epochs of ``buffer_informativeness``'s from-scratch training on the buffer.
+        probe_epochs: epochs of ``secondary_targets``' linear probe.
+        tolerance: the pointing game's tolerance in pixels (``pointing``, ``secondary_targets``).
+        data_root: where ``secondary_targets`` finds the COCO-stitched data (None: the run's).
+    """
+
+    max_items: int = 500
+    buffer_epochs: int = 70
+    probe_epochs: int = 50
+    tolerance: float = 0.0
+    data_root: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,7 +124,7 @@ def _test_logits(run: TrainedRun) -> Tensor:
     return predict_all(run.method, run.bench.test_x, run.bench.test_transform)
 
 
-def analyse_ece(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
+def analyse_ece(run: TrainedRun, out: Path, options: AnalysisOptions) -> dict[str, Any]:
     logits = _test_logits(run)
     probs = logits.softmax(dim=1)
     labels = run.bench.test_y
@@ -114,7 +138,7 @@ def analyse_ece(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
     }
 
 
-def analyse_ss(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
+def analyse_ss(run: TrainedRun, out: Path, options: AnalysisOptions) -> dict[str, Any]:
     coarse = run.bench.coarse_labels
     if coarse is None:
         raise AnalysisSkipped(f"{run.bench.name} has no super-classes")
@@ -129,7 +153,7 @@ def _task_events(run: TrainedRun, kind: str) -> list[dict[str, Any]]:
     return [e for e in run.events if e.get("event") == kind]
 
 
-def analyse_head_bias(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
+def analyse_head_bias(run: TrainedRun, out: Path, options: AnalysisOptions) -> dict[str, Any]:
     per_task = []
     for event in _task_events(run, "task"):
         counts = np.asarray(event.get("head_counts") or [], dtype=np.int64)
@@ -147,7 +171,7 @@ def analyse_head_bias(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
     return {"per_task": per_task, "newest_head_share": last[per_task[-1]["task"]], "plot": plot.name}
 
 
-def analyse_grad_norms(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
+def analyse_grad_norms(run: TrainedRun, out: Path, options: AnalysisOptions) -> dict[str, Any]:
     series: dict[str, list[float | None]] = {}
     points = []
     for event in _task_events(run, "epoch"):
@@ -170,7 +194,7 @@ def analyse_grad_norms(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
     return {"epochs": points, "mean": means, "plot": plot.name}
 
 
-def analyse_buffer_logits(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
+def analyse_buffer_logits(run: TrainedRun, out: Path, options: AnalysisOptions) -> dict[str, Any]:
     buffer = getattr(run.method, "buffer", None)
     if buffer is None or buffer.logits is None or not len(buffer):
         raise AnalysisSkipped("the method stores no logits")
@@ -185,7 +209,7 @@ def analyse_buffer_logits(run: TrainedRun, out: Path, args: Any) -> dict[str, An
     return {"final": final, "after_task": over_time, "plot": plot.name}
 
 
-def analyse_fewshot(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
+def analyse_fewshot(run: TrainedRun, out: Path, options: AnalysisOptions) -> dict[str, Any]:
     records = [e for e in _task_events(run, "analysis") if "fewshot" in e]
     if not records:
         raise AnalysisSkipped("no few-shot record (the run has a single task, or predates the recording)")
@@ -203,7 +227,7 @@ def analyse_fewshot(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
     return {"auc": auc, "per_task": per_task, "plot": plot.name}
 
 
-def analyse_resources(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
+def analyse_resources(run: TrainedRun, out: Path, options: AnalysisOptions) -> dict[str, Any]:
     epochs = _task_events(run, "epoch")
     seconds = [e["seconds"] for e in epochs]
     memory = [e["peak_memory_mb"] for e in _task_events(run, "analysis") if "peak_memory_mb" in e]
@@ -228,8 +252,8 @@ def _train_subset(run: TrainedRun, per_task: int) -> list[tuple[Tensor, Tensor]]
     return data
 
 
-def analyse_flatness(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
-    data = _train_subset(run, args.max_items)
+def analyse_flatness(run: TrainedRun, out: Path, options: AnalysisOptions) -> dict[str, Any]:
+    data = _train_subset(run, options.max_items)
     generator = torch.Generator(device=run.device).manual_seed(0)
     curve = noisy_loss(Predictor(run.method).eval(), data, FLATNESS_SIGMAS, samples=3, generator=generator)
     ax = plot_series(
@@ -243,20 +267,20 @@ def analyse_flatness(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
     return {
         "sigmas": list(FLATNESS_SIGMAS),
         "loss": curve,
-        "items_per_task": args.max_items,
+        "items_per_task": options.max_items,
         "plot": plot.name,
     }
 
 
-def analyse_fisher(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
-    data = _train_subset(run, min(args.max_items, 200))
+def analyse_fisher(run: TrainedRun, out: Path, options: AnalysisOptions) -> dict[str, Any]:
+    data = _train_subset(run, min(options.max_items, 200))
     return {
         "trace": fisher_trace(Predictor(run.method).eval(), data),
-        "items_per_task": min(args.max_items, 200),
+        "items_per_task": min(options.max_items, 200),
     }
 
 
-def analyse_buffer_informativeness(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
+def analyse_buffer_informativeness(run: TrainedRun, out: Path, options: AnalysisOptions) -> dict[str, Any]:
     buffer = getattr(run.method, "buffer", None)
     if buffer is None or not len(buffer):
         raise AnalysisSkipped("the method keeps no replay buffer")
@@ -264,7 +288,7 @@ def analyse_buffer_informativeness(run: TrainedRun, out: Path, args: Any) -> dic
     examples, labels = buffer.examples[:size], buffer.labels[:size]
     logits = None if buffer.logits is None else buffer.logits[:size]
     targets = ["labels"] if logits is None else ["labels", "logits", "both"]
-    settings = BufferTraining(epochs=args.buffer_epochs, batch_size=run.plan.schedule.batch_size)
+    settings = BufferTraining(epochs=options.buffer_epochs, batch_size=run.plan.schedule.batch_size)
     accuracy = {}
     for target in targets:
         generator = torch.Generator(device=run.device).manual_seed(0)
@@ -275,7 +299,7 @@ def analyse_buffer_informativeness(run: TrainedRun, out: Path, args: Any) -> dic
         with torch.no_grad():
             logits_test = predict_all(_AsMethod(model), run.bench.test_x, run.bench.test_transform)
         accuracy[target] = 100.0 * float((logits_test.argmax(1) == run.bench.test_y.cpu()).float().mean())
-    return {"accuracy": accuracy, "buffer_size": size, "epochs": args.buffer_epochs}
+    return {"accuracy": accuracy, "buffer_size": size, "epochs": options.buffer_epochs}
 
 
 class _AsMethod:
@@ -304,7 +328,7 @@ def _grad_cam(
     return np.concatenate(maps) if maps else np.zeros((0, *x.shape[2:]))
 
 
-def analyse_pointing(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
+def analyse_pointing(run: TrainedRun, out: Path, options: AnalysisOptions) -> dict[str, Any]:
     masks = run.bench.test_masks
     if masks is None:
         raise AnalysisSkipped(f"{run.bench.name} has no object masks (Split CUB-200 has)")
@@ -315,12 +339,12 @@ def analyse_pointing(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
     model = Predictor(run.method)
     x = run.bench.test_transform(run.bench.test_x)
     saliency = _grad_cam(model, layer, x, run.bench.test_y)
-    result = pointing_accuracy(saliency, masks, run.bench.test_y, tolerance=args.tolerance)
+    result = pointing_accuracy(saliency, masks, run.bench.test_y, tolerance=options.tolerance)
     run.method.train(False)
     return {
         "accuracy": result.accuracy,
         "overall_accuracy": result.overall_accuracy,
-        "tolerance": args.tolerance,
+        "tolerance": options.tolerance,
     }
 
 
@@ -336,12 +360,12 @@ class _Probe(nn.Module):
         return self.linear(self.net.forward_features(x))
 
 
-def analyse_secondary_targets(run: TrainedRun, out: Path, args: Any) -> dict[str, Any]:
+def analyse_secondary_targets(run: TrainedRun, out: Path, options: AnalysisOptions) -> dict[str, Any]:
     from xder_data import DataError
 
     try:
         stitched = load_benchmark(
-            "coco-stitch", args.data_root or run.plan.settings.data_root, device=run.device
+            "coco-stitch", options.data_root or run.plan.settings.data_root, device=run.device
         )
     except (DataError, ValueError) as error:
         raise AnalysisSkipped(f"COCO-stitched data not available ({str(error).splitlines()[0]})") from error
@@ -358,7 +382,7 @@ def analyse_secondary_targets(run: TrainedRun, out: Path, args: Any) -> dict[str
     targets = F.one_hot(stitched.train_y, stitched.num_classes) | F.one_hot(
         stitched.train_secondary_y, stitched.num_classes
     )
-    for _ in range(args.probe_epochs):
+    for _ in range(options.probe_epochs):
         order = torch.randperm(n, generator=generator, device=run.device)
         for s in range(0, n, 32):
             rows = order[s : s + 32]
@@ -371,14 +395,14 @@ def analyse_secondary_targets(run: TrainedRun, out: Path, args: Any) -> dict[str
     with torch.no_grad():
         scores = predict_all(_AsMethod(probe), stitched.test_x, stitched.test_transform).sigmoid()
     f1 = secondary_target_f1(scores, stitched.test_y, stitched.test_secondary_y)
-    result: dict[str, Any] = {"f1": f1, "probe_epochs": args.probe_epochs}
+    result: dict[str, Any] = {"f1": f1, "probe_epochs": options.probe_epochs}
     if stitched.test_masks is not None and getattr(net, "gradcam_layer", None) is not None:
         for p in net.parameters():
             p.requires_grad_(True)  # Grad-CAM needs the gradient at the backbone's layer
         x = stitched.test_transform(stitched.test_x)
         saliency = _grad_cam(probe, net.gradcam_layer, x, stitched.test_secondary_y)
         pointing = pointing_accuracy(
-            saliency, stitched.test_masks, stitched.test_secondary_y, tolerance=args.tolerance
+            saliency, stitched.test_masks, stitched.test_secondary_y, tolerance=options.tolerance
         )
         result["pointing_accuracy"] = pointing.accuracy
     return result
@@ -402,24 +426,15 @@ RUNNERS = {
 
 def analyse(run: TrainedRun, name: str, *, out: str | Path | None = None, **options: Any) -> dict[str, Any]:
     """One analysis of :data:`ANALYSES` on a trained run (:func:`load_trained_run`), its plots
-    written to ``out`` (default: ``RUN_DIR/analysis``). ``options`` are those of ``xder-run
-    analyze`` (``max_items=500``, ``buffer_epochs=70``, ``probe_epochs=50``, ``tolerance=0.0``,
-    ``data_root=None``).
+    written to ``out`` (default: ``RUN_DIR/analysis``). ``options`` are the fields of
+    :class:`AnalysisOptions` (``max_items=500``, ``buffer_epochs=70``, ``probe_epochs=50``,
+    ``tolerance=0.0``, ``data_root=None``).
 
     Raises:
         AnalysisSkipped: the analysis does not apply to this run (the reason says why).
         KeyError: no analysis of that name.
+        TypeError: an option :class:`AnalysisOptions` does not have.
     """
-    settings = {
-        "max_items": 500,
-        "buffer_epochs": 70,
-        "probe_epochs": 50,
-        "tolerance": 0.0,
-        "data_root": None,
-    }
-    unknown = set(options) - set(settings)
-    if unknown:
-        raise TypeError(f"analyse() got unknown options {sorted(unknown)}; it takes {sorted(settings)}")
-    folder = Path(out) if out is not None else run.run_dir / "analysis"
+    folder = Path(out) if out is not None else run.run_dir / ANALYSIS_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
-    return RUNNERS[name](run, folder, SimpleNamespace(**(settings | options)))
+    return RUNNERS[name](run, folder, AnalysisOptions(**options))

@@ -55,6 +55,7 @@ OPTIONS = (
     "run.record_analyses",
     "plugin",  # load_plugin's module or file
     "train_run",  # train_run(..., resume=True) continues a run
+    "analyze_run",  # analyze_run(...) analyses one
     "resume",
     "grid",  # spec_from_preset's PRESET:BENCHMARK:BUFFER:ENTRY
     "out",  # the folder of a sweep or an experiment

@@ -1,0 +1,291 @@
+"""The report over run directories (``xder-run report``, :func:`write_report`): tables (mean ±
+std over seeds) and plots, the papers' published values beside them, and the paper's analyses of
+analysed runs.
+
+Reading is here; grouping, statistics, tables and plots are :mod:`xder_eval.report`. A run that
+cannot be used (no results.json, unreadable files, ``complete: false``) is listed, never fatal;
+only a path that does not exist, or a folder holding no run directory, is an error. The
+published results shipped beside the presets (:mod:`xder_cli.runs.published`) are passed in, so
+each group of runs on a paper protocol that matches a published entry shows its published FAA
+(FF).
+
+Runs analysed with ``xder-run analyze`` (``analysis/analysis.json``,
+:func:`xder_cli.runs.run_analysis.read_analysis`) add the paper's analyses per column
+(:mod:`xder_eval.analysis_report`): SS-ERR, SS-NLL, ECE and the newest-head share over seeds, the
+paper's figures beside them and the direction of its orderings, and the analysis claims of
+``claims.toml`` checked on them (:func:`xder_cli.runs.claims.check_table_claims`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xder_cli.runs import rundir
+from xder_cli.runs.claims import check_table_claims, claims_markdown
+from xder_cli.runs.errors import RunDirError, RunError
+from xder_cli.runs.published import published_analyses, published_results
+from xder_cli.runs.run_analysis import read_analysis
+from xder_cli.runs.settings import NOT_DEFINING, run_overrides, settings_text
+from xder_data import DataError
+from xder_eval import (
+    ANALYSIS_METRICS,
+    Report,
+    RunRecord,
+    analyses_dict,
+    analyses_markdown,
+    analysis_rows,
+    base_benchmark,
+    build_report,
+    file_token,
+    plot_analyses,
+    plot_report_curves,
+    plot_report_matrix,
+    report_csv,
+    report_dict,
+    report_markdown,
+)
+from xder_methods import MethodError
+from xder_models import UnknownBackboneError
+
+__all__ = [
+    "DEFAULT_REPORT_OUT",
+    "WrittenReport",
+    "find_run_dirs",
+    "group_overrides",
+    "read_run",
+    "report_analyses",
+    "write_report",
+]
+
+DEFAULT_REPORT_OUT = "report"
+TABLE_MD, TABLE_CSV, REPORT_JSON = "table.md", "table.csv", "report.json"
+ANALYSES_MD = "analyses.md"
+
+
+def _is_run_dir(path: Path) -> bool:
+    return (path / rundir.CONFIG).is_file() or (path / rundir.RESULTS).is_file()
+
+
+def find_run_dirs(paths: list[str]) -> list[Path]:
+    """The run directories named by ``paths``: each is a run directory (it holds config.toml or
+    results.json) or a folder whose direct subfolders are scanned for run directories. Order
+    is kept (subfolders by name); a run named twice is read once.
+
+    Raises:
+        RunDirError: a path that does not exist, is not a folder, or holds no run directory.
+    """
+    found: list[Path] = []
+    seen: set[Path] = set()
+    for text in paths:
+        path = Path(text)
+        if not path.exists():
+            raise RunDirError(f"{path}: no such directory; give run directories or the folder holding them")
+        if not path.is_dir():
+            raise RunDirError(f"{path}: not a directory; give run directories or the folder holding them")
+        if _is_run_dir(path):
+            candidates = [path]
+        else:
+            candidates = sorted(p for p in path.iterdir() if p.is_dir() and _is_run_dir(p))
+            if not candidates:
+                raise RunDirError(
+                    f"{path}: not a run directory and none in it (no {rundir.CONFIG} here or one level "
+                    "down); give folders that xder-run train created, or the folder holding them"
+                )
+        for candidate in candidates:
+            key = candidate.resolve()
+            if key not in seen:
+                seen.add(key)
+                found.append(candidate)
+    return found
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def read_run(path: Path) -> RunRecord:
+    """Parse a run directory's config.toml and results.json; what cannot be read becomes the
+    record's ``error`` (the report lists it) instead of an exception."""
+    config: dict[str, Any] | None = None
+    results: Any = None
+    errors: list[str] = []
+    config_path = path / rundir.CONFIG
+    if not config_path.is_file():
+        errors.append(f"no {rundir.CONFIG}")
+    else:
+        try:
+            config = rundir.read_config(config_path)
+        except RunDirError as error:
+            errors.append(f"unreadable {rundir.CONFIG}: {_first_line(error.__cause__ or error)}")
+    try:
+        results = rundir.read_results(path)
+    except rundir.ResultsUnreadableError as error:
+        errors.append(str(error))
+    return RunRecord(str(path), config, results, "; ".join(errors) or None)
+
+
+def report_analyses(
+    report: Report, analyses: dict[str, dict[str, Any]], out: Path
+) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """The analyses section of a report, per column with analysed runs: its Markdown (figures
+    beside the paper's, the paper's orderings, the analysis claims), its JSON and the plots
+    written to ``out`` (``analyses_<benchmark>_m<buffer>.png``); empty without analysed runs."""
+    markdown, payload, plots = "", [], []
+    published = published_analyses()
+    for column in report.columns:
+        rows = analysis_rows(report, column, analyses, published)
+        if not rows:
+            continue
+        values = {m: {r.entry: list(r.stats[m].values) for r in rows} for m in ANALYSIS_METRICS}
+        entries = [r.entry for r in rows]
+        records = check_table_claims(
+            base_benchmark(column.benchmark), column.buffer_size, entries, values, ANALYSIS_METRICS
+        )
+        name = f"analyses_{file_token(column.benchmark)}_m{column.buffer_size}.png"
+        plot_analyses(column, rows, out / name)
+        plots.append(name)
+        section = analyses_markdown(column, rows)
+        claims = claims_markdown(records)
+        if claims:
+            claims[1] = "### The paper's claims on its analyses, checked on these runs"
+        markdown += "\n" + section + "\n".join(claims) + ("\n" if claims else "")
+        payload.append(analyses_dict(column, rows) | {"claims": records, "plot": name})
+    return markdown, payload, plots
+
+
+def group_overrides(groups: Any, configs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per group whose runs differ from their preset and protocol
+    (:func:`xder_cli.runs.settings.run_overrides`
+    of its first run): the group and those settings; groups whose method or benchmark is unknown
+    here (a plugin not loaded) are left out."""
+    out = []
+    for group in groups:
+        config = configs.get(group.paths[0])
+        if config is None:
+            continue
+        try:
+            found = run_overrides(config)
+        except (RunError, DataError, MethodError, UnknownBackboneError, KeyError):
+            continue
+        if found:
+            k = group.key
+            where = {
+                "benchmark": k.benchmark,
+                "buffer_size": k.buffer_size,
+                "method": k.method,
+                "preset": k.preset,
+            }
+            out.append(where | {"settings": k.settings, "overrides": found})
+    return out
+
+
+def _override_note(overrides: list[dict[str, Any]], key: Any) -> str | None:
+    """The line above a group's plot naming its overrides (None without any)."""
+    for o in overrides:
+        if (o["benchmark"], o["buffer_size"], o["method"], o["preset"], o["settings"]) == (
+            key.benchmark,
+            key.buffer_size,
+            key.method,
+            key.preset,
+            key.settings,
+        ):
+            return "with overrides: " + settings_text(o["overrides"])
+    return None
+
+
+def overrides_markdown(overrides: list[dict[str, Any]]) -> str:
+    """The report's note on groups trained with overrides (empty when there are none)."""
+    if not overrides:
+        return ""
+    lines = [
+        "",
+        "Trained with settings their preset and protocol do not give (`--set`, `--epochs`, ...):",
+        "",
+    ]
+    for o in overrides:
+        values = settings_text(o["overrides"])
+        lines.append(
+            f"- {o['method']} ({o['preset']}) on {o['benchmark']}, buffer {o['buffer_size']}: `{values}`"
+        )
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class WrittenReport:
+    """What :func:`write_report` wrote: the tables as text, and the counts its last line gives."""
+
+    markdown: str
+    analyses_markdown: str
+    out: Path
+    files: list[str]
+    plots: list[str]
+    runs: int
+    groups: int
+    analysed: int
+
+
+def write_report(paths: Sequence[str | Path], out: str | Path, *, task_il: bool = False) -> WrittenReport:
+    """The report of the run directories ``paths`` (:func:`find_run_dirs`) into ``out``: ``table.md``,
+    ``table.csv``, ``report.json``, ``curves_<benchmark>_m<buffer>.png`` per column and
+    ``matrix_<benchmark>_m<buffer>_<method>.png`` per group (the method's row name when it has
+    several rows; buffer 0 for buffer-less methods), and for analysed runs ``analyses.md`` and
+    their plots. A group matching a published entry shows the published value beside its own
+    (Class-IL). Runs are grouped by the settings that define them (:data:`NOT_DEFINING` never
+    tells runs apart).
+
+    Raises:
+        RunDirError: a path that names no run directory, or an output folder that cannot be made.
+    """
+    run_dirs = find_run_dirs([str(p) for p in paths])
+    records = [read_run(path) for path in run_dirs]
+    analysed = {str(path): found for path in run_dirs if (found := read_analysis(path)) is not None}
+    report = build_report(records, published_results(), ignore=NOT_DEFINING)
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunDirError(f"cannot create the output folder {out}: {error.strerror}") from error
+
+    overrides = group_overrides(report.groups, {r.path: r.config for r in records})
+    heading = (
+        f"**{len(overrides)} of the groups below were trained with overrides** (named after the table): "
+        "not their protocol's own settings.\n\n"
+        if overrides
+        else ""
+    )
+    markdown = heading + report_markdown(report, task_il=task_il) + overrides_markdown(overrides)
+    rundir.atomic_write_bytes(out / TABLE_MD, markdown.encode())
+    rundir.atomic_write_bytes(out / TABLE_CSV, report_csv(report).encode())
+    analyses_md, analyses_payload, plots = report_analyses(report, analysed, out)
+    if analyses_md:
+        rundir.atomic_write_bytes(out / ANALYSES_MD, analyses_md.lstrip("\n").encode())
+    for column in report.columns:
+        name = f"curves_{file_token(column.benchmark)}_m{column.buffer_size}.png"
+        shown = [
+            o
+            for o in overrides
+            if o["benchmark"] == column.benchmark and o["buffer_size"] in (column.buffer_size, 0)
+        ]
+        note = "some rows with overrides (see table.md)" if shown else None
+        plot_report_curves(report, column, out / name, task_il=task_il, note=note)
+        plots.append(name)
+    for group in report.groups:
+        k = group.key
+        name = (
+            f"matrix_{file_token(k.benchmark)}_m{k.buffer_size}_{file_token(report.row_of(group).name)}.png"
+        )
+        plot_report_matrix(report, group, out / name, task_il=task_il, note=_override_note(overrides, k))
+        plots.append(name)
+    payload = report_dict(report, task_il=task_il)
+    written = [TABLE_MD, TABLE_CSV, *([ANALYSES_MD] if analyses_md else []), REPORT_JSON]
+    payload["files"] = [*written, *plots]
+    payload["overrides"] = overrides
+    payload["analyses"] = analyses_payload
+    rundir.write_json(out / REPORT_JSON, payload)
+    return WrittenReport(
+        markdown, analyses_md, out, written, plots, len(records), len(report.groups), len(analysed)
+    )
