@@ -8,7 +8,7 @@ Quickstart's main job and the ``seq-digits`` figures of ``docs/results.md``).
 * ``runs``: the tests of the run as a library, ``xder_cli.runs`` (``tests/runs``), in an
   environment made as ``tests(xder-cli)``'s is; ``tests(xder-cli)`` runs those of the commands.
 * ``integration``: all five packages; end-to-end runs of ``xder-run`` (``tests/integration``).
-* ``lint``: ruff (lint and format check).
+* ``lint``: ruff (lint and format check) and mypy (the five packages' sources, type-checked).
 * ``docs``: the documentation site (``mkdocs.yml``, ``docs/``, and the API reference read from the
   packages' sources) built with ``mkdocs build --strict`` into ``site/``: a broken link or anchor,
   a page left out of the nav or a docstring the reference cannot parse fails it.
@@ -122,10 +122,14 @@ def slow(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check over the whole tree."""
-    session.install(*_constraints(session), "ruff")
+    """ruff check and ruff format --check over the whole tree; mypy over the five packages'
+    sources (``[tool.mypy]`` in pyproject.toml), with the packages and their dependencies
+    installed so that it reads their types."""
+    _install(session, *PACKAGES)
+    session.install(*_constraints(session), "ruff", "mypy")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
 
 
 @nox.session

@@ -20,7 +20,7 @@ import torch
 from xder_cli.commands.experiment import parse_param
 from xder_cli.errors import UsageError
 from xder_cli.main import main
-from xder_cli.progress import Progress
+from xder_cli.progress import TaskProgress
 from xder_cli.runs import rundir
 from xder_cli.runs.errors import RunDirError, SettingError
 from xder_cli.runs.experiments.class_order import plan_class_order
@@ -95,7 +95,7 @@ def test_flatness_radar_plot_from_three_pairs(tmp_path: Path) -> None:
 def test_flatness_pairs_regularisers_interrupt_and_resume(tmp_path: Path, monkeypatch, capsys) -> None:
     out = tmp_path / "flat"
     argv = ["experiment", "flatness", "--pairs", "1", "--seeds", "0", "--out", str(out), *TINY]
-    original = Progress.on_task_end
+    original = TaskProgress.on_task_end
 
     def crash(self, loop, record) -> None:  # the lfr run is killed after its first task
         original(self, loop, record)
@@ -103,7 +103,7 @@ def test_flatness_pairs_regularisers_interrupt_and_resume(tmp_path: Path, monkey
             raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(Progress, "on_task_end", crash)
+        patch.setattr(TaskProgress, "on_task_end", crash)
         assert main(argv) == 130
     runs = out / "runs"
     assert _results(runs / "pair1-none-s0")["complete"] is True

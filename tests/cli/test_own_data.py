@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from xder_cli.main import main
-from xder_cli.progress import Progress
+from xder_cli.progress import TaskProgress
 
 CLASSES = ("apple", "bee", "cloud", "drum", "egg", "fern")
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
@@ -101,7 +101,7 @@ def test_resume_keeps_the_benchmark_options(tmp_path: Path, monkeypatch, capsys)
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(Progress, "on_task_end", stop_after_first_task)
+        patch.setattr(TaskProgress, "on_task_end", stop_after_first_task)
         argv = ["train", "--method", "er", "--benchmark", "folder", "--data-root", str(data)]
         assert (
             main(

@@ -16,7 +16,7 @@ import xder_cli.runs.experiments as experiment_registry
 import xder_cli.runs.plugins as plugins
 from xder_cli.commands.common import plugin_arguments
 from xder_cli.main import main
-from xder_cli.runs.scheduler import train_trial
+from xder_cli.runs.scheduler import train_one
 from xder_cli.runs.sweep import SweepSpec, plan_trials
 from xder_data import benchmark as data_registry
 from xder_data import list_benchmarks
@@ -140,10 +140,10 @@ def test_a_ray_worker_loads_the_drivers_plugins(tmp_path: Path) -> None:
     (trial,) = plan_trials(spec)
     _forget_plugins()  # a fresh worker process knows none of them
     assert "er_balanced" not in list_methods()
-    failed = train_trial(str(tmp_path / "without"), trial.config)
+    failed = train_one(str(tmp_path / "without"), trial.config)
     assert failed["status"] == "failed"
     assert "unknown benchmark 'seq-stripes'" in failed["error"]
-    outcome = train_trial(str(tmp_path / "with"), trial.config, plugins=tuple(FILES))
+    outcome = train_one(str(tmp_path / "with"), trial.config, plugins=tuple(FILES))
     assert outcome["status"] == "finished", outcome
     results = json.loads((tmp_path / "with" / "results.json").read_text())
     val = results["val_accuracy_matrix"]

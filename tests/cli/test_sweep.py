@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from xder_cli.main import main
-from xder_cli.progress import Progress
+from xder_cli.progress import TaskProgress
 from xder_cli.runs import rundir, scheduler
 from xder_cli.runs import sweep as sweep_module
 from xder_cli.runs.errors import SettingError
 from xder_cli.runs.lifecycle import RunDisplay, run_training
-from xder_cli.runs.scheduler import ATTEMPTS, train_trial, trial_cpus
+from xder_cli.runs.scheduler import ATTEMPTS, run_cpus, train_one
 from xder_cli.runs.settings import build_plan
 from xder_cli.runs.sweep import (
     SweepSpec,
@@ -59,7 +59,7 @@ def _interrupt_after_second_task(trial: Trial, run_dir: Path, monkeypatch) -> No
     run_dir.mkdir(parents=True)
     (run_dir / "plots").mkdir()
     rundir.write_config(run_dir / "config.toml", plan.config)
-    original = Progress.on_task_end
+    original = TaskProgress.on_task_end
 
     def crash(self, loop, record) -> None:
         original(self, loop, record)
@@ -67,9 +67,9 @@ def _interrupt_after_second_task(trial: Trial, run_dir: Path, monkeypatch) -> No
             raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(Progress, "on_task_end", crash)
+        patch.setattr(TaskProgress, "on_task_end", crash)
         with pytest.raises(KeyboardInterrupt):
-            run_training(plan, run_dir, display=RunDisplay([Progress()]))
+            run_training(plan, run_dir, display=RunDisplay([TaskProgress()]))
     assert json.loads((run_dir / "results.json").read_text())["complete"] is False
 
 
@@ -153,7 +153,7 @@ def test_grid_on_ray_selects_on_validation_and_resumes(tmp_path: Path, monkeypat
     [([2], 1, 2), ([2], 2, 1), ([2], 3, 1), ([16], 4, 4), ([16, 8], 2, 4), ([16], None, 1), ([], 2, 1)],
 )
 def test_trial_cpus_are_the_fair_share_of_the_smallest_node(nodes, max_concurrent, cpus) -> None:
-    assert trial_cpus(nodes, max_concurrent) == cpus
+    assert run_cpus(nodes, max_concurrent) == cpus
 
 
 def test_a_failing_trial_is_recorded_not_raised(tmp_path: Path) -> None:
@@ -165,7 +165,7 @@ def test_a_failing_trial_is_recorded_not_raised(tmp_path: Path) -> None:
         fixed={"run.data_root": str(tmp_path / "nowhere"), "run.device": "cpu"},
     )
     (trial,) = plan_trials(spec)
-    outcome = train_trial(str(tmp_path / trial.name), trial.config)
+    outcome = train_one(str(tmp_path / trial.name), trial.config)
     assert outcome["status"] == "failed"
     assert outcome["error"].startswith("DataNotFoundError: ")
     assert "Traceback" in (tmp_path / trial.name / "log.txt").read_text()
@@ -176,7 +176,7 @@ def test_a_trial_whose_lock_cannot_be_taken_is_recorded_not_raised(tmp_path: Pat
     (trial,) = plan_trials(spec)
     run_dir = tmp_path / trial.name
     (run_dir / rundir.LOCK).mkdir(parents=True)  # a folder where the lock file goes: it cannot open
-    outcome = train_trial(str(run_dir), trial.config)
+    outcome = train_one(str(run_dir), trial.config)
     assert outcome["status"] == "failed"
     assert outcome["error"].startswith(f"RunDirError: cannot open the lock file {run_dir / rundir.LOCK}")
     assert outcome["attempts"] == 0
@@ -201,10 +201,10 @@ def test_a_retry_waits_for_the_lock_its_lost_attempt_held(tmp_path: Path, monkey
     monkeypatch.setattr(scheduler, "RETRY_LOCK_WAIT_S", 0.5)
     with rundir.lock_run_dir(run_dir, then="-"):  # the lost attempt's lock, still held
         begin = time.monotonic()
-        other = train_trial(str(run_dir), trial.config, (), "another sweep")
+        other = train_one(str(run_dir), trial.config, (), "another sweep")
         assert other["status"] == "running elsewhere"
         assert time.monotonic() - begin < 0.5
-        waited = train_trial(str(run_dir), trial.config, (), "lost")  # gives up after RETRY_LOCK_WAIT_S
+        waited = train_one(str(run_dir), trial.config, (), "lost")  # gives up after RETRY_LOCK_WAIT_S
         assert waited["status"] == "running elsewhere"
         assert time.monotonic() - begin >= 0.5
 
@@ -212,7 +212,7 @@ def test_a_retry_waits_for_the_lock_its_lost_attempt_held(tmp_path: Path, monkey
     with contextlib.ExitStack() as held:
         held.enter_context(rundir.lock_run_dir(run_dir, then="-"))
         threading.Timer(1.0, held.pop_all().close).start()  # the lock goes a second later
-        outcome = train_trial(str(run_dir), trial.config, (), "lost")
+        outcome = train_one(str(run_dir), trial.config, (), "lost")
     assert outcome["status"] == "finished"
     assert outcome["attempts"] == 2
     assert outcome["node"] == {"id": None, "ip": None, "host": socket.gethostname()}  # not on Ray
@@ -317,6 +317,23 @@ def test_cli_usage_errors_exit_2(tmp_path: Path, capsys) -> None:
     assert len(errors) == 5
     assert all(line.startswith("xder-run sweep: error: ") for line in errors)
     assert sweep_module.SWEEP_JSON == "sweep.json"
+
+
+def test_gpus_per_trial_is_the_old_spelling_of_gpus_per_run(tmp_path: Path, capsys) -> None:
+    """One word for a run's GPUs on sweep and experiment; sweep's old flag still works, saying so."""
+    grid = tmp_path / "grid.toml"
+    grid.write_text(GRID)
+    for flag in ("--gpus-per-run", "--gpus-per-trial"):
+        assert main(["sweep", str(grid), "--out", str(tmp_path / "out"), flag, "-1"]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err[-1] == "xder-run sweep: error: --gpus-per-run must be >= 0, got -1.0"
+        deprecated = [line for line in err if line.startswith("warning: ")]
+        assert deprecated == (
+            []
+            if flag == "--gpus-per-run"
+            else ["warning: --gpus-per-trial is deprecated and goes in the next release: use --gpus-per-run "
+                  "(the same setting)"]
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize(

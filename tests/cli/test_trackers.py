@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from xder_cli.main import main
-from xder_cli.progress import Progress
+from xder_cli.progress import TaskProgress
 
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
 WANDB_ENV = ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR")
@@ -273,7 +273,7 @@ def test_a_resumed_run_continues_its_logs(tmp_path: Path, monkeypatch) -> None:
 
     quiet_wandb(monkeypatch, tmp_path / "home")
     out = tmp_path / "runs"
-    original = Progress.on_task_end
+    original = TaskProgress.on_task_end
 
     def stop_after_second_task(self, loop, record):
         original(self, loop, record)
@@ -281,7 +281,7 @@ def test_a_resumed_run_continues_its_logs(tmp_path: Path, monkeypatch) -> None:
             raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(Progress, "on_task_end", stop_after_second_task)
+        patch.setattr(TaskProgress, "on_task_end", stop_after_second_task)
         argv = [
             "train",
             "--method",

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from xder_cli.main import main
-from xder_cli.progress import Progress
+from xder_cli.progress import TaskProgress
 from xder_cli.runs import lifecycle as lifecycle_module
 from xder_cli.runs import plugins as plugins_module
 from xder_cli.runs import rundir
@@ -95,7 +95,7 @@ def test_resume_of_a_complete_run_just_reports_and_changes_nothing(tmp_path: Pat
 
 def interrupt_after_first_task(monkeypatch, argv: list[str]) -> None:
     """Run ``xder-run train argv`` and stop it (Ctrl-C) after its first task."""
-    original = Progress.on_task_end
+    original = TaskProgress.on_task_end
 
     def interrupt(self, loop, record) -> None:
         original(self, loop, record)
@@ -103,7 +103,7 @@ def interrupt_after_first_task(monkeypatch, argv: list[str]) -> None:
             raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(Progress, "on_task_end", interrupt)
+        patch.setattr(TaskProgress, "on_task_end", interrupt)
         assert main(["train", *argv]) == 130
 
 

@@ -133,7 +133,14 @@ def test_modules_stay_short_and_main_only_assembles() -> None:
     assert lengths["xder_cli.main"] < LONGEST_MAIN
 
 
-RUN_FILES = {"config.toml", "events.jsonl", "results.json", "checkpoint.pt", "analysis.json", "attempts.jsonl"}
+RUN_FILES = {
+    "config.toml",
+    "events.jsonl",
+    "results.json",
+    "checkpoint.pt",
+    "analysis.json",
+    "attempts.jsonl",
+}
 RUN_FILE_ACCESS = {
     "read_config",
     "write_config",

@@ -20,7 +20,7 @@ from xder_methods import (
     TaskRecord,
 )
 
-__all__ = ["OutcomeLines", "Progress", "on_terminal", "print_notice", "progress_bar"]
+__all__ = ["OutcomeLines", "TaskProgress", "on_terminal", "print_notice", "progress_bar"]
 
 
 def progress_bar(description: str) -> Callable[[Iterable[Any]], Iterable[Any]]:
@@ -37,7 +37,7 @@ def print_notice(message: str) -> None:
     print(message, file=sys.stderr if message.startswith("warning:") else sys.stdout, flush=True)
 
 
-class Progress(Callback):
+class TaskProgress(Callback):
     """A tqdm bar per task (on a terminal) and one printed line per finished task."""
 
     def __init__(self) -> None:
@@ -80,7 +80,7 @@ class Progress(Callback):
 def on_terminal() -> RunDisplay:
     """What shows a run on the terminal (:class:`xder_cli.runs.lifecycle.RunDisplay`): a bar per
     task and a line per task, a bar over the images read, notes and warnings."""
-    return RunDisplay((Progress(),), print_notice, progress_bar("images"))
+    return RunDisplay((TaskProgress(),), print_notice, progress_bar("images"))
 
 
 class OutcomeLines:

@@ -5,7 +5,10 @@ Benchmarks are registered by name and built with :func:`load_benchmark`: ``seq-d
 ``coco-stitch`` (the secondary-targets probe set) and ``folder`` (the user's own images or
 ``.npz``); :func:`benchmark_from_tensors` builds one from tensors in memory. A benchmark may define
 protocols beside its paper's (:func:`list_protocols`) and take options
-(:func:`benchmark_options`). Augmentations in
+(:func:`benchmark_options`); :func:`benchmark_info` describes a loaded one. The converters from
+the datasets' distributed formats are registered by kind beside them (:func:`register_importer`)
+and run with :func:`prepare_data` (``xder-run data prepare KIND``); :func:`download_data` fetches
+the archives that may be downloaded. Augmentations in
 :mod:`xder_data.augment` and :mod:`xder_data.skeleton` act on whole batches with per-sample random
 parameters.
 """
@@ -19,6 +22,7 @@ from xder_data.benchmark import (
     Progress,
     TaskSplit,
     benchmark_defaults,
+    benchmark_info,
     benchmark_option_types,
     benchmark_options,
     list_benchmarks,
@@ -67,10 +71,23 @@ from xder_data.errors import (
     ClassOrderError,
     DataError,
     DataNotFoundError,
+    ImportOptionError,
     UnknownBenchmarkError,
+    UnknownImporterError,
     UnknownProtocolError,
 )
 from xder_data.folder import FolderListing, folder_cache_path, read_folder_listing  # registers folder
+from xder_data.importers import (  # registers the importers of `xder-run data prepare`
+    MINIIMAGENET_FORMATS,
+    ImportOptions,
+    ImportResult,
+    detect_miniimagenet_format,
+    download_data,
+    list_downloads,
+    list_importers,
+    prepare_data,
+    register_importer,
+)
 from xder_data.miniimagenet import (  # registers seq-miniimg
     MiniImageNetImport,
     import_miniimagenet_csv,
@@ -88,6 +105,7 @@ from xder_data.skeleton import SkeletonAugment, SkeletonNormalize
 __all__ = [
     "CUSTOM_DEFAULTS",
     "DEFAULT_PROTOCOL",
+    "MINIIMAGENET_FORMATS",
     "Benchmark",
     "BenchmarkDefaults",
     "BenchmarkFormatError",
@@ -104,6 +122,9 @@ __all__ = [
     "DataError",
     "DataNotFoundError",
     "FolderListing",
+    "ImportOptionError",
+    "ImportOptions",
+    "ImportResult",
     "MiniImageNetImport",
     "NTUConversionReport",
     "Normalize",
@@ -114,17 +135,21 @@ __all__ = [
     "TaskSplit",
     "Transform",
     "UnknownBenchmarkError",
+    "UnknownImporterError",
     "UnknownProtocolError",
     "benchmark_defaults",
     "benchmark_from_tensors",
+    "benchmark_info",
     "benchmark_option_types",
     "benchmark_options",
     "channel_stats",
     "cifar100_coarse_names",
     "cifar100_superclasses",
     "decode_mask",
+    "detect_miniimagenet_format",
     "download_cifar10",
     "download_cifar100",
+    "download_data",
     "folder_cache_path",
     "import_miniimagenet_csv",
     "import_miniimagenet_folders",
@@ -132,6 +157,8 @@ __all__ = [
     "import_ntu60_efficientgcn",
     "import_ntu60_stgcn",
     "list_benchmarks",
+    "list_downloads",
+    "list_importers",
     "list_protocols",
     "load_benchmark",
     "paste_instance",
@@ -139,10 +166,12 @@ __all__ = [
     "prepare_cifar100",
     "prepare_coco_stitch",
     "prepare_cub200",
+    "prepare_data",
     "prepare_ntu60",
     "read_cub200_annotations",
     "read_folder_listing",
     "register_benchmark",
+    "register_importer",
     "remap_labels",
     "resolve_class_order",
     "split_classes",

@@ -34,6 +34,7 @@ __all__ = [
     "Progress",
     "TaskSplit",
     "benchmark_defaults",
+    "benchmark_info",
     "benchmark_option_types",
     "benchmark_options",
     "list_benchmarks",
@@ -513,3 +514,75 @@ def load_benchmark(
         bench = with_validation(bench, validation)
     bench = with_class_order(bench, class_order, seed)
     return bench.to(device)
+
+
+def benchmark_info(
+    bench: Benchmark, protocol: str = DEFAULT_PROTOCOL, options: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """What a loaded benchmark holds, as plain JSON-ready data (``xder-run data info --json``).
+
+    Args:
+        bench: the benchmark, as :func:`load_benchmark` returned it (its class order applied).
+        protocol: the protocol whose settings ``"protocol"`` shows (``"protocols"`` lists them all).
+        options: the benchmark options it was loaded with, shown as ``"options"``.
+
+    Returns:
+        ``name``, ``n_tasks``, ``classes_per_task``, ``num_classes``, ``class_order``,
+        ``train_size``, ``test_size``, ``input_shape``, ``dtype``, ``mean``, ``std``,
+        ``class_names`` (None without names), ``options``, ``notes``, ``tasks`` (per task: ``task``,
+        ``classes`` (mapped labels), ``original_classes``, ``train_size``, ``test_size``, and
+        ``val_size`` with a validation split), ``val_size`` with a validation split,
+        ``protocols`` and ``protocol`` (``name``, ``epochs``, ``batch_size``, ``minibatch_size``,
+        ``lr``, ``lr_schedule``, ``milestones``, ``buffer_size``, ``backbone``,
+        ``backbone_options``, ``drop_last``).
+
+    Raises:
+        UnknownProtocolError: the benchmark defines no such protocol.
+    """
+    info: dict[str, Any] = {
+        "name": bench.name,
+        "n_tasks": bench.n_tasks,
+        "classes_per_task": list(bench.classes_per_task),
+        "num_classes": bench.num_classes,
+        "class_order": list(bench.class_order),
+        "train_size": int(bench.train_y.shape[0]),
+        "test_size": int(bench.test_y.shape[0]),
+        "input_shape": list(bench.input_shape),
+        "dtype": str(bench.train_x.dtype).removeprefix("torch."),
+        "mean": list(bench.mean),
+        "std": list(bench.std),
+        "class_names": list(bench.class_names) if bench.class_names is not None else None,
+        "options": dict(options or {}),
+        "notes": list(bench.notes),
+        "tasks": [],
+    }
+    if bench.val_y is not None:
+        info["val_size"] = int(bench.val_y.shape[0])
+    for t in range(bench.n_tasks):
+        split = bench.task(t)
+        task: dict[str, Any] = {
+            "task": t,
+            "classes": list(range(split.class_start, split.class_end)),
+            "original_classes": [bench.class_order[c] for c in range(split.class_start, split.class_end)],
+            "train_size": int(split.train.shape[0]),
+            "test_size": int(split.test.shape[0]),
+        }
+        if split.val is not None:
+            task["val_size"] = int(split.val.shape[0])
+        info["tasks"].append(task)
+    defaults = benchmark_defaults(bench.name, protocol)
+    info["protocols"] = list_protocols(bench.name)
+    info["protocol"] = {
+        "name": protocol,
+        "epochs": defaults.epochs,
+        "batch_size": defaults.batch_size,
+        "minibatch_size": defaults.minibatch_size,
+        "lr": defaults.lr,
+        "lr_schedule": defaults.lr_schedule,
+        "milestones": list(defaults.milestones),
+        "buffer_size": defaults.buffer_size,
+        "backbone": defaults.backbone,
+        "backbone_options": dict(defaults.backbone_options),
+        "drop_last": defaults.drop_last,
+    }
+    return info

@@ -9,7 +9,9 @@ __all__ = [
     "ClassOrderError",
     "DataError",
     "DataNotFoundError",
+    "ImportOptionError",
     "UnknownBenchmarkError",
+    "UnknownImporterError",
     "UnknownProtocolError",
     "one_line",
 ]
@@ -47,6 +49,20 @@ class UnknownBenchmarkError(DataError, KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
         return str(self.args[0]) if self.args else ""
+
+
+class UnknownImporterError(DataError, KeyError):
+    """No importer (``xder-run data prepare KIND``), or no download (``xder-run data download
+    DATASET``), is registered under the requested name."""
+
+    def __str__(self) -> str:  # as UnknownBenchmarkError: no quotes around the message
+        return str(self.args[0]) if self.args else ""
+
+
+class ImportOptionError(DataError, ValueError):
+    """Import options that do not fit the importer: no source where the kind needs one, an option
+    its format does not take (e.g. a test split for a layout that keeps its own), or a value out of
+    range."""
 
 
 class ClassOrderError(DataError, ValueError):

@@ -138,26 +138,52 @@ class StepOutput:
 
 
 class TaskView(Protocol):
-    """Index views of one task (``xder_data.TaskSplit`` satisfies it)."""
+    """Index views of one task (``xder_data.TaskSplit`` satisfies it). Read-only attributes, so
+    that a frozen dataclass satisfies it."""
 
-    class_start: int
-    class_end: int
-    train: Tensor
-    test: Tensor
-    val: Tensor | None
+    @property
+    def class_start(self) -> int: ...
+
+    @property
+    def class_end(self) -> int: ...
+
+    @property
+    def train(self) -> Tensor: ...
+
+    @property
+    def test(self) -> Tensor: ...
+
+    @property
+    def val(self) -> Tensor | None: ...
 
 
 class TaskStream(Protocol):
-    """What the loop needs of a benchmark (``xder_data.Benchmark`` satisfies it)."""
+    """What the loop needs of a benchmark (``xder_data.Benchmark`` satisfies it). Read-only
+    attributes, so that a frozen dataclass satisfies it."""
 
-    n_tasks: int
-    classes_per_task: tuple[int, ...]
-    train_x: Tensor
-    train_y: Tensor
-    test_x: Tensor
-    test_y: Tensor
-    val_x: Tensor | None
-    val_y: Tensor | None
+    @property
+    def n_tasks(self) -> int: ...
+
+    @property
+    def classes_per_task(self) -> tuple[int, ...]: ...
+
+    @property
+    def train_x(self) -> Tensor: ...
+
+    @property
+    def train_y(self) -> Tensor: ...
+
+    @property
+    def test_x(self) -> Tensor: ...
+
+    @property
+    def test_y(self) -> Tensor: ...
+
+    @property
+    def val_x(self) -> Tensor | None: ...
+
+    @property
+    def val_y(self) -> Tensor | None: ...
 
     def task(self, t: int) -> TaskView: ...
 

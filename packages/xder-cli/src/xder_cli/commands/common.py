@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from xder_cli.runs.errors import RunError
 from xder_cli.runs.settings import LOGGERS, parse_assignment
@@ -17,6 +18,7 @@ __all__ = [
     "DEFAULT_METHOD",
     "DEFAULT_OUT",
     "FLAGS",
+    "DeprecatedAlias",
     "ExamplesFormatter",
     "Parser",
     "add_logger_argument",
@@ -172,8 +174,27 @@ def add_protocol_argument(parser: argparse.ArgumentParser, *, recorded: bool = T
     )
 
 
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of a flag, kept for one release: it sets the new flag's value and says, on
+    stderr, to use the new one (``new``)."""
+
+    def __init__(self, *args: Any, new: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        print(
+            f"warning: {option_string} is deprecated and goes in the next release: use {self.new} "
+            "(the same setting)",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
+
+
 def add_ray_arguments(parser: argparse.ArgumentParser, unit: str) -> None:
-    """``--max-concurrent``, ``--address`` and ``--gpus-per-<unit>`` of the commands run on Ray."""
+    """``--max-concurrent``, ``--address`` and ``--gpus-per-run`` of the commands run on Ray
+    (``unit``: what the command calls its runs, for the help); a sweep also takes
+    ``--gpus-per-trial``, its old spelling, for one release."""
     parser.add_argument(
         "--max-concurrent", type=int, metavar="N", help=f"{unit}s at once on Ray (default: as Ray schedules)"
     )
@@ -184,5 +205,14 @@ def add_ray_arguments(parser: argparse.ArgumentParser, unit: str) -> None:
         "then be on a filesystem every node sees",
     )
     parser.add_argument(
-        f"--gpus-per-{unit}", type=float, default=0.0, metavar="G", help=f"GPUs Ray reserves per {unit} (0)"
+        "--gpus-per-run", type=float, default=0.0, metavar="G", help=f"GPUs Ray reserves per {unit} (0)"
     )
+    if unit == "trial":
+        parser.add_argument(
+            "--gpus-per-trial",
+            dest="gpus_per_run",
+            type=float,
+            action=DeprecatedAlias,
+            new="--gpus-per-run",
+            help=argparse.SUPPRESS,
+        )

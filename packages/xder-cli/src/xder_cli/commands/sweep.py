@@ -77,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give a GRID.toml or --grid PRESET:BENCHMARK:BUFFER:METHOD (one of them)")
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise UsageError(f"--max-concurrent must be >= 1, got {args.max_concurrent}")
-    if args.gpus_per_trial < 0:
-        raise UsageError(f"--gpus-per-trial must be >= 0, got {args.gpus_per_trial}")
+    if args.gpus_per_run < 0:
+        raise UsageError(f"--gpus-per-run must be >= 0, got {args.gpus_per_run}")
     seeds = _seeds(args.seeds)
     spec = (
         sweep.load_spec(Path(args.grid_file), seeds=seeds, protocol=args.protocol)
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         out,
         max_concurrent=args.max_concurrent,
         address=args.address,
-        gpus_per_trial=args.gpus_per_trial,
+        gpus_per_run=args.gpus_per_run,
         on_start=lines.on_start,
         on_done=lines.on_done,
         log_output=on_terminal,

@@ -90,7 +90,7 @@ def command_train(args: Any) -> int:
                 f"--resume takes no other settings (got {given[0]}): "
                 "the run continues with its own config.toml"
             )
-        where = {"run_dir": rundir.check_run_dir(Path(args.resume), named_by="resume")}
+        out, run_dir = None, rundir.check_run_dir(Path(args.resume), named_by="resume")
         plan = None
     else:
         config = resolve_config(
@@ -100,9 +100,9 @@ def command_train(args: Any) -> int:
             preset=args.preset,
             settings=run_settings(args),
         )
-        where, plan = {"out": Path(args.out)}, build_plan(config)
+        out, run_dir, plan = Path(args.out), None, build_plan(config)
     try:
-        lived = live(plan, **where, display=on_terminal(), on_start=on_start)
+        lived = live(plan, out=out, run_dir=run_dir, display=on_terminal(), on_start=on_start)
     except KeyboardInterrupt:
         if not started:
             raise

@@ -4,7 +4,7 @@ their labels, from 0. Each plot names its run (the run directory's name) in a su
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ def head_label(task: int, classes_per_task: Sequence[int]) -> str:
 
 
 def plot_series(
-    series: dict[str, list[float | None]],
+    series: Mapping[str, Sequence[float | None]],
     *,
     xlabel: str,
     ylabel: str,

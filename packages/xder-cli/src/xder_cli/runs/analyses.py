@@ -6,7 +6,7 @@ Two kinds of analysis:
   peak memory; by a run trained with ``run.record_analyses`` also the gradient norms of stream vs
   replay data at sampled steps (``train.record_every``) and, at every task end, the few-shot
   transfer of the future heads and the mean stored logits per class
-  (:func:`~xder_cli.runs.recorded.task_end_analysis`, written to ``events.jsonl``). Those cost a
+  (:func:`~xder_cli.runs.analysis_records.task_end_analysis`, written to ``events.jsonl``). Those cost a
   few percent of a run, so they are off by default: :data:`RECORDED` names the analyses that need
   them;
 * computed from the final checkpoint: calibration, secondary information, flatness, Fisher trace,
@@ -30,9 +30,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from xder_cli.runs._analysis_plots import plot_buffer_logits, plot_grad_norms, plot_head_bias, plot_series
+from xder_cli.runs.analysis_records import task_end_analysis
 from xder_cli.runs.errors import AnalysisSkipped, option
 from xder_cli.runs.loaded import Predictor, TrainedRun, load_trained_run, predict_all
-from xder_cli.runs.recorded import task_end_analysis
 from xder_data import load_benchmark
 from xder_eval import (
     expected_calibration_error,
@@ -354,10 +354,12 @@ class _Probe(nn.Module):
     def __init__(self, net: nn.Module, classes: int) -> None:
         super().__init__()
         self.net = net
-        self.linear = nn.Linear(net.num_features, classes).to(next(net.parameters()).device)
+        backbone: Any = net  # a Backbone: forward_features, num_features
+        self.linear = nn.Linear(int(backbone.num_features), classes).to(next(net.parameters()).device)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear(self.net.forward_features(x))
+        backbone: Any = self.net
+        return self.linear(backbone.forward_features(x))
 
 
 def analyse_secondary_targets(run: TrainedRun, out: Path, options: AnalysisOptions) -> dict[str, Any]:

@@ -204,7 +204,7 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
         options.task * per_task, (options.task + 1) * per_task, device=device
     ).repeat_interleave(per_class)
     optimizer = torch.optim.SGD(list(method.optimizer_parameters()), lr=0.01)
-    batch_rows = torch.arange(options.batch_size, device=device)
+    batch_rows = torch.arange(plan.schedule.batch_size, device=device)
 
     def step(rows: torch.Tensor = batch_rows) -> None:
         x_raw, y = task_x[rows], task_y[rows]
@@ -274,9 +274,9 @@ def with_protocol(options: BenchOptions, defaults: BenchmarkDefaults) -> BenchOp
         buffer_size=defaults.buffer_size if options.buffer_size is None else options.buffer_size,
     )
     for name, value in (("width", options.width), ("batch_size", options.batch_size)):
-        if value < 1:
+        if value is not None and value < 1:
             raise SettingError(f"{option(name)} must be >= 1, got {value}")
-    if options.buffer_size < 0:
+    if options.buffer_size is not None and options.buffer_size < 0:
         raise SettingError(f"{option('buffer_size')} must be >= 0, got {options.buffer_size}")
     return options
 
@@ -339,7 +339,7 @@ def _payload(
     protocol: str,
 ) -> dict[str, Any]:
     _, _, n_tasks, _ = BENCH_SHAPES[options.benchmark]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for subject in subjects:
         _sync(device)
         started = time.perf_counter()
@@ -365,7 +365,7 @@ def _payload(
             else epoch_seconds * defaults.epochs * n_tasks,
         }
         rows.append(row)
-    by_name = {r["method"]: r["seconds_per_step"] for r in rows}
+    by_name: dict[str, float] = {r["method"]: r["seconds_per_step"] for r in rows}
     ratios = {
         f"{a}/{b}": by_name[a] / by_name[b]
         for a in ("xder",)

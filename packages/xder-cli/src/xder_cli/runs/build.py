@@ -5,13 +5,15 @@ the step-time benchmark all build them here."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
 from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.settings import Notify, RunPlan, ignore
 from xder_data import Benchmark, Progress, load_benchmark
-from xder_data.benchmark import no_progress
+from xder_data.benchmark import ClassOrderSpec, no_progress
 from xder_methods import ContinualMethod, ContinualSetting, Transforms, create_method
 from xder_models import create_backbone
 
@@ -83,7 +85,7 @@ def load_data(
     bench = load_benchmark(
         settings.benchmark,
         data_root or settings.data_root,
-        class_order=settings.class_order,
+        class_order=cast(ClassOrderSpec, settings.class_order),  # checked by load_benchmark
         seed=settings.seed,
         validation=settings.validation,
         protocol=settings.protocol,

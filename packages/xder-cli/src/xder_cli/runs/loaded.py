@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -31,12 +31,12 @@ __all__ = ["Predictor", "TrainedRun", "load_trained_run", "predict_all"]
 class Predictor(nn.Module):
     """A method's prediction as a module (``forward = method.predict``), for tools that take one."""
 
-    def __init__(self, method: nn.Module) -> None:
+    def __init__(self, method: Any) -> None:
         super().__init__()
-        self.method = method
+        self.method = method  # a ContinualMethod, an nn.Module: registered as a submodule
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.method.predict(x)
+        return cast(Tensor, self.method.predict(x))
 
 
 @torch.no_grad()

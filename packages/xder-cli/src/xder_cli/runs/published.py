@@ -139,7 +139,8 @@ def published_benchmarks() -> list[str]:
 
 def published_buffer_sizes(benchmark: str) -> list[int]:
     """The buffer sizes at which ``benchmark`` has a published table (ascending)."""
-    return sorted({p.buffer_size for p in published_results() if p.benchmark == benchmark} - {None})
+    sizes = {p.buffer_size for p in published_results() if p.benchmark == benchmark}
+    return sorted(size for size in sizes if size is not None)
 
 
 def published_table(benchmark: str, buffer_size: int) -> list[PublishedResult]:

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from xder_cli.runs import rundir
+from xder_cli.runs.analysis_records import task_end_analysis
 from xder_cli.runs.cpushare import ThreadPolicy
-from xder_cli.runs.recorded import task_end_analysis
 from xder_cli.runs.settings import RunPlan
 from xder_eval import (
     average_accuracy_curve,

@@ -102,7 +102,7 @@ def find_run_dirs(paths: list[str]) -> list[Path]:
     return found
 
 
-def _first_line(error: Exception) -> str:
+def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
 

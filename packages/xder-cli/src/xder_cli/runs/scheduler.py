@@ -1,23 +1,23 @@
 """Run these runs, in this process or on Ray: the one scheduler of ``sweep`` and ``experiment``.
 
-A :class:`Job` is a run to train: its name, its run directory and its configuration.
-:func:`run_jobs` skips the jobs whose run directory holds a finished run already, trains the
-others (each with :func:`train_trial`, resuming from its checkpoint where it has one) one after
-the other in this process, or as Ray tasks (:func:`run_on_ray`: on a local Ray instance started
+A :class:`RunToTrain` is a run to train: its name, its run directory and its configuration.
+:func:`train_runs` skips the runs whose run directory holds a finished run already, trains the
+others (each with :func:`train_one`, resuming from its checkpoint where it has one) one after
+the other in this process, or as Ray tasks (:func:`train_on_ray`: on a local Ray instance started
 for them, or on the cluster at ``address``), and hands each outcome to a callback as it ends. It
 prints nothing: the commands show progress through its callbacks.
 
-Each job holds its run directory's lock while it trains (:func:`xder_cli.runs.rundir.lock_run_dir`):
+Each run holds its run directory's lock while it trains (:func:`xder_cli.runs.rundir.lock_run_dir`):
 the same sweep or experiment started twice never trains a run twice; a run that the other one
 holds is reported as :data:`RUNNING_ELSEWHERE` (not failed) and a later rerun finds it finished.
-A job that fails by its own fault (a configuration error, a diverged loss, an exception in the
+A run that fails by its own fault (a configuration error, a diverged loss, an exception in the
 method) is an outcome, ``failed`` with its one-line error, never an exception.
 
-On Ray, a job whose worker process or node is lost (a Ray system failure) is run again by Ray
+On Ray, a run whose worker process or node is lost (a Ray system failure) is run again by Ray
 (:data:`RAY_MAX_RETRIES` times at most) on a live node, where it resumes from its last checkpoint;
-a job's own failure is never retried. Every start of a job is a line of its ``attempts.jsonl``
+a run's own failure is never retried. Every start of a run is a line of its ``attempts.jsonl``
 (:data:`ATTEMPTS`) naming the Ray node that trained it; its outcome says that node (``node``) and
-how many times this invocation started it (``attempts``; :func:`trial_retries`).
+how many times this invocation started it (``attempts``; :func:`run_retries`).
 """
 
 from __future__ import annotations
@@ -48,45 +48,45 @@ __all__ = [
     "RAY_MAX_RETRIES",
     "RETRY_LOCK_WAIT_S",
     "RUNNING_ELSEWHERE",
-    "Job",
     "LogOutput",
+    "RunToTrain",
     "outcome_note",
     "read_attempts",
     "retry_note",
-    "run_jobs",
-    "run_on_ray",
+    "run_cpus",
+    "run_finished",
+    "run_outcome",
+    "run_retries",
     "split_finished",
     "this_node",
-    "train_trial",
-    "trial_cpus",
-    "trial_finished",
-    "trial_outcome",
-    "trial_retries",
+    "train_on_ray",
+    "train_one",
+    "train_runs",
 ]
 
 RUNNING_ELSEWHERE = "running elsewhere"  # a run another process holds (the command started twice)
 LOG = "log.txt"
-"""What a job printed (its progress lines, a failure's traceback)."""
+"""What a run printed (its progress lines, a failure's traceback)."""
 ATTEMPTS = "attempts.jsonl"
-"""A job's starts, one JSON line each (written under its lock, before it trains): ``submission``
-(one per job per invocation: Ray's retries of a task share it), ``node`` (:func:`this_node`),
+"""A run's starts, one JSON line each (written under its lock, before it trains): ``submission``
+(one per run per invocation: Ray's retries of a task share it), ``node`` (:func:`this_node`),
 ``pid``, ``time`` and ``resume`` (whether it continued from a checkpoint)."""
 RAY_MAX_RETRIES = 3
-"""How many times Ray runs a job again after a system failure (its worker process died, its node
-was lost); never after the job's own failure, which :func:`train_trial` returns as an outcome."""
+"""How many times Ray runs a run again after a system failure (its worker process died, its node
+was lost); never after the run's own failure, which :func:`train_one` returns as an outcome."""
 RETRY_LOCK_WAIT_S = 150.0
-"""How long a retried job waits for the run directory's lock still held by its lost attempt: the
+"""How long a retried run waits for the run directory's lock still held by its lost attempt: the
 kernel frees it when that process dies, but a shared filesystem may keep a dead node's lock until
 its lease runs out (NFSv4: about 90 s)."""
 
 LogOutput = Callable[[], RunDisplay]
-"""Makes, for one job, the :class:`~xder_cli.runs.lifecycle.RunDisplay` that shows a run (its
-callbacks, notices and read progress); what they print goes to the job's ``log.txt``. The
+"""Makes, for one run, the :class:`~xder_cli.runs.lifecycle.RunDisplay` that shows a run (its
+callbacks, notices and read progress); what they print goes to the run's ``log.txt``. The
 commands pass :func:`xder_cli.progress.on_terminal`; on Ray it is called in the worker (a
 module-level function travels by its name)."""
 
 
-class Job(NamedTuple):
+class RunToTrain(NamedTuple):
     """A run to train: its name (in outcomes and progress), its run directory and its resolved
     configuration."""
 
@@ -103,8 +103,8 @@ def _ignore(*args: Any) -> None:
 # Outcomes
 
 
-def trial_outcome(run_dir: Path, status: str, error: str | None = None) -> dict[str, Any]:
-    """A job's outcome as the sweep and the experiments record it: ``status``, ``error``, the
+def run_outcome(run_dir: Path, status: str, error: str | None = None) -> dict[str, Any]:
+    """A run's outcome as the sweep and the experiments record it: ``status``, ``error``, the
     metrics of its ``results.json`` (None where it has none, or an unreadable one) and the node of
     its last start (:data:`ATTEMPTS`)."""
     try:
@@ -123,26 +123,26 @@ def trial_outcome(run_dir: Path, status: str, error: str | None = None) -> dict[
     }
 
 
-def trial_finished(run_dir: Path) -> bool:
+def run_finished(run_dir: Path) -> bool:
     """Whether ``run_dir`` holds a complete run (its results.json says so)."""
     return rundir.complete_results(run_dir) is not None
 
 
-def split_finished(jobs: Sequence[tuple[str, Path]]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def split_finished(runs: Sequence[tuple[str, Path]]) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """``(outcomes, pending)`` of named run directories: the outcome of each one already finished
     (marked ``skipped``), and the names of the others, in order."""
     outcomes: dict[str, dict[str, Any]] = {}
     pending = []
-    for name, run_dir in jobs:
-        if trial_finished(run_dir):
-            outcomes[name] = trial_outcome(run_dir, "finished") | {"skipped": True}
+    for name, run_dir in runs:
+        if run_finished(run_dir):
+            outcomes[name] = run_outcome(run_dir, "finished") | {"skipped": True}
         else:
             pending.append(name)
     return outcomes, pending
 
 
-def trial_retries(outcome: Mapping[str, Any]) -> int:
-    """How many times Ray ran a job again after losing its worker or node: its ``attempts``
+def run_retries(outcome: Mapping[str, Any]) -> int:
+    """How many times Ray ran a run again after losing its worker or node: its ``attempts``
     (starts in this invocation) less one."""
     return max(0, int(outcome.get("attempts") or 0) - 1)
 
@@ -169,12 +169,12 @@ def outcome_note(outcome: Mapping[str, Any]) -> str:
         note = f" (held by {outcome['held_by']})"
     elif outcome.get("skipped"):  # split_finished's skipped runs never reach a progress line
         note = " (finished by another process)"
-    count = trial_retries(outcome)
+    count = run_retries(outcome)
     return note + (f" (retried {count} x after a lost worker or node)" if count else "")
 
 
 # ---------------------------------------------------------------------------------------------
-# One job
+# One run
 
 
 def this_node() -> dict[str, str | None]:
@@ -234,7 +234,7 @@ def _attempts_of(run_dir: Path, submission: str) -> int:
     return sum(a.get("submission") == submission for a in read_attempts(run_dir))
 
 
-def train_trial(
+def train_one(
     run_dir: str,
     config: dict[str, dict[str, Any]],
     plugins: Sequence[str] = (),
@@ -242,14 +242,14 @@ def train_trial(
     *,
     log_output: LogOutput | None = None,
 ) -> dict[str, Any]:
-    """Train one job into ``run_dir`` through the run's life
+    """Train one run into ``run_dir`` through the run's life
     (:func:`xder_cli.runs.lifecycle.live`: resuming from its checkpoint if it has one, holding the
     run directory's lock throughout); never raises.
 
-    Runs inside a Ray worker (or in-process). A job whose lock another process holds (the same
+    Runs inside a Ray worker (or in-process). A run whose lock another process holds (the same
     sweep or experiment started twice) is left alone: its outcome is ``running elsewhere``, with
-    ``held_by`` naming that process. A job that another process finished meanwhile is not trained
-    again. The job's printed output (what ``log_output`` shows, a failure's traceback) goes to
+    ``held_by`` naming that process. A run that another process finished meanwhile is not trained
+    again. The run's printed output (what ``log_output`` shows, a failure's traceback) goes to
     ``run_dir/log.txt``. ``plugins`` (the driver's ``--plugin`` specs) are loaded first, with the
     installed entry points, so that a worker knows the names the driver's plugins registered.
 
@@ -310,9 +310,9 @@ def train_trial(
                 )
             except rundir.RunDirBusyError:
                 raise
-            except Exception as error:  # a failed job is recorded, never fatal to the others
+            except Exception as error:  # a failed run is recorded, never fatal to the others
                 traceback.print_exc(file=log)
-                outcome = trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
+                outcome = run_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
                 return outcome | {"attempts": _attempts_of(path, submission)}
     except rundir.RunDirBusyError as busy:  # its metrics are those of a run in progress: none
         metrics = dict.fromkeys(("val_faa", "faa", "ff", "wall_time_s"))
@@ -325,23 +325,23 @@ def train_trial(
             "attempts": _attempts_of(path, submission),
         }
     except (OSError, RunDirError) as error:  # the folder cannot be created, locked or written
-        outcome = trial_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
+        outcome = run_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
         return outcome | {"attempts": _attempts_of(path, submission)}
     if lived.start is Start.COMPLETE:  # by another process, or by a lost attempt of this submission
         earlier = _attempts_of(path, submission)
-        return trial_outcome(path, "finished") | ({"attempts": earlier} if earlier else {"skipped": True})
-    return trial_outcome(path, "finished") | {"attempts": earlier + 1}
+        return run_outcome(path, "finished") | ({"attempts": earlier} if earlier else {"skipped": True})
+    return run_outcome(path, "finished") | {"attempts": earlier + 1}
 
 
 # ---------------------------------------------------------------------------------------------
-# Many jobs
+# Many runs
 
 
-def trial_cpus(node_cpus: Sequence[float], max_concurrent: int | None) -> int:
-    """CPUs (and so threads) for each job: the fair share ``cores // max_concurrent`` of the
-    smallest node, at least 1; 1 when ``max_concurrent`` is None (a job per core).
+def run_cpus(node_cpus: Sequence[float], max_concurrent: int | None) -> int:
+    """CPUs (and so threads) for each run: the fair share ``cores // max_concurrent`` of the
+    smallest node, at least 1; 1 when ``max_concurrent`` is None (a run per core).
 
-    >>> [trial_cpus([2], k) for k in (1, 2, 3)], trial_cpus([16, 8], 2), trial_cpus([16], None)
+    >>> [run_cpus([2], k) for k in (1, 2, 3)], run_cpus([16, 8], 2), run_cpus([16], None)
     ([2, 1, 1], 4, 1)
     """
     if not max_concurrent or not node_cpus:
@@ -355,40 +355,40 @@ def _node_cpus(ray: Any) -> list[float]:
     ]
 
 
-def run_on_ray(
-    jobs: Sequence[tuple[str, Path, dict[str, dict[str, Any]]]],
+def train_on_ray(
+    runs: Sequence[tuple[str, Path, dict[str, dict[str, Any]]]],
     on_done: Callable[[str, dict[str, Any]], None],
     *,
     max_concurrent: int | None = None,
     address: str | None = None,
-    gpus_per_trial: float = 0.0,
-    cpus_per_trial: float | None = None,
+    gpus_per_run: float = 0.0,
+    cpus_per_run: float | None = None,
     log_output: LogOutput | None = None,
 ) -> None:
-    """Train each ``(name, run_dir, config)`` (a :class:`Job`) with :func:`train_trial` as a Ray
+    """Train each ``(name, run_dir, config)`` (a :class:`RunToTrain`) with :func:`train_one` as a Ray
     task, at most ``max_concurrent`` at once (None: as many as Ray schedules);
     ``on_done(name, outcome)`` runs here, in the driver, as each ends. Workers load the plugins
     this process loaded (:func:`xder_cli.runs.plugins.loaded_plugins`).
 
     A task whose worker process dies or whose node is lost (a Ray system failure) is run again by
-    Ray, :data:`RAY_MAX_RETRIES` times at most, on any live node: it resumes from the job's last
-    checkpoint. A job's own failure is an outcome (:func:`train_trial` never raises), so it is
+    Ray, :data:`RAY_MAX_RETRIES` times at most, on any live node: it resumes from the run's last
+    checkpoint. A run's own failure is an outcome (:func:`train_one` never raises), so it is
     never retried. ``outcome["attempts"]`` counts the task's starts (its ``attempts.jsonl`` lines);
-    a task that is still lost after its retries is a failed job with Ray's error.
+    a task that is still lost after its retries is a failed run with Ray's error.
 
     Args:
         address: a running Ray cluster (``ray://host:10001`` or ``host:6379``); None starts a local
-            instance for these jobs (and stops it after). On a cluster, every ``run_dir`` must be on
+            instance for these runs (and stops it after). On a cluster, every ``run_dir`` must be on
             a filesystem every node sees.
-        gpus_per_trial: the GPUs Ray reserves for each job (0: none).
-        cpus_per_trial: the CPUs Ray reserves for each job. Ray runs a
-            job's kernels on as many threads as it reserves CPUs for it (``OMP_NUM_THREADS``),
+        gpus_per_run: the GPUs Ray reserves for each run (0: none).
+        cpus_per_run: the CPUs Ray reserves for each run. Ray runs a
+            run's kernels on as many threads as it reserves CPUs for it (``OMP_NUM_THREADS``),
             so its thread count is fixed and its figures repeat. None: with ``max_concurrent``
             K, a fair share of the cores, ``cores // K`` (cores of the smallest node); without
-            it, one CPU per job, so that as many jobs run as there are cores.
+            it, one CPU per run, so that as many runs run as there are cores.
         log_output: what each run shows, into its ``log.txt`` (:data:`LogOutput`).
     """
-    if not jobs:
+    if not runs:
         return
     # Ray's `uv run` hook would ship the working tree to every worker and build a fresh environment
     # there (minutes per worker): workers use this interpreter's environment instead (opt back in
@@ -406,19 +406,19 @@ def run_on_ray(
             runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}},
         )
     try:
-        if cpus_per_trial is None:
-            cpus_per_trial = trial_cpus(_node_cpus(ray), max_concurrent)
-        # Retried on system failures only (retry_exceptions=False): a job's own errors come back
-        # as outcomes, and a retry resumes from the job's checkpoint.
+        if cpus_per_run is None:
+            cpus_per_run = run_cpus(_node_cpus(ray), max_concurrent)
+        # Retried on system failures only (retry_exceptions=False): a run's own errors come back
+        # as outcomes, and a retry resumes from the run's checkpoint.
         remote = ray.remote(
-            num_cpus=cpus_per_trial,
-            num_gpus=gpus_per_trial,
+            num_cpus=cpus_per_run,
+            num_gpus=gpus_per_run,
             max_retries=RAY_MAX_RETRIES,
             retry_exceptions=False,
-        )(train_trial)
+        )(train_one)
         plugins = loaded_plugins()
-        limit = max_concurrent or len(jobs)
-        queue = list(jobs)
+        limit = max_concurrent or len(runs)
+        queue = list(runs)
         running: dict[Any, tuple[str, Path, str]] = {}
         while queue or running:
             while queue and len(running) < limit:
@@ -433,7 +433,7 @@ def run_on_ray(
             try:
                 outcome = ray.get(ready[0])
             except Exception as error:  # lost RAY_MAX_RETRIES + 1 times (worker or node died, OOM...)
-                outcome = trial_outcome(run_dir, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
+                outcome = run_outcome(run_dir, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
                 outcome["attempts"] = _attempts_of(run_dir, submission)
             on_done(name, outcome)
     finally:
@@ -441,34 +441,34 @@ def run_on_ray(
             ray.shutdown()
 
 
-def run_jobs(
-    jobs: Sequence[Job],
+def train_runs(
+    runs: Sequence[RunToTrain],
     *,
     use_ray: bool,
-    on_start: Callable[[dict[str, dict[str, Any]], list[Job]], None] = _ignore,
+    on_start: Callable[[dict[str, dict[str, Any]], list[RunToTrain]], None] = _ignore,
     on_done: Callable[[str, dict[str, Any], dict[str, dict[str, Any]]], None] = _ignore,
     max_concurrent: int | None = None,
     address: str | None = None,
-    gpus_per_trial: float = 0.0,
-    cpus_per_trial: float | None = None,
+    gpus_per_run: float = 0.0,
+    cpus_per_run: float | None = None,
     log_output: LogOutput | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Train every job whose run directory does not hold a finished run yet, and return the
-    outcome of each job, by name (finished ones marked ``skipped``; see :func:`train_trial`).
+    """Train every run whose run directory does not hold a finished run yet, and return the
+    outcome of each run, by name (finished ones marked ``skipped``; see :func:`train_one`).
 
-    With ``use_ray`` the jobs are Ray tasks (:func:`run_on_ray`, which takes ``max_concurrent``,
-    ``address``, ``gpus_per_trial`` and ``cpus_per_trial``; no Ray instance starts when nothing is
+    With ``use_ray`` the runs are Ray tasks (:func:`train_on_ray`, which takes ``max_concurrent``,
+    ``address``, ``gpus_per_run`` and ``cpus_per_run``; no Ray instance starts when nothing is
     left to train); without, they train in this process one after the other.
 
     Args:
-        on_start: ``(outcomes, pending)`` once, before anything trains: the outcomes of the jobs
-            found finished, and the jobs to train.
-        on_done: ``(name, outcome, outcomes)`` in this process as each job ends, its outcome
+        on_start: ``(outcomes, pending)`` once, before anything trains: the outcomes of the runs
+            found finished, and the runs to train.
+        on_done: ``(name, outcome, outcomes)`` in this process as each run ends, its outcome
             already in ``outcomes`` (the dict this function returns).
         log_output: what each run shows, into its ``log.txt`` (:data:`LogOutput`).
     """
-    outcomes, pending_names = split_finished([(job.name, job.run_dir) for job in jobs])
-    pending = [job for job in jobs if job.name in pending_names]
+    outcomes, pending_names = split_finished([(run.name, run.run_dir) for run in runs])
+    pending = [run for run in runs if run.name in pending_names]
     on_start(outcomes, pending)
 
     def record(name: str, outcome: dict[str, Any]) -> None:
@@ -476,16 +476,16 @@ def run_jobs(
         on_done(name, outcome, outcomes)
 
     if use_ray:
-        run_on_ray(
+        train_on_ray(
             pending,
             record,
             max_concurrent=max_concurrent,
             address=address,
-            gpus_per_trial=gpus_per_trial,
-            cpus_per_trial=cpus_per_trial,
+            gpus_per_run=gpus_per_run,
+            cpus_per_run=cpus_per_run,
             log_output=log_output,
         )
     else:
-        for job in pending:
-            record(job.name, train_trial(str(job.run_dir), job.config, log_output=log_output))
+        for run in pending:
+            record(run.name, train_one(str(run.run_dir), run.config, log_output=log_output))
     return outcomes

@@ -51,12 +51,12 @@ from xder_cli.runs._stats import fmt_stat, mean_std
 from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.presets import PAPER_PROTOCOL, preset_entry
 from xder_cli.runs.scheduler import (
-    Job,
     LogOutput,
+    RunToTrain,
     outcome_note,
     retry_note,
-    run_jobs,
-    trial_retries,
+    run_retries,
+    train_runs,
 )
 from xder_cli.runs.settings import build_plan, resolve_config, split_key
 
@@ -287,7 +287,7 @@ def select(spec: SweepSpec, trials: list[Trial], outcomes: dict[str, dict[str, A
         "selected_on": "validation",
         "best": best,
         "points": rows,
-        "retries": sum(trial_retries(outcomes.get(t.name, {})) for t in trials),
+        "retries": sum(run_retries(outcomes.get(t.name, {})) for t in trials),
         "trials": [
             {
                 "name": t.name,
@@ -297,7 +297,7 @@ def select(spec: SweepSpec, trials: list[Trial], outcomes: dict[str, dict[str, A
                 "node": None,
                 "attempts": 0,
                 **outcomes.get(t.name, {"status": "not run"}),
-                "retries": trial_retries(outcomes.get(t.name, {})),
+                "retries": run_retries(outcomes.get(t.name, {})),
             }
             for t in trials
         ],
@@ -375,8 +375,8 @@ def run_sweep(
     *,
     max_concurrent: int | None = None,
     address: str | None = None,
-    gpus_per_trial: float = 0.0,
-    cpus_per_trial: float | None = None,
+    gpus_per_run: float = 0.0,
+    cpus_per_run: float | None = None,
     on_start: Callable[[int, int], None] = _ignore,
     on_done: Callable[[str, dict[str, Any], str], None] = _ignore,
     log_output: LogOutput | None = None,
@@ -389,9 +389,9 @@ def run_sweep(
         max_concurrent: trials in flight at once (None: as many as Ray schedules).
         address: a running Ray cluster (``ray://host:10001`` or ``host:6379``); None starts a local
             instance for the sweep. On a cluster, ``out`` must be on a filesystem every node sees.
-        gpus_per_trial: the GPUs Ray reserves for each trial (0: none).
-        cpus_per_trial: the CPUs Ray reserves for each trial
-            (:func:`xder_cli.runs.scheduler.run_on_ray`; None: the fair share of ``max_concurrent``).
+        gpus_per_run: the GPUs Ray reserves for each trial (0: none).
+        cpus_per_run: the CPUs Ray reserves for each trial
+            (:func:`xder_cli.runs.scheduler.train_on_ray`; None: the fair share of ``max_concurrent``).
         on_start: ``(trials, finished)`` once the finished trials are known, before any trains.
         on_done: ``(name, outcome, figures)`` as each trial ends; ``figures`` is its validation
             FAA as a progress line shows it (`` val FAA 61.25``).
@@ -402,7 +402,7 @@ def run_sweep(
     trial_root = out / TRIALS
     trial_root.mkdir(parents=True, exist_ok=True)
 
-    def started(outcomes: dict[str, dict[str, Any]], pending: list[Job]) -> None:
+    def started(outcomes: dict[str, dict[str, Any]], pending: list[RunToTrain]) -> None:
         on_start(len(trials), len(trials) - len(pending))
         write_summary(out, select(spec, trials, outcomes))
 
@@ -410,15 +410,15 @@ def run_sweep(
         on_done(name, outcome, _val_faa(outcome))
         write_summary(out, select(spec, trials, outcomes))
 
-    outcomes = run_jobs(
-        [Job(t.name, trial_root / t.name, t.config) for t in trials],
+    outcomes = train_runs(
+        [RunToTrain(t.name, trial_root / t.name, t.config) for t in trials],
         use_ray=True,
         on_start=started,
         on_done=done,
         max_concurrent=max_concurrent,
         address=address,
-        gpus_per_trial=gpus_per_trial,
-        cpus_per_trial=cpus_per_trial,
+        gpus_per_run=gpus_per_run,
+        cpus_per_run=cpus_per_run,
         log_output=log_output,
     )
     return select(spec, trials, outcomes)

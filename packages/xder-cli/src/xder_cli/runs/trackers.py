@@ -215,8 +215,10 @@ class TensorBoardTracker(Tracker):
             purge = task * self.epochs + epoch + 1  # hide what was logged after the checkpoint
         self.writer = SummaryWriter(str(self.folder), purge_step=purge)
         metrics = {f"final/{key}": 0.0 for key in ("faa", "ff", "task_il_faa")}
+        file_writer = self.writer.file_writer
+        assert file_writer is not None  # SummaryWriter opens it in __init__
         for summary in hparams(flatten_config(self.config), metrics):
-            self.writer.file_writer.add_summary(summary)
+            file_writer.add_summary(summary)
         self.writer.flush()
 
     @property
@@ -300,7 +302,7 @@ class WandbTracker(Tracker):
         for key in ("accuracy_matrix", "task_il_accuracy_matrix"):
             matrix = results.get(key) or []
             width = max((len(row) for row in matrix), default=0)
-            columns = ["after_task", *(f"task_{j}" for j in range(width))]
+            columns: list[str | int] = ["after_task", *(f"task_{j}" for j in range(width))]
             data = [[t, *row, *[None] * (width - len(row))] for t, row in enumerate(matrix)]
             tables[key] = self.wandb.Table(columns=columns, data=data)
         self.run.log(tables)

@@ -19,7 +19,7 @@ from xder_cli.runs import rundir
 from xder_cli.runs._stats import fmt, fmt_stat, mean_std
 from xder_cli.runs.errors import RunDirError, SettingError, option
 from xder_cli.runs.presets import PAPER_PROTOCOL
-from xder_cli.runs.scheduler import Job, LogOutput, outcome_note, run_jobs, trial_retries
+from xder_cli.runs.scheduler import LogOutput, RunToTrain, outcome_note, run_retries, train_runs
 from xder_cli.runs.settings import Notify, build_plan, defines, resolve_config, settings_text
 
 __all__ = [
@@ -241,7 +241,7 @@ def execute(
     root: Path,
     *,
     describe: Callable[[dict[str, Any] | None], str],
-    on_change: Callable[[dict[str, dict[str, Any]]], None],
+    on_change: Callable[[dict[str, dict[str, Any]]], object],
     use_ray: bool,
     max_concurrent: int | None = None,
     address: str | None = None,
@@ -251,10 +251,10 @@ def execute(
     log_output: LogOutput | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Train every unfinished run into ``root/<name>`` (resuming from a checkpoint where there is
-    one) and return each run's outcome (:func:`xder_cli.runs.scheduler.trial_outcome`).
+    one) and return each run's outcome (:func:`xder_cli.runs.scheduler.run_outcome`).
 
     Runs go to Ray with ``use_ray`` (a local instance, or the cluster at ``address``), else they
-    run one after the other in this process (:func:`xder_cli.runs.scheduler.run_jobs`).
+    run one after the other in this process (:func:`xder_cli.runs.scheduler.train_runs`).
     ``on_change(outcomes)`` is called once the finished runs are known and after each run ends.
 
     Args:
@@ -270,7 +270,7 @@ def execute(
     for run in runs:
         _check_existing(run, root / run.name)
 
-    def started(outcomes: dict[str, dict[str, Any]], pending: list[Job]) -> None:
+    def started(outcomes: dict[str, dict[str, Any]], pending: list[RunToTrain]) -> None:
         on_start(len(runs), len(runs) - len(pending))
         on_change(outcomes)
 
@@ -279,14 +279,14 @@ def execute(
         on_done(name, outcome, f" | {text}" if text else "")
         on_change(outcomes)
 
-    return run_jobs(
-        [Job(run.name, root / run.name, run.config) for run in runs],
+    return train_runs(
+        [RunToTrain(run.name, root / run.name, run.config) for run in runs],
         use_ray=use_ray,
         on_start=started,
         on_done=done,
         max_concurrent=max_concurrent,
         address=address,
-        gpus_per_trial=gpus_per_run,
+        gpus_per_run=gpus_per_run,
         log_output=log_output,
     )
 
@@ -316,7 +316,7 @@ def run_experiment(
     texts = ((planned.markdown_file, planned.markdown), *planned.extra_files)
 
     def write(outcomes: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        retried = sum(trial_retries(outcome) for outcome in outcomes.values())
+        retried = sum(run_retries(outcome) for outcome in outcomes.values())
         summary = planned.summarize(outcomes, root) | {"files": planned.files, "retries": retried}
         rundir.write_json(out / EXPERIMENT_JSON, summary)
         for name, render in texts:
@@ -379,7 +379,7 @@ def run_records(
                 "skipped": bool(outcome.get("skipped")),
                 "node": outcome.get("node"),
                 "attempts": int(outcome.get("attempts") or 0),
-                "retries": trial_retries(outcome),
+                "retries": run_retries(outcome),
                 **{k: None for k in metrics(None)},
                 **(metrics(results) if finished else {}),
             }

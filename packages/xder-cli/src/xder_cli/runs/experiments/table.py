@@ -134,6 +134,7 @@ def table_entries(
     if buffer_size < 1:
         raise SettingError(f"{option('buffer_size')} must be >= 1, got {buffer_size}")
     published = published_table(benchmark, buffer_size)
+    candidates: list[tuple[str, str, PublishedResult | None]]
     if published:
         candidates = [(p.entry, p.method, p) for p in published]
         what = f"the published table of {benchmark} at buffer {buffer_size}"
@@ -239,7 +240,7 @@ def _metric_cell(
         ("published", "published_std", "difference", "standard_error", "sigma_from", "exceeds_two_se")
     )
     value = None if published is None else getattr(published, metric)
-    if value is None:
+    if published is None or value is None:
         return cell
     cell |= {"published": value, "published_std": getattr(published, f"{metric}_std")}
     if judged:
@@ -391,8 +392,8 @@ def table_csv(summary: dict[str, Any]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(TABLE_CSV_COLUMNS)
-    parts = ("mean", "std", "published", "published_std", "difference", "standard_error")
-    parts += ("sigma_from", "exceeds_two_se")
+    parts: tuple[str, ...] = ("mean", "std", "published", "published_std", "difference")
+    parts += ("standard_error", "sigma_from", "exceeds_two_se")
     for row in summary["rows"]:
         line = [row["entry"], row["method"], row["row"], row["preset"], summary["buffer_size"]]
         line += [row["seeds_finished"], ";".join(map(str, summary["seeds"]))]

@@ -51,7 +51,8 @@ def task_end_analysis(loop: Loop, *, full: bool = True) -> dict[str, Any]:
       * ``buffer_class_logits``: mean stored logit vector per class (Fig. "derpplogits");
       * ``seconds``: what recording them took.
     """
-    method, stream = loop.method, loop.stream
+    method: Any = loop.method  # a MethodBase: an nn.Module with a network
+    stream = loop.stream
     t = loop.task - 1  # the task just finished
     record: dict[str, Any] = {"event": "analysis", "task": t}
     if not full:
