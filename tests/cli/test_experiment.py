@@ -17,8 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from xder_cli.commands.experiment import parse_param
-from xder_cli.errors import UsageError
 from xder_cli.main import main
 from xder_cli.progress import TaskProgress
 from xder_cli.runs import rundir
@@ -26,6 +24,7 @@ from xder_cli.runs.errors import RunDirError, SettingError
 from xder_cli.runs.experiments.class_order import plan_class_order
 from xder_cli.runs.experiments.flatness import REGULARISERS, pair_class_order, plot_flatness
 from xder_cli.runs.experiments.table import plan_table, table_entries
+from xder_cli.runs.settings import parse_values
 
 TINY = ["--set", "train.epochs=1", "--set", "backbone.width=4", "--set", "run.device=cpu"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -63,9 +62,9 @@ def test_pair_class_order_and_param_parsing() -> None:
         pair_class_order((2, 2, 2), 2)
     with pytest.raises(SettingError, match="hold 3 and 2 classes"):
         pair_class_order((2, 2, 3, 2), 2)
-    assert parse_param("method.alpha=0.1, 0.3,1") == ("method.alpha", [0.1, 0.3, 1])
-    assert parse_param("run.class_order=natural,reversed") == ("run.class_order", ["natural", "reversed"])
-    assert parse_param("train.milestones=[[35, 45], [20]]") == ("train.milestones", [[35, 45], [20]])
+    assert parse_values("method.alpha=0.1, 0.3,1") == ("method.alpha", [0.1, 0.3, 1])
+    assert parse_values("run.class_order=natural,reversed") == ("run.class_order", ["natural", "reversed"])
+    assert parse_values("train.milestones=[[35, 45], [20]]") == ("train.milestones", [[35, 45], [20]])
     for bad, message in [
         ("method.alpha", "section.key=V1,V2"),
         ("alpha=0.1", "section.name"),
@@ -74,8 +73,8 @@ def test_pair_class_order_and_param_parsing() -> None:
         ("method.alpha=", "comma-separated"),
         ("method.alpha=0.1,0.1", "repeats"),
     ]:
-        with pytest.raises(UsageError, match=message):
-            parse_param(bad)
+        with pytest.raises(SettingError, match=message):
+            parse_values(bad)
 
 
 def test_flatness_radar_plot_from_three_pairs(tmp_path: Path) -> None:

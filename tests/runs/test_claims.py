@@ -1,4 +1,4 @@
-"""The papers' claims shipped as data (presets/claims.toml): every entry they name is a row of the
+"""The papers' claims shipped as data (papers/claims.toml): every entry they name is a row of the
 published tables they are about, and each claim holds on the paper's own figures."""
 
 from __future__ import annotations

@@ -5,10 +5,8 @@ the experiments themselves are :mod:`xder_cli.runs.experiments`."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from xder_cli.commands.common import (
     DEFAULT_BENCHMARK,
@@ -20,10 +18,9 @@ from xder_cli.commands.common import (
     assignment,
 )
 from xder_cli.errors import UsageError
-from xder_cli.runs.errors import SettingError
-from xder_cli.runs.settings import parse_value, split_key
+from xder_cli.runs.settings import parse_values
 
-__all__ = ["add_parser", "parse_param", "run"]
+__all__ = ["add_parser", "run"]
 
 
 EXPERIMENT_EXAMPLES = """examples:
@@ -139,39 +136,6 @@ def _names(text: str, flag: str) -> tuple[str, ...]:
     return names
 
 
-def parse_param(text: str) -> tuple[str, list[Any]]:
-    """``section.key=V1,V2,...`` -> ``("section.key", [V1, V2, ...])``; each value read as a TOML
-    value (``0.1``, ``true``, ``"text"``, else a bare string). Values that hold commas (lists) are
-    given as one TOML array: ``train.milestones=[[35, 45], [20, 40]]``.
-
-    Raises:
-        UsageError: no ``=``, a key that is not ``section.name``, no value, a repeated value.
-    """
-    hint = "e.g. --param method.alpha=0.1,0.3,0.6"
-    if "=" not in text:
-        raise UsageError(f"--param {text!r} needs the form section.key=V1,V2,...: {hint}")
-    dotted, raw = (part.strip() for part in text.split("=", 1))
-    try:
-        split_key(dotted)
-    except SettingError as error:
-        raise UsageError(f"--param {text!r}: {error}") from None
-    if raw.startswith("["):
-        values = parse_value(raw)
-        if not isinstance(values, list):
-            raise UsageError(f"--param {text!r}: {raw!r} is not a TOML array of values")
-    else:
-        items = [item.strip() for item in raw.split(",")]
-        if any(not item for item in items):
-            raise UsageError(f"--param {text!r}: give one or more comma-separated values, {hint}")
-        values = [parse_value(item) for item in items]
-    if not values:
-        raise UsageError(f"--param {text!r}: give one or more values, {hint}")
-    tokens = [json.dumps(v, sort_keys=True) for v in values]
-    if len(set(tokens)) != len(tokens):
-        raise UsageError(f"--param {text!r} repeats a value")
-    return dotted, values
-
-
 _OPTION_FLAGS = (
     ("--pairs", "pairs", "pairs"),
     ("--methods", "methods", "methods"),
@@ -223,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         pairs=None if args.pairs is None else _int_list(args.pairs, "--pairs"),
         methods=None if args.methods is None else _names(args.methods, "--methods"),
         method=args.method,
-        params=tuple(parse_param(text) for text in args.param or ()),
+        params=tuple(parse_values(text) for text in args.param or ()),
         buffer_size=args.buffer_size,
     )
     planned = experiments.plan_experiment(args.name, options, notify=print_notice)

@@ -1,4 +1,4 @@
-"""The papers' claims about their tables and analyses, shipped as data (``presets/claims.toml``,
+"""The papers' claims about their tables and analyses, shipped as data (``papers/claims.toml``,
 beside ``published.toml``), checked on a trained table by ``xder-run experiment table`` (the
 claims on FAA and FF, :data:`TABLE_METRICS`) and on analysed runs by ``xder-run report`` (those
 on the analyses' figures, :data:`xder_eval.ANALYSIS_METRICS`).
@@ -18,6 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
+from xder_cli.runs.published import PAPERS
 from xder_eval import (
     ANALYSIS_METRICS,
     NOT_CHECKED,
@@ -97,7 +98,7 @@ def _parse(data: dict[str, Any]) -> tuple[Claim, ...]:
 @functools.cache
 def claims() -> tuple[Claim, ...]:
     """Every shipped claim, in the file's order."""
-    return _parse(tomllib.loads((resources.files("xder_cli.runs") / "presets" / CLAIMS_FILE).read_text()))
+    return _parse(tomllib.loads((resources.files("xder_cli.runs") / PAPERS / CLAIMS_FILE).read_text()))
 
 
 def table_claims(benchmark: str, buffer_size: int, metrics: Collection[str] = TABLE_METRICS) -> list[Claim]:

@@ -28,10 +28,9 @@ such an entry. ``none`` is built in: the benchmark's protocol plus the method's 
 default preset of a run is the first of :data:`DEFAULT_ORDER` with an entry for its benchmark,
 protocol, buffer size and method, else ``none``.
 
-``published.toml`` in the same folder is not a preset: it holds the papers' published results,
-keyed the same way (:mod:`xder_cli.runs.published`); nor is ``published_analyses.toml``, the
-papers' analysis figures, nor ``claims.toml``, the papers' claims about those tables and analyses
-(:mod:`xder_cli.runs.claims`).
+What the papers published (``papers/published.toml``, ``papers/published_analyses.toml``,
+keyed the same way: :mod:`xder_cli.runs.published`) and claimed (``papers/claims.toml``:
+:mod:`xder_cli.runs.claims`) is not a preset: it lives in ``papers/`` beside this folder.
 """
 
 from __future__ import annotations
@@ -47,8 +46,8 @@ from xder_cli.runs.errors import SettingError, option
 __all__ = [
     "DEFAULT_ORDER",
     "PAPER_PROTOCOL",
-    "PUBLISHED",
     "PresetEntry",
+    "choose_preset",
     "default_preset",
     "list_presets",
     "preset_entries",
@@ -107,23 +106,15 @@ def split_preset(text: str) -> tuple[str, str | None]:
     return name, entry or None
 
 
-PUBLISHED = "published"
-"""``presets/published.toml`` holds published results, not a preset (:mod:`xder_cli.runs.published`)."""
-NOT_PRESETS = frozenset({PUBLISHED, "published_analyses", "claims"})
-"""The data files beside the presets that are none: the published results and analysis figures,
-and the papers' claims about them (:mod:`xder_cli.runs.claims`)."""
-
-
 def list_presets() -> list[str]:
-    """``none`` and every preset file shipped with xder-cli (those of :data:`NOT_PRESETS` are
-    none)."""
+    """``none`` and every preset file shipped with xder-cli (``presets/<name>.toml``)."""
     folder = resources.files("xder_cli.runs") / "presets"
     names = (
         [p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml")]
         if folder.is_dir()
         else []
     )
-    return ["none", *sorted(n for n in names if n not in NOT_PRESETS)]
+    return ["none", *sorted(names)]
 
 
 @functools.cache
@@ -228,18 +219,37 @@ def preset_values(
     return {**found.fixed, **found.chosen}
 
 
-def default_preset(
-    benchmark: str, method: str, buffer_size: int | None = None, protocol: str = PAPER_PROTOCOL
-) -> str:
-    """The preset used when none is named: the first of ``tuned``, ``paper`` with an entry for
-    (benchmark, protocol, buffer size, method), else ``none``."""
+def choose_preset(
+    preset: str | None,
+    benchmark: str,
+    method: str,
+    buffer_size: int | None = None,
+    protocol: str = PAPER_PROTOCOL,
+) -> tuple[str, dict[str, Any]]:
+    """The preset a run takes and the settings it gives (:func:`preset_values`), each entry
+    looked up once: ``preset`` itself, or where None, the first of :data:`DEFAULT_ORDER` with an
+    entry for (benchmark, protocol, buffer size, method), else ``none``.
+
+    Raises:
+        SettingError: a named preset that is unknown or has no such entry.
+    """
+    if preset is not None:
+        return preset, preset_values(preset, benchmark, method, buffer_size, protocol)
     available = list_presets()
     for name in DEFAULT_ORDER:
         if name not in available:
             continue
         try:
-            preset_entry(name, benchmark, buffer_size, method, method=method, protocol=protocol)
+            found = preset_entry(name, benchmark, buffer_size, method, method=method, protocol=protocol)
         except SettingError:
             continue
-        return name
-    return "none"
+        return name, {**found.fixed, **found.chosen}
+    return "none", {}
+
+
+def default_preset(
+    benchmark: str, method: str, buffer_size: int | None = None, protocol: str = PAPER_PROTOCOL
+) -> str:
+    """The preset used when none is named (:func:`choose_preset`): the first of ``tuned``,
+    ``paper`` with an entry for (benchmark, protocol, buffer size, method), else ``none``."""
+    return choose_preset(None, benchmark, method, buffer_size, protocol)[0]

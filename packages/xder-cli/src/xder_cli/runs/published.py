@@ -1,4 +1,5 @@
-"""Published results shipped as data: ``presets/published.toml``, beside the presets.
+"""Published results shipped as data: ``papers/published.toml`` (the folder of what the papers
+published and claimed, beside ``presets/``).
 
 The file holds the X-DER paper's Table 1 (every row and column, JT and FT included) and the DER
 paper's Table 2 on Seq-CIFAR-10 (Class-IL FAA); its header comment gives the layout::
@@ -41,6 +42,8 @@ __all__ = [
     "xder_table_methods",
 ]
 
+PAPERS = "papers"
+"""The folder of ``xder_cli.runs`` that holds what the papers published and claimed."""
 PUBLISHED_FILE = "published.toml"
 PUBLISHED_ANALYSES_FILE = "published_analyses.toml"
 XDER_TABLE = "x-der"
@@ -123,7 +126,7 @@ def _parse(data: dict[str, Any]) -> tuple[dict[str, tuple[str, int | None]], tup
 
 @functools.cache
 def _load() -> tuple[dict[str, tuple[str, int | None]], tuple[PublishedResult, ...]]:
-    return _parse(tomllib.loads((resources.files("xder_cli.runs") / "presets" / PUBLISHED_FILE).read_text()))
+    return _parse(tomllib.loads((resources.files("xder_cli.runs") / PAPERS / PUBLISHED_FILE).read_text()))
 
 
 def published_results() -> tuple[PublishedResult, ...]:
@@ -218,7 +221,7 @@ def _parse_analyses(data: dict[str, Any]) -> tuple[PublishedAnalysis, ...]:
 
 @functools.cache
 def published_analyses() -> tuple[PublishedAnalysis, ...]:
-    """The papers' analysis figures (``presets/published_analyses.toml``: the X-DER paper's
+    """The papers' analysis figures (``papers/published_analyses.toml``: the X-DER paper's
     secondary-information table, SS-ERR and SS-NLL on Split CIFAR-100), in the file's order."""
-    text = (resources.files("xder_cli.runs") / "presets" / PUBLISHED_ANALYSES_FILE).read_text()
+    text = (resources.files("xder_cli.runs") / PAPERS / PUBLISHED_ANALYSES_FILE).read_text()
     return _parse_analyses(tomllib.loads(text))

@@ -46,7 +46,7 @@ from xder_cli.runs import rundir
 from xder_cli.runs._typed import coerce, validate_section
 from xder_cli.runs.errors import PluginError, SettingError, option
 from xder_cli.runs.plugins import load_plugin
-from xder_cli.runs.presets import default_preset, preset_values
+from xder_cli.runs.presets import choose_preset
 from xder_data import DEFAULT_PROTOCOL, BenchmarkDefaults, benchmark_defaults, benchmark_option_types
 from xder_data import benchmark_options as benchmark_option_defaults
 from xder_methods import TrainingSchedule, check_schedule, list_methods, method_config_class
@@ -70,6 +70,7 @@ __all__ = [
     "load_plan",
     "parse_assignment",
     "parse_value",
+    "parse_values",
     "resolve_config",
     "resolve_run",
     "run_overrides",
@@ -248,6 +249,40 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     return f"{section}.{key}", parse_value(raw)
 
 
+def parse_values(text: str) -> tuple[str, list[Any]]:
+    """``section.key=V1,V2,...`` -> ``("section.key", [V1, V2, ...])``; each value read as a TOML
+    value (``0.1``, ``true``, ``"text"``, else a bare string). Values that hold commas (lists) are
+    given as one TOML array: ``train.milestones=[[35, 45], [20, 40]]``.
+
+    Raises:
+        SettingError: no ``=``, a key that is not ``section.name``, no value, a repeated value.
+    """
+    params = option("params")
+    hint = f"e.g. {params} method.alpha=0.1,0.3,0.6"
+    if "=" not in text:
+        raise SettingError(f"{params} {text!r} needs the form section.key=V1,V2,...: {hint}")
+    dotted, raw = (part.strip() for part in text.split("=", 1))
+    try:
+        split_key(dotted)
+    except SettingError as error:
+        raise SettingError(f"{params} {text!r}: {error.template}") from None
+    if raw.startswith("["):
+        values = parse_value(raw)
+        if not isinstance(values, list):
+            raise SettingError(f"{params} {text!r}: {raw!r} is not a TOML array of values")
+    else:
+        items = [item.strip() for item in raw.split(",")]
+        if any(not item for item in items):
+            raise SettingError(f"{params} {text!r}: give one or more comma-separated values, {hint}")
+        values = [parse_value(item) for item in items]
+    if not values:
+        raise SettingError(f"{params} {text!r}: give one or more values, {hint}")
+    tokens = [json.dumps(v, sort_keys=True) for v in values]
+    if len(set(tokens)) != len(tokens):
+        raise SettingError(f"{params} {text!r} repeats a value")
+    return dotted, values
+
+
 def sections(settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Dotted settings as sections: ``{"train.lr": 0.1}`` -> ``{"train": {"lr": 0.1}}``."""
     out: dict[str, dict[str, Any]] = {}
@@ -332,10 +367,10 @@ def resolve_config(
     if "buffer_size" in fields:
         size = settings.get("method.buffer_size", defaults.buffer_size)
         buffer_size = size if isinstance(size, int) and not isinstance(size, bool) else None
-    preset = preset or default_preset(benchmark, method, buffer_size, protocol)
+    preset, values = choose_preset(preset or None, benchmark, method, buffer_size, protocol)
     chosen = {
         dotted: value
-        for dotted, value in preset_values(preset, benchmark, method, buffer_size, protocol).items()
+        for dotted, value in values.items()
         # the protocol's replay batch, in a preset's protocol table: replay methods only
         if not dotted.startswith("method.") or split_key(dotted)[1] in fields
     }

@@ -5,7 +5,7 @@ entry, ``paper:xder-rpc``), over the seeds; methods without a buffer train once 
 directories, ``<entry>-s<seed>``, carry no buffer size, so tables of several buffer sizes in one
 folder share them). ``table.md`` / ``table.csv``: per entry our FAA and FF, the published value,
 the difference and whether it exceeds two standard errors (:func:`xder_eval.compare_to_published`),
-then the papers' claims about the table (``presets/claims.toml``, e.g. "X-DER's FAA is above
+then the papers' claims about the table (``papers/claims.toml``, e.g. "X-DER's FAA is above
 DER++'s"), each checked on our rows as holds / does not hold / not separated
 (:mod:`xder_cli.runs.claims`). On a protocol other than ``paper`` (``laptop``) the table is a
 quick one: the published values are shown for orientation only and no difference with them is
