@@ -3,18 +3,16 @@ never beside another writer of the run."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import tomllib
 from pathlib import Path
 
 import pytest
-import torch
 
 from xder_cli.main import main
 from xder_cli.runs import rundir
-from xder_cli.runs.analyses import ANALYSES, AnalysisOptions, analyse_pointing, load_trained_run
+from xder_cli.runs.analyses import ANALYSES
 
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
 FAST = ["--buffer-epochs", "2", "--max-items", "40"]
@@ -138,28 +136,6 @@ def test_analyze_is_refused_while_another_process_writes_the_run(derpp_run: Path
         f"xder-run analyze: error: {derpp_run} is in use by process {os.getpid()} on host "
     )
     assert line.endswith(f"then run xder-run analyze {derpp_run} again")
-
-
-def test_pointing_on_planted_masks(derpp_run: Path) -> None:
-    run = load_trained_run(derpp_run)
-    test_y = run.bench.test_y
-    n = test_y.shape[0]
-
-    def pointing(masks: torch.Tensor, tolerance: float = 0.0) -> dict:
-        run.bench = dataclasses.replace(run.bench, test_masks=masks)
-        return analyse_pointing(run, derpp_run / "analysis", AnalysisOptions(tolerance=tolerance))
-
-    # Wherever the Grad-CAM maximum is: a mask over the whole image is hit, an empty one missed.
-    assert pointing(torch.ones(n, 8, 8, dtype=torch.bool))["accuracy"] == 1.0
-    nowhere = pointing(torch.zeros(n, 8, 8, dtype=torch.bool), tolerance=3.0)
-    assert (nowhere["accuracy"], nowhere["overall_accuracy"]) == (0.0, 0.0)
-    # Half and half: the even classes' items get the whole image, the odd classes' nothing. The mean
-    # over the 10 classes is 5/10; over the items, the even classes' share of the 355 test items
-    # (35 + 35 + 36 + 36 + 34 = 176 by the split's n_c // 5).
-    even = (test_y % 2 == 0)[:, None, None].expand(n, 8, 8).contiguous()
-    half = pointing(even)
-    assert half["accuracy"] == pytest.approx(0.5)
-    assert half["overall_accuracy"] == pytest.approx(176 / 355)
 
 
 @pytest.mark.parametrize(

@@ -199,7 +199,7 @@ def test_a_required_benchmark_option_names_the_set_flag(tmp_path: Path, monkeypa
     def load(root: Path | None, *, classes: int) -> None:
         raise AssertionError("the plan is refused before any data is read")
 
-    loader = (load, {"paper": benchmark_defaults("seq-digits")})
+    loader = (load, {"full": benchmark_defaults("seq-digits")})
     monkeypatch.setitem(data_registry._REGISTRY, "lab-images", loader)
     assert main(["train", "--benchmark", "lab-images", "--method", "sgd", "--out", str(tmp_path)]) == 2
     assert _error(capsys) == (

@@ -20,11 +20,8 @@ import torch
 from xder_cli.main import main
 from xder_cli.progress import TaskProgress
 from xder_cli.runs import rundir
-from xder_cli.runs.errors import RunDirError, SettingError
 from xder_cli.runs.experiments.class_order import plan_class_order
-from xder_cli.runs.experiments.flatness import REGULARISERS, pair_class_order, plot_flatness
 from xder_cli.runs.experiments.table import plan_table, table_entries
-from xder_cli.runs.settings import parse_values
 
 TINY = ["--set", "train.epochs=1", "--set", "backbone.width=4", "--set", "run.device=cpu"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -53,42 +50,6 @@ def _check_files(out: Path, plot: str) -> dict:
     assert summary["files"] == ["experiment.json", "experiment.md", plot]
     assert (out / "experiment.md").read_text().startswith("# ")
     return summary
-
-
-def test_pair_class_order_and_param_parsing() -> None:
-    assert pair_class_order((2, 2, 2), 0) == [0, 1, 2, 3, 4, 5]
-    assert pair_class_order((2, 2, 2), 1) == [2, 3, 4, 5, 0, 1]
-    with pytest.raises(SettingError, match=r"k in 0\.\.1"):
-        pair_class_order((2, 2, 2), 2)
-    with pytest.raises(SettingError, match="hold 3 and 2 classes"):
-        pair_class_order((2, 2, 3, 2), 2)
-    assert parse_values("method.alpha=0.1, 0.3,1") == ("method.alpha", [0.1, 0.3, 1])
-    assert parse_values("run.class_order=natural,reversed") == ("run.class_order", ["natural", "reversed"])
-    assert parse_values("train.milestones=[[35, 45], [20]]") == ("train.milestones", [[35, 45], [20]])
-    for bad, message in [
-        ("method.alpha", "section.key=V1,V2"),
-        ("alpha=0.1", "section.name"),
-        ("model.alpha=0.1", "section.name"),
-        ("method.alpha=0.1,,0.3", "comma-separated"),
-        ("method.alpha=", "comma-separated"),
-        ("method.alpha=0.1,0.1", "repeats"),
-    ]:
-        with pytest.raises(SettingError, match=message):
-            parse_values(bad)
-
-
-def test_flatness_radar_plot_from_three_pairs(tmp_path: Path) -> None:
-    cells = {
-        r: {"first_task_accuracy_mean": 50.0 + i, "first_task_accuracy_std": None}
-        for i, r in enumerate(REGULARISERS)
-    }
-    rows = [{"pair": k, "cells": cells} for k in range(4)]
-    rows[1] = {
-        "pair": 1,
-        "cells": {**cells, "lfr": {"first_task_accuracy_mean": None, "first_task_accuracy_std": None}},
-    }
-    plot_flatness({"rows": rows, "benchmark": "seq-digits"}, tmp_path / "radar.png")
-    assert (tmp_path / "radar.png").read_bytes().startswith(PNG)
 
 
 def test_flatness_pairs_regularisers_interrupt_and_resume(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -303,21 +264,6 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys) -> None:
     assert "was trained with train.epochs = 2, this experiment asks for 1" in error
     assert error.endswith(": use another --out, or delete that run directory")
     assert not (run_dir / "results.json").exists()
-
-
-def test_a_run_logged_elsewhere_or_from_before_the_benchmark_section_is_reused(tmp_path: Path) -> None:
-    from xder_cli.runs.experiments.common import _check_existing
-
-    run, _ = plan_class_order("seq-digits", ["er"], [0], {"train.epochs": 1})
-    stored = json.loads(json.dumps(run.config))
-    stored["run"]["loggers"] = ["wandb"]  # trackers observe a run; they do not configure it
-    del stored["benchmark"]  # a config.toml written before [benchmark] existed (seq-digits: no options)
-    rundir.write_config(tmp_path / "config.toml", stored)
-    _check_existing(run, tmp_path)  # no error: the same configuration
-    stored["train"]["epochs"] = 2
-    rundir.write_config(tmp_path / "config.toml", stored)
-    with pytest.raises(RunDirError, match=r"was trained with train\.epochs = 2"):
-        _check_existing(run, tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -626,32 +572,6 @@ def test_table_on_seq_digits_trains_and_tabulates_with_nothing_published(tmp_pat
     printed = capsys.readouterr().out
     assert "2 runs, 1 already finished; training 1 in this process" in printed
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["derpp-m20-s0", "derpp-m200-s0", "sgd-s0"]
-
-
-def test_table_with_nothing_published_plans_every_method_of_the_x_der_table() -> None:
-    entries = table_entries("seq-digits", 200)
-    names = [e.name for e in entries]
-    assert names == [
-        "joint",
-        "sgd",
-        "lwf_mc",
-        "er",
-        "gdumb",
-        "er_ace",
-        "rpc",
-        "bic",
-        "icarl",
-        "lucir",
-        "der",
-        "derpp",
-        "xder",
-    ]
-    assert all(e.published is None and e.preset is None and e.name == e.method for e in entries)
-    runs = plan_table("seq-digits", 200, entries, [0], {})  # every configuration builds
-    presets = {r.name: r.config["run"]["preset"] for r in runs}
-    assert presets["xder-m200-s0"] == presets["derpp-m200-s0"] == "tuned"
-    assert presets["er-m200-s0"] == presets["lwf_mc-s0"] == "none"
-    assert [r.name for r in runs if "-m200-" not in r.name] == ["joint-s0", "sgd-s0", "lwf_mc-s0"]
 
 
 def test_table_usage_errors_are_one_line(tmp_path: Path, capsys) -> None:

@@ -1,7 +1,8 @@
-"""--protocol through the CLI: recorded in config.toml, the protocol's settings and drop_last, the
-preset tables kept per protocol, sweeps and bench, and one-line errors; seq-cifar10 end to end on a
-tiny image-folder copy (data prepare cifar10, data info, train --protocol laptop); seq-cifar100's
-laptop protocol on tiny files in the official format (data info, the resolved plan)."""
+"""--protocol through the CLI: one-line errors; seq-cifar10 end to end on a tiny image-folder copy
+(data prepare cifar10, data info, train --protocol laptop, recorded in config.toml, the last partial
+batch kept); seq-cifar100's laptop protocol on tiny files in the official format (data info). The
+protocol in the library (the resolved plan, sweep grids, bench) is tested in tests/runs
+(test_settings.py, test_sweep.py, test_bench.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,8 @@ import pytest
 from PIL import Image
 
 from xder_cli.main import main
-from xder_cli.runs.bench import BenchOptions, run_bench
 from xder_cli.runs.rundir import read_config
-from xder_cli.runs.settings import build_plan, resolve_config
-from xder_cli.runs.sweep import load_spec, plan_trials
+from xder_cli.runs.settings import build_plan
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
@@ -72,31 +71,13 @@ def cifar100_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _config(method: str, benchmark: str, protocol: str = "paper", **settings) -> dict:
-    return resolve_config(method, benchmark, protocol=protocol, settings=settings)
-
-
-def test_the_protocol_sets_drop_last_and_is_recorded() -> None:
-    digits = build_plan(_config(method="er", benchmark="seq-digits"))
-    assert digits.settings.protocol == "paper"
-    assert digits.schedule.drop_last is True  # seq-digits keeps its documented drop
-    for benchmark in ("seq-cifar10", "seq-cifar100", "seq-miniimg", "seq-ntu60", "seq-cub200"):
-        plan = build_plan(_config(method="er", benchmark=benchmark))
-        assert plan.schedule.drop_last is False, benchmark  # the papers' protocols keep the last batch
-    laptop = build_plan(_config(method="er", benchmark="seq-cifar10", protocol="laptop"))
-    assert laptop.config["run"]["protocol"] == "laptop"
-    assert (laptop.schedule.epochs, laptop.backbone["width"], laptop.buffer_size) == (2, 8, 200)
-    override = _config(method="er", benchmark="seq-cifar10", protocol="laptop", **{"train.epochs": 3})
-    assert build_plan(override).schedule.epochs == 3  # flags and --set still override the protocol
-
-
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--protocol", "laptop"], "benchmark 'seq-digits' has no protocol 'laptop': it has paper"),
+        (["--protocol", "laptop"], "benchmark 'seq-digits' has no protocol 'laptop': it has full"),
         (
             ["--benchmark", "seq-cifar10", "--protocol", "tiny"],
-            "has no protocol 'tiny': it has paper, laptop",
+            "has no protocol 'tiny': it has full, laptop",
         ),
         (["--set", "run.protocol=laptop"], "run.protocol cannot be set with --set: use --protocol"),
     ],
@@ -115,15 +96,25 @@ def test_data_info_shows_every_protocol(cifar_root: Path, capsys) -> None:
     info = json.loads(capsys.readouterr().out)
     assert (info["n_tasks"], info["train_size"], info["test_size"]) == (5, 100, 20)
     assert info["class_names"] == CLASSES
-    assert info["protocols"] == ["paper", "laptop"]
-    assert info["protocol"]["name"] == "paper"
+    assert info["protocols"] == ["full", "laptop"]
+    assert info["protocol"]["name"] == "full"
     assert (info["protocol"]["epochs"], info["protocol"]["backbone_options"]["width"]) == (50, 64)
     assert info["protocol"]["drop_last"] is False
     argv = ["data", "info", "seq-cifar10", "--data-root", str(cifar_root), "--protocol", "laptop"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "protocol laptop: 2 epochs, batch 32" in out
-    assert "(width 8, in_channels 3), last partial batch kept | also: paper (--protocol)" in out
+    assert "(width 8, in_channels 3), last partial batch kept | also: full (--protocol)" in out
+
+
+def test_the_full_protocols_former_name_still_works_with_a_warning(cifar_root: Path, capsys) -> None:
+    argv = ["data", "info", "seq-cifar10", "--data-root", str(cifar_root), "--protocol", "paper"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "protocol full: 50 epochs, batch 32" in captured.out
+    assert captured.err == (
+        "warning: --protocol paper is now called full (the same protocol); paper goes in the next release\n"
+    )
 
 
 def test_data_info_lists_the_seq_cifar100_laptop_protocol(cifar100_root: Path, capsys) -> None:
@@ -131,7 +122,7 @@ def test_data_info_lists_the_seq_cifar100_laptop_protocol(cifar100_root: Path, c
     assert main([*argv, "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert (info["n_tasks"], info["train_size"], info["test_size"]) == (10, 200, 100)
-    assert info["protocols"] == ["paper", "laptop"]
+    assert info["protocols"] == ["full", "laptop"]
     protocol = info["protocol"]
     assert (protocol["name"], protocol["epochs"], protocol["milestones"]) == ("laptop", 2, [1.4, 1.8])
     assert (protocol["batch_size"], protocol["minibatch_size"], protocol["lr"]) == (32, 32, 0.03)
@@ -143,31 +134,11 @@ def test_data_info_lists_the_seq_cifar100_laptop_protocol(cifar100_root: Path, c
         "protocol laptop: 2 epochs, batch 32, replay 32, lr 0.03 (multistep at epochs 1.4, 1.8), buffer 500"
         in out
     )
-    assert "(width 8, in_channels 3), last partial batch kept | also: paper (--protocol)" in out
+    assert "(width 8, in_channels 3), last partial batch kept | also: full (--protocol)" in out
     assert main(["data", "info", "seq-cifar100", "--data-root", str(cifar100_root)]) == 0
-    assert "protocol paper: 50 epochs, batch 32, replay 32, lr 0.03 (multistep at epochs 35, 45)" in (
+    assert "protocol full: 50 epochs, batch 32, replay 32, lr 0.03 (multistep at epochs 35, 45)" in (
         capsys.readouterr().out
     )
-
-
-@pytest.mark.parametrize("method", ["xder", "er", "derpp", "sgd", "bic"])
-def test_seq_cifar100_laptop_plan(method: str) -> None:
-    """The resolved run: the laptop protocol (2 epochs, milestones 1.4 and 1.8, width 8, buffer
-    500) under the tuned entry where the method was selected on this protocol (X-DER, ER, DER++),
-    else the paper preset's carried-over entry; neither sets an epoch or milestone of its own."""
-    plan = build_plan(_config(method=method, benchmark="seq-cifar100", protocol="laptop"))
-    schedule = plan.schedule
-    selected = method in ("xder", "er", "derpp")
-    assert (plan.settings.protocol, plan.settings.preset) == ("laptop", "tuned" if selected else "paper")
-    assert (schedule.epochs, schedule.lr_schedule, schedule.milestones) == (2, "multistep", (1.4, 1.8))
-    assert (schedule.batch_size, schedule.optimizer, schedule.lr_gamma) == (32, "sgd", 0.1)
-    assert plan.backbone["width"] == 8
-    assert plan.buffer_size == (0 if method == "sgd" else 500)
-    paper = build_plan(_config(method=method, benchmark="seq-cifar100"))
-    chosen = {"xder": 0.1, "er": 0.03, "derpp": 0.1}  # tuned.toml, "seq-cifar100:laptop"
-    assert schedule.lr == chosen.get(method, paper.schedule.lr)  # else the paper's, e.g. BiC's 0.03
-    if not selected:
-        assert plan.config["method"] == paper.config["method"]  # and its chosen method values
 
 
 def test_train_on_the_laptop_protocol_keeps_the_last_partial_batch(cifar_root: Path, tmp_path: Path) -> None:
@@ -198,44 +169,3 @@ def test_train_on_the_laptop_protocol_keeps_the_last_partial_batch(cifar_root: P
     results = json.loads((run / "results.json").read_text())
     assert results["complete"] is True
     assert len(results["accuracy_matrix"]) == 5
-
-
-def test_a_sweep_grid_names_its_protocol(tmp_path: Path) -> None:
-    grid = tmp_path / "grid.toml"
-    grid.write_text(
-        'method = "derpp"\nbenchmark = "seq-cifar10"\nprotocol = "laptop"\nseeds = [0]\n'
-        '[grid]\n"method.alpha" = [0.1, 0.3]\n'
-    )
-    spec = load_spec(grid)
-    assert spec.protocol == "laptop"
-    trials = plan_trials(spec)
-    assert [t.config["run"]["protocol"] for t in trials] == ["laptop", "laptop"]
-    assert {t.config["backbone"]["width"] for t in trials} == {8}
-    assert {t.config["train"]["epochs"] for t in trials} == {2}
-    assert load_spec(grid, protocol="paper").protocol == "paper"  # --protocol overrides the file
-
-
-@pytest.mark.parametrize(("benchmark", "buffer_size"), [("seq-cifar10", 200), ("seq-cifar100", 500)])
-def test_bench_takes_width_batch_and_buffer_from_the_protocol(benchmark: str, buffer_size: int) -> None:
-    options = BenchOptions(
-        methods=("er",),
-        benchmark=benchmark,
-        protocol="laptop",
-        backbone="resnet18-cifar",
-        width=None,
-        batch_size=None,
-        buffer_size=None,
-        task=1,
-        device="cpu",
-        steps=1,
-        warmup=0,
-        precision="fp32",
-        channels_last=False,
-        compile=False,
-        epoch=False,
-    )
-    payload = run_bench(options)
-    settings = payload["settings"]
-    assert (settings["protocol"], settings["width"], settings["batch_size"]) == ("laptop", 8, 32)
-    assert (settings["buffer_size"], settings["protocol_epochs"]) == (buffer_size, 2)
-    assert payload["methods"][0]["images_per_step"] == 64  # 32 stream + 32 replayed

@@ -1,5 +1,7 @@
-"""xder-run report over tiny real runs (2 methods x 2 seeds, 1 epoch, width 4) and hand-made broken
-run directories: the files written, the printed table, and the one-line usage errors."""
+"""xder-run report over tiny real runs (2 methods x 2 seeds, 1 epoch, width 4) and hand-made run
+directories (broken ones, the papers' settings, analysed ones): the files written, the printed
+table, the published values and the papers' analyses beside ours. write_report's own errors are
+tested in tests/runs/test_report.py."""
 
 from __future__ import annotations
 
@@ -7,15 +9,13 @@ import csv
 import io
 import json
 import statistics
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from xder_cli.main import main
 from xder_cli.runs import rundir
-from xder_cli.runs.errors import RunDirError
-from xder_cli.runs.report import find_run_dirs, read_run, write_report
+from xder_cli.runs.report import find_run_dirs, read_run
 from xder_cli.runs.settings import build_plan, resolve_config
 
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
@@ -241,55 +241,6 @@ def test_the_published_value_stands_beside_matching_groups(tmp_path: Path, capsy
         "50.5400",
     )
     assert lines["seq-cifar10 (laptop)", "derpp"]["published_faa"] == ""
-
-
-@pytest.mark.parametrize(
-    ("make", "message"),
-    [
-        (lambda root: root / "nothing", "no such directory"),
-        (lambda root: root, "not a run directory and none in it"),
-        (lambda root: (root / "file.txt").write_text("x") and root / "file.txt", "not a directory"),
-    ],
-)
-def test_bad_paths_are_usage_errors(make, message, tmp_path: Path) -> None:
-    path = make(tmp_path)
-    with pytest.raises(RunDirError, match=message) as caught:
-        write_report([path], tmp_path / "out")
-    assert "\n" not in str(caught.value)
-    assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.parametrize(
-    ("method", "benchmark", "preset", "protocol"),
-    [
-        ("xder", "seq-digits", None, "paper"),
-        ("derpp", "seq-cifar10", "tuned", "laptop"),
-        ("xder", "seq-cifar100", "paper:xder-rpc", "paper"),
-        ("sgd", "seq-cifar100", None, "laptop"),
-    ],
-)
-def test_a_run_without_overrides_has_none(method, benchmark, preset, protocol, tmp_path: Path) -> None:
-    """A configuration as config.toml holds it (written, read back) differs from its preset and
-    protocol in nothing; each change made on top of it is found, and only it."""
-    from xder_cli.runs import rundir
-    from xder_cli.runs.settings import build_plan, resolve_config, run_overrides
-
-    def written(sets: dict) -> dict:
-        settings = {"run.seed": 3, **sets}
-        plan = build_plan(
-            resolve_config(method, benchmark, protocol=protocol, preset=preset, settings=settings)
-        )
-        path = tmp_path / f"config-{len(sets)}.toml"
-        rundir.write_config(path, plan.config)
-        return tomllib.loads(path.read_text())
-
-    assert run_overrides(written({})) == {}
-    changed = {"train.lr": 0.123, "run.class_order": "reversed", "backbone.width": 3}
-    assert run_overrides(written(changed)) == {
-        "run.class_order": "reversed",
-        "train.lr": 0.123,
-        "backbone.width": 3,
-    }
 
 
 def _analysed(run_dir: Path, ss_err: float, ss_nll: float, ece: float, newest: float) -> None:

@@ -33,6 +33,7 @@ from xder_data import (
     StrongAugment,
     UnknownProtocolError,
     benchmark_defaults,
+    canonical_protocol,
     download_cifar10,
     list_protocols,
     load_benchmark,
@@ -164,7 +165,7 @@ def test_paper_protocol_and_transforms(bench) -> None:
 
 
 def test_laptop_protocol_is_the_paper_one_at_width_8_for_2_epochs(written, bench) -> None:
-    assert list_protocols("seq-cifar10") == ["paper", "laptop"]
+    assert list_protocols("seq-cifar10") == ["full", "laptop"]
     paper, laptop = benchmark_defaults("seq-cifar10"), benchmark_defaults("seq-cifar10", "laptop")
     assert (laptop.epochs, laptop.backbone_options) == (2, {"width": 8, "in_channels": 3})
     for key in ("batch_size", "minibatch_size", "lr", "lr_schedule", "buffer_size", "drop_last", "backbone"):
@@ -172,8 +173,21 @@ def test_laptop_protocol_is_the_paper_one_at_width_8_for_2_epochs(written, bench
     small = load_benchmark("seq-cifar10", written[0], protocol="laptop")
     assert small.defaults is laptop
     assert torch.equal(small.train_x, bench.train_x)  # same data, another training protocol
-    with pytest.raises(UnknownProtocolError, match="has no protocol 'fast': it has paper, laptop"):
+    with pytest.raises(UnknownProtocolError, match="has no protocol 'fast': it has full, laptop"):
         load_benchmark("seq-cifar10", written[0], protocol="fast")
+
+
+def test_the_full_protocol_answers_to_its_former_name(written) -> None:
+    """``paper`` was the full protocol's name (runs recorded under it still read)."""
+    assert (canonical_protocol("paper"), canonical_protocol("full"), canonical_protocol("laptop")) == (
+        "full",
+        "full",
+        "laptop",
+    )
+    assert benchmark_defaults("seq-cifar10", "paper") is benchmark_defaults("seq-cifar10")
+    assert load_benchmark("seq-cifar10", written[0], protocol="paper").defaults is benchmark_defaults(
+        "seq-cifar10"
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -218,7 +218,7 @@ def test_protocol_and_transforms(bench) -> None:
 def test_laptop_protocol_is_the_paper_one_at_width_8_for_2_epochs(written, bench) -> None:
     """Width 8, 2 epochs per task, the lr divided by 10 at 70% and 90% of each task (the paper's 35
     and 45 of 50 epochs: 1.4 and 1.8 of 2); every other setting is the paper's."""
-    assert list_protocols("seq-cifar100") == ["paper", "laptop"]
+    assert list_protocols("seq-cifar100") == ["full", "laptop"]
     paper, laptop = benchmark_defaults("seq-cifar100"), benchmark_defaults("seq-cifar100", "laptop")
     assert (laptop.epochs, laptop.backbone_options) == (2, {"width": 8, "in_channels": 3})
     assert laptop.milestones == (1.4, 1.8)
@@ -230,7 +230,7 @@ def test_laptop_protocol_is_the_paper_one_at_width_8_for_2_epochs(written, bench
     small = load_benchmark("seq-cifar100", written[0], protocol="laptop")
     assert small.defaults is laptop
     assert torch.equal(small.train_x, bench.train_x)  # same data, another training protocol
-    with pytest.raises(UnknownProtocolError, match="has no protocol 'fast': it has paper, laptop"):
+    with pytest.raises(UnknownProtocolError, match="has no protocol 'fast': it has full, laptop"):
         load_benchmark("seq-cifar100", written[0], protocol="fast")
 
 

@@ -454,9 +454,9 @@ def test_benchmark_info_of_seq_digits() -> None:
     assert [t["classes"] for t in info["tasks"]] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
     assert sum(t["train_size"] for t in info["tasks"]) == 1442
     assert sum(t["test_size"] for t in info["tasks"]) == 355
-    assert info["protocols"] == ["paper"]
+    assert info["protocols"] == ["full"]
     assert info["protocol"] == {
-        "name": "paper",
+        "name": "full",
         "epochs": 10,
         "batch_size": 32,
         "minibatch_size": 32,

@@ -187,13 +187,15 @@ def test_another_protocol_is_another_benchmark_column() -> None:
     laptop = record("er", 0, ER[0])
     laptop.config["run"]["protocol"] = "laptop"
     paper = record("er", 0, ER[0])
-    paper.config["run"]["protocol"] = "paper"  # as every run records it now
-    legacy = record("er", 1, ER[1])  # runs from before protocols existed: the paper protocol
-    groups, problems = group_runs([laptop, paper, legacy])
+    paper.config["run"]["protocol"] = "paper"  # as runs recorded the full protocol before its rename
+    full = record("er", 2, ER[2])
+    full.config["run"]["protocol"] = "full"  # as every run records it now
+    legacy = record("er", 1, ER[1])  # runs from before protocols existed: the full protocol
+    groups, problems = group_runs([laptop, paper, full, legacy])
     assert problems == []
     assert {key: len(runs) for key, runs in groups.items()} == {
         GroupKey("seq-a (laptop)", 200, "er", "none"): 1,
-        GroupKey("seq-a", 200, "er", "none"): 2,
+        GroupKey("seq-a", 200, "er", "none"): 3,
     }
     assert "| seq-a (laptop) m200 |" in report_markdown(build_report([laptop, paper, legacy]))
 

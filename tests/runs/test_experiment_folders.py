@@ -1,6 +1,7 @@
 """An experiment's run folder left by an earlier invocation (xder_cli.runs.experiments.common):
-reused when it holds the same run, wherever that run trained or whatever watched it; refused
-when a setting that defines the run differs."""
+reused when it holds the same run, wherever that run trained or whatever watched it (its
+config.toml written before [benchmark] existed included); refused when a setting that defines the
+run differs."""
 
 from __future__ import annotations
 
@@ -49,4 +50,17 @@ def test_a_run_placed_or_watched_otherwise_is_the_same_run(tmp_path: Path, place
 def test_a_run_defined_otherwise_is_refused(tmp_path: Path, change: dict, message: str | None) -> None:
     run = _left_behind(tmp_path, change)
     with pytest.raises(RunDirError, match=message or "was trained with"):
+        _check_existing(run, tmp_path)
+
+
+def test_a_run_logged_elsewhere_or_from_before_the_benchmark_section_is_reused(tmp_path: Path) -> None:
+    run, _ = plan_class_order("seq-digits", ["er"], [0], {"train.epochs": 1})
+    stored = json.loads(json.dumps(run.config))
+    stored["run"]["loggers"] = ["wandb"]  # trackers observe a run; they do not configure it
+    del stored["benchmark"]  # a config.toml written before [benchmark] existed (seq-digits: no options)
+    rundir.write_config(tmp_path / "config.toml", stored)
+    _check_existing(run, tmp_path)  # no error: the same configuration
+    stored["train"]["epochs"] = 2
+    rundir.write_config(tmp_path / "config.toml", stored)
+    with pytest.raises(RunDirError, match=r"was trained with train\.epochs = 2"):
         _check_existing(run, tmp_path)

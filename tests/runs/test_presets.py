@@ -96,7 +96,7 @@ def test_paper_values_spot_checked_against_the_appendix() -> None:
     rpc = preset_entry("paper", "seq-cifar100", 2000, "xder-rpc")
     assert rpc.method == "xder"
     assert rpc.chosen["method.future_heads"] == "rpc"
-    entries = [e for e in preset_entries("paper") if e.benchmark != "seq-cifar10" and e.protocol == "paper"]
+    entries = [e for e in preset_entries("paper") if e.benchmark != "seq-cifar10" and e.protocol == "full"]
     assert len({(e.benchmark, e.buffer_size) for e in entries if e.buffer_size}) == 5
     assert len([e for e in entries if e.buffer_size]) == 5 * 14  # ER ... DER++, X-DER and its 4 variants
 
@@ -137,7 +137,7 @@ def test_seq_cifar100_laptop_carries_the_paper_m500_values_unselected() -> None:
             if (e.benchmark, e.protocol) == ("seq-cifar100", protocol) and e.buffer_size in (None, 500)
         }
 
-    paper, laptop = table("paper", "paper"), table("paper", "laptop")
+    paper, laptop = table("paper", "full"), table("paper", "laptop")
     assert set(laptop) == set(paper)
     assert len(laptop) == 2 + 14  # sgd, lwf_mc; ER ... DER++, X-DER and its 4 variants
     for key, entry in laptop.items():

@@ -1,14 +1,17 @@
 """Settings (xder_cli.runs.settings, their one owner): dotted keys and --set parsing, typed
-coercion, the layers, the plan, and which [run] keys define a run."""
+coercion, the layers, the plan (a protocol's settings and drop_last included), which [run] keys
+define a run, and a run's overrides read back from its config.toml."""
 
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 from pathlib import Path
 from typing import Literal
 
 import pytest
 
+from xder_cli.runs import rundir
 from xder_cli.runs.errors import SettingError
 from xder_cli.runs.rundir import read_config, write_config
 from xder_cli.runs.settings import (
@@ -20,6 +23,7 @@ from xder_cli.runs.settings import (
     defines,
     parse_assignment,
     resolve_config,
+    run_overrides,
     split_key,
 )
 from xder_data import BenchmarkDefaults, benchmark_defaults
@@ -193,3 +197,77 @@ def test_one_drop_last_default() -> None:
     )
     assert build_plan(_resolve(benchmark="seq-digits")).schedule.drop_last is True  # its documented drop
     assert build_plan(_resolve(benchmark="seq-cifar10")).schedule.drop_last is False
+
+
+def _config(method: str, benchmark: str, protocol: str = "full", **settings) -> dict:
+    return resolve_config(method, benchmark, protocol=protocol, settings=settings)
+
+
+def test_the_protocol_sets_drop_last_and_is_recorded() -> None:
+    digits = build_plan(_config(method="er", benchmark="seq-digits"))
+    assert digits.settings.protocol == "full"
+    # A run recorded under the full protocol's former name reads as it (and writes it so).
+    legacy = _config(method="er", benchmark="seq-digits")
+    legacy["run"]["protocol"] = "paper"
+    assert build_plan(legacy).settings.protocol == "full"
+    assert build_plan(legacy).config["run"]["protocol"] == "full"
+    assert digits.schedule.drop_last is True  # seq-digits keeps its documented drop
+    for benchmark in ("seq-cifar10", "seq-cifar100", "seq-miniimg", "seq-ntu60", "seq-cub200"):
+        plan = build_plan(_config(method="er", benchmark=benchmark))
+        assert plan.schedule.drop_last is False, benchmark  # the papers' protocols keep the last batch
+    laptop = build_plan(_config(method="er", benchmark="seq-cifar10", protocol="laptop"))
+    assert laptop.config["run"]["protocol"] == "laptop"
+    assert (laptop.schedule.epochs, laptop.backbone["width"], laptop.buffer_size) == (2, 8, 200)
+    override = _config(method="er", benchmark="seq-cifar10", protocol="laptop", **{"train.epochs": 3})
+    assert build_plan(override).schedule.epochs == 3  # flags and --set still override the protocol
+
+
+@pytest.mark.parametrize("method", ["xder", "er", "derpp", "sgd", "bic"])
+def test_seq_cifar100_laptop_plan(method: str) -> None:
+    """The resolved run: the laptop protocol (2 epochs, milestones 1.4 and 1.8, width 8, buffer
+    500) under the tuned entry where the method was selected on this protocol (X-DER, ER, DER++),
+    else the paper preset's carried-over entry; neither sets an epoch or milestone of its own."""
+    plan = build_plan(_config(method=method, benchmark="seq-cifar100", protocol="laptop"))
+    schedule = plan.schedule
+    selected = method in ("xder", "er", "derpp")
+    assert (plan.settings.protocol, plan.settings.preset) == ("laptop", "tuned" if selected else "paper")
+    assert (schedule.epochs, schedule.lr_schedule, schedule.milestones) == (2, "multistep", (1.4, 1.8))
+    assert (schedule.batch_size, schedule.optimizer, schedule.lr_gamma) == (32, "sgd", 0.1)
+    assert plan.backbone["width"] == 8
+    assert plan.buffer_size == (0 if method == "sgd" else 500)
+    paper = build_plan(_config(method=method, benchmark="seq-cifar100"))
+    chosen = {"xder": 0.1, "er": 0.03, "derpp": 0.1}  # tuned.toml, "seq-cifar100:laptop"
+    assert schedule.lr == chosen.get(method, paper.schedule.lr)  # else the paper's, e.g. BiC's 0.03
+    if not selected:
+        assert plan.config["method"] == paper.config["method"]  # and its chosen method values
+
+
+@pytest.mark.parametrize(
+    ("method", "benchmark", "preset", "protocol"),
+    [
+        ("xder", "seq-digits", None, "paper"),
+        ("derpp", "seq-cifar10", "tuned", "laptop"),
+        ("xder", "seq-cifar100", "paper:xder-rpc", "paper"),
+        ("sgd", "seq-cifar100", None, "laptop"),
+    ],
+)
+def test_a_run_without_overrides_has_none(method, benchmark, preset, protocol, tmp_path: Path) -> None:
+    """A configuration as config.toml holds it (written, read back) differs from its preset and
+    protocol in nothing; each change made on top of it is found, and only it."""
+
+    def written(sets: dict) -> dict:
+        settings = {"run.seed": 3, **sets}
+        plan = build_plan(
+            resolve_config(method, benchmark, protocol=protocol, preset=preset, settings=settings)
+        )
+        path = tmp_path / f"config-{len(sets)}.toml"
+        rundir.write_config(path, plan.config)
+        return tomllib.loads(path.read_text())
+
+    assert run_overrides(written({})) == {}
+    changed = {"train.lr": 0.123, "run.class_order": "reversed", "backbone.width": 3}
+    assert run_overrides(written(changed)) == {
+        "run.class_order": "reversed",
+        "train.lr": 0.123,
+        "backbone.width": 3,
+    }

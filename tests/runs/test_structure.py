@@ -1,5 +1,6 @@
 """The shape of ``xder-cli``: commands over ``xder_cli.runs`` over the four library packages, with
-no import circle, read from the sources (imports inside functions included)."""
+no import circle, read from the sources (imports inside functions included); and its tests kept
+to the same layers (tests/cli imports no private name of the package)."""
 
 from __future__ import annotations
 
@@ -180,3 +181,48 @@ def test_no_command_reads_or_writes_a_run_folder_itself() -> None:
 def test_the_commands_stay_thin() -> None:
     lengths = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
     assert sum(n for m, n in lengths.items() if m.startswith("xder_cli.commands")) <= COMMANDS_LINES
+
+
+COMMAND_TESTS = Path(__file__).resolve().parents[1] / "cli"
+"""tests/cli: what a user types, through ``xder_cli.main.main``; the library's own tests are here."""
+
+
+def private_imports(source: str) -> list[str]:
+    """Each private name of xder_cli that ``source`` imports (``from xder_cli... import _name``, or
+    any module of the path private; dunders such as ``__version__`` are not), as ``line: module.name``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            private = [part for part in parts[1:] if part.startswith("_") and not part.endswith("__")]
+            if parts[0] == "xder_cli" and private:
+                found.append(f"{node.lineno}: {name}")
+    return found
+
+
+def test_the_command_tests_import_no_private_name_of_xder_cli() -> None:
+    """A test of what a user types has no business with the package's private names: one that
+    needs them tests the library, and belongs in tests/runs."""
+    planted = (
+        "from xder_cli.main import main\n"
+        "def test():\n"
+        "    from xder_cli.runs.experiments.common import _check_existing, faa_metrics\n"
+        "    import xder_cli.runs._stats\n"
+        "from xder_cli import __version__\n"
+    )
+    assert private_imports(planted) == [
+        "3: xder_cli.runs.experiments.common._check_existing",
+        "4: xder_cli.runs._stats",
+    ]
+    files = sorted(COMMAND_TESTS.rglob("*.py"))
+    assert files, f"no test files under {COMMAND_TESTS}"
+    found = [
+        f"{p.relative_to(COMMAND_TESTS)}:{line}" for p in files for line in private_imports(p.read_text())
+    ]
+    assert found == []

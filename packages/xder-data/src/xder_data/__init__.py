@@ -17,6 +17,7 @@ from xder_data import digits as _digits  # noqa: F401  (registers seq-digits)
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment, Transform
 from xder_data.benchmark import (
     DEFAULT_PROTOCOL,
+    PROTOCOL_ALIASES,
     Benchmark,
     BenchmarkDefaults,
     Progress,
@@ -25,6 +26,7 @@ from xder_data.benchmark import (
     benchmark_info,
     benchmark_option_types,
     benchmark_options,
+    canonical_protocol,
     list_benchmarks,
     list_protocols,
     load_benchmark,
@@ -106,6 +108,7 @@ __all__ = [
     "CUSTOM_DEFAULTS",
     "DEFAULT_PROTOCOL",
     "MINIIMAGENET_FORMATS",
+    "PROTOCOL_ALIASES",
     "Benchmark",
     "BenchmarkDefaults",
     "BenchmarkFormatError",
@@ -142,6 +145,7 @@ __all__ = [
     "benchmark_info",
     "benchmark_option_types",
     "benchmark_options",
+    "canonical_protocol",
     "channel_stats",
     "cifar100_coarse_names",
     "cifar100_superclasses",

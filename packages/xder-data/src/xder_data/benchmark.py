@@ -29,6 +29,7 @@ from xder_data.errors import (
 
 __all__ = [
     "DEFAULT_PROTOCOL",
+    "PROTOCOL_ALIASES",
     "Benchmark",
     "BenchmarkDefaults",
     "Progress",
@@ -37,6 +38,7 @@ __all__ = [
     "benchmark_info",
     "benchmark_option_types",
     "benchmark_options",
+    "canonical_protocol",
     "list_benchmarks",
     "list_protocols",
     "load_benchmark",
@@ -50,9 +52,13 @@ __all__ = [
 ]
 
 ClassOrderSpec = Literal["natural", "reversed", "random"] | Sequence[int]
-DEFAULT_PROTOCOL = "paper"
-"""The protocol a benchmark is run with unless another is named: the one its paper (or, for a
-benchmark without one, its fixed definition) prescribes."""
+DEFAULT_PROTOCOL = "full"
+"""The protocol a benchmark is run with unless another is named: its full protocol, the one its
+paper (or, for a benchmark without one, its fixed definition) prescribes; its variants are sized
+otherwise (e.g. ``laptop``)."""
+PROTOCOL_ALIASES = {"paper": DEFAULT_PROTOCOL}
+"""Former names of protocols: ``paper`` is what :data:`DEFAULT_PROTOCOL` was called until it
+became ``full`` (a preset is called ``paper`` too). Runs recorded under it read as ``full``."""
 VALIDATION_SEED = 0
 """Seed of the validation split: fixed, so that every trial of a grid search sees the same split."""
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
@@ -375,7 +381,7 @@ def register_benchmark(
 ) -> Callable[[BenchmarkLoader], BenchmarkLoader]:
     """Register ``loader(root: Path | None, **options) -> Benchmark`` (natural class order).
 
-    ``defaults`` is the benchmark's training protocol (:data:`DEFAULT_PROTOCOL`, ``"paper"``),
+    ``defaults`` is the benchmark's training protocol (:data:`DEFAULT_PROTOCOL`, ``"full"``),
     readable without loading any data (:func:`benchmark_defaults`); the loader must put the same
     object in ``Benchmark.defaults``. ``protocols`` adds named variants beside it (e.g. a
     ``"laptop"`` protocol sized for a CPU), selected with ``load_benchmark(..., protocol=NAME)``.
@@ -414,7 +420,7 @@ def _lookup(name: str) -> tuple[BenchmarkLoader, dict[str, BenchmarkDefaults]]:
 
 
 def list_protocols(name: str) -> list[str]:
-    """The protocols benchmark ``name`` defines: ``"paper"`` first, then its variants, sorted."""
+    """The protocols benchmark ``name`` defines: ``"full"`` first, then its variants, sorted."""
     protocols = _lookup(name)[1]
     return [DEFAULT_PROTOCOL, *sorted(p for p in protocols if p != DEFAULT_PROTOCOL)]
 
@@ -450,13 +456,21 @@ def benchmark_option_types(name: str) -> dict[str, Any]:
     return {key: hints.get(key, Any) for key in _option_parameters(name)}
 
 
+def canonical_protocol(protocol: str) -> str:
+    """A protocol's name as it is now (:data:`PROTOCOL_ALIASES`): ``"paper"`` -> ``"full"``;
+    any other name as it is."""
+    return PROTOCOL_ALIASES.get(protocol, protocol)
+
+
 def benchmark_defaults(name: str, protocol: str = DEFAULT_PROTOCOL) -> BenchmarkDefaults:
-    """The training protocol ``protocol`` of benchmark ``name``, without loading its data.
+    """The training protocol ``protocol`` of benchmark ``name`` (a former name read as the
+    current one: :func:`canonical_protocol`), without loading its data.
 
     Raises:
         UnknownBenchmarkError: no such benchmark.
         UnknownProtocolError: the benchmark defines no such protocol.
     """
+    protocol = canonical_protocol(protocol)
     protocols = _lookup(name)[1]
     if protocol not in protocols:
         others = ", ".join(list_protocols(name))
@@ -508,7 +522,7 @@ def load_benchmark(
     if progress is not None and _PROGRESS in inspect.signature(loader).parameters:
         options[_PROGRESS] = progress
     bench = loader(None if root is None else Path(root), **options)
-    if protocol != DEFAULT_PROTOCOL:
+    if canonical_protocol(protocol) != DEFAULT_PROTOCOL:
         bench = dataclasses.replace(bench, defaults=defaults)
     if validation:
         bench = with_validation(bench, validation)
@@ -573,7 +587,7 @@ def benchmark_info(
     defaults = benchmark_defaults(bench.name, protocol)
     info["protocols"] = list_protocols(bench.name)
     info["protocol"] = {
-        "name": protocol,
+        "name": canonical_protocol(protocol),
         "epochs": defaults.epochs,
         "batch_size": defaults.batch_size,
         "minibatch_size": defaults.minibatch_size,

@@ -18,7 +18,7 @@ sections of ``config.toml`` and the ``results.json`` object); this module reads 
    says do not define a run (``ignore``: where it trained, what watched it; ``xder-run report``
    passes those its settings table says place or observe a run). So two differently configured
    sets of runs of one method are never averaged together, and a setting that differs only
-   between benchmarks (their protocols) labels nothing. A run on a protocol other than ``paper``
+   between benchmarks (their protocols) labels nothing. A run on a protocol other than ``full``
    (``run.protocol``) counts as a benchmark of its own, named ``"<benchmark> (<protocol>)"``, e.g.
    ``seq-cifar10 (laptop)``.
 3. **Table.** One row per (method, preset, settings), one column per (benchmark, buffer size).
@@ -29,7 +29,7 @@ sections of ``config.toml`` and the ``results.json`` object); this module reads 
 4. **Published values** (optional, :class:`xder_eval.PublishedResult`, passed in by the caller):
    a group that matches a published cell (same benchmark, buffer size, and method or preset
    variant: :meth:`PublishedResult.matches`) shows the published FAA (FF) beside its own in the
-   Class-IL table, the CSV and the JSON. A run on another protocol than ``paper`` matches none:
+   Class-IL table, the CSV and the JSON. A run on another protocol than ``full`` matches none:
    its benchmark is ``"<benchmark> (<protocol>)"``.
 
 Statistics are the mean and the sample standard deviation (``ddof=1``) over a group's seeds;
@@ -358,8 +358,9 @@ def _identify(record: RunRecord) -> _Run:
 
     method = pick("method", run.get("method"))
     benchmark = pick("benchmark", run.get("benchmark"))
-    protocol = run.get("protocol", "paper")
-    if benchmark is not None and protocol != "paper":  # another protocol is another column
+    protocol = run.get("protocol", "full")
+    # Another protocol is another column; "paper" is the full protocol's name before it was "full".
+    if benchmark is not None and protocol not in ("full", "paper"):
         benchmark = f"{benchmark} ({protocol})"
     buffer_size = _int_or_none(pick("buffer_size", method_section.get("buffer_size", 0 if config else None)))
     return _Run(

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 from xder_cli.runs.errors import RunError
 from xder_cli.runs.settings import LOGGERS, parse_assignment
+from xder_data import canonical_protocol
 
 __all__ = [
     "DEFAULT_BENCHMARK",
@@ -31,6 +32,7 @@ __all__ = [
     "flag",
     "fraction",
     "plugin_arguments",
+    "protocol_name",
 ]
 
 DEFAULT_METHOD = "xder"
@@ -163,12 +165,25 @@ class ExamplesFormatter(argparse.HelpFormatter):
         return super()._fill_text(text, width, indent)
 
 
+def protocol_name(text: str) -> str:
+    """``--protocol NAME``; a former name (``paper``, now ``full``) still works, with a warning."""
+    name = canonical_protocol(text)
+    if name != text:
+        print(
+            f"warning: --protocol {text} is now called {name} (the same protocol); {text} goes in the next "
+            "release",
+            file=sys.stderr,
+        )
+    return name
+
+
 def add_protocol_argument(parser: argparse.ArgumentParser, *, recorded: bool = True) -> None:
     """``--protocol``; ``recorded``: the command writes run directories, whose config.toml records it."""
     parser.add_argument(
         "--protocol",
+        type=protocol_name,
         metavar="NAME",
-        help="the benchmark's training protocol: paper (default: the paper's epochs, backbone, batches, "
+        help="the benchmark's training protocol: full (default: the paper's epochs, backbone, batches, "
         "buffer) or a variant the benchmark defines, e.g. laptop on seq-cifar10 and seq-cifar100 (sized for "
         "a CPU, with presets of its own)" + ("; recorded in config.toml" if recorded else ""),
     )

@@ -170,9 +170,9 @@ def run(args: argparse.Namespace) -> int:
     line per run as it ends, then print the table; exit status 1 when every run failed."""
     from xder_cli.progress import OutcomeLines, on_terminal, print_notice
     from xder_cli.runs import experiments
-    from xder_cli.runs.presets import PAPER_PROTOCOL
     from xder_cli.runs.scheduler import RUNNING_ELSEWHERE, retry_note
     from xder_cli.runs.trackers import check_loggers
+    from xder_data import DEFAULT_PROTOCOL
 
     _flag_checks(args)
     seeds = _int_list(args.seeds, "--seeds")
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         check_loggers(args.logger)
     options = experiments.ExperimentOptions(
         benchmark=args.benchmark,
-        protocol=args.protocol or PAPER_PROTOCOL,
+        protocol=args.protocol or DEFAULT_PROTOCOL,
         seeds=seeds,
         sets=dict(args.set or ()),
         loggers=tuple(args.logger or ()),

@@ -69,9 +69,9 @@ def run(args: argparse.Namespace) -> int:
     trial as it ends, then the report; exit status 1 when every trial failed."""
     from xder_cli.progress import OutcomeLines, on_terminal
     from xder_cli.runs import sweep
-    from xder_cli.runs.presets import PAPER_PROTOCOL
     from xder_cli.runs.scheduler import RUNNING_ELSEWHERE, retry_note
     from xder_cli.runs.trackers import check_loggers
+    from xder_data import DEFAULT_PROTOCOL
 
     if (args.grid_file is None) == (args.grid is None):
         raise UsageError("give a GRID.toml or --grid PRESET:BENCHMARK:BUFFER:METHOD (one of them)")
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     spec = (
         sweep.load_spec(Path(args.grid_file), seeds=seeds, protocol=args.protocol)
         if args.grid_file
-        else sweep.spec_from_preset(args.grid, seeds, args.protocol or PAPER_PROTOCOL)
+        else sweep.spec_from_preset(args.grid, seeds, args.protocol or DEFAULT_PROTOCOL)
     )
     if args.logger:
         check_loggers(args.logger)

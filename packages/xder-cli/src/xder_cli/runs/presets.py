@@ -42,10 +42,10 @@ from importlib import resources
 from typing import Any
 
 from xder_cli.runs.errors import SettingError, option
+from xder_data import DEFAULT_PROTOCOL, canonical_protocol
 
 __all__ = [
     "DEFAULT_ORDER",
-    "PAPER_PROTOCOL",
     "PresetEntry",
     "choose_preset",
     "default_preset",
@@ -58,17 +58,18 @@ __all__ = [
 ]
 
 DEFAULT_ORDER = ("tuned", "paper")
-PAPER_PROTOCOL = "paper"
 
 
-def table_key(benchmark: str, protocol: str = PAPER_PROTOCOL) -> str:
-    """The preset table of a benchmark under a protocol: ``seq-cifar10`` or ``seq-cifar10:laptop``."""
-    return benchmark if protocol == PAPER_PROTOCOL else f"{benchmark}:{protocol}"
+def table_key(benchmark: str, protocol: str = DEFAULT_PROTOCOL) -> str:
+    """The preset table of a benchmark under a protocol: ``seq-cifar10`` (its full protocol) or
+    ``seq-cifar10:laptop``."""
+    protocol = canonical_protocol(protocol)
+    return benchmark if protocol == DEFAULT_PROTOCOL else f"{benchmark}:{protocol}"
 
 
 def _split_table(key: str) -> tuple[str, str]:
     benchmark, _, protocol = key.partition(":")
-    return benchmark, protocol or PAPER_PROTOCOL
+    return benchmark, protocol or DEFAULT_PROTOCOL
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class PresetEntry:
     grid: dict[str, list[Any]] = field(default_factory=dict)
     fixed: dict[str, Any] = field(default_factory=dict)
     """The preset's ``protocol`` table: settings it fixes for every method of the benchmark."""
-    protocol: str = PAPER_PROTOCOL
+    protocol: str = DEFAULT_PROTOCOL
 
 
 def split_preset(text: str) -> tuple[str, str | None]:
@@ -161,7 +162,7 @@ def preset_entry(
     entry: str,
     *,
     method: str | None = None,
-    protocol: str = PAPER_PROTOCOL,
+    protocol: str = DEFAULT_PROTOCOL,
 ) -> PresetEntry:
     """The entry ``entry`` of ``preset`` for ``benchmark`` under ``protocol`` at ``buffer_size``
     (an entry without a buffer level serves every buffer size).
@@ -182,7 +183,7 @@ def preset_entry(
     if raw is None:
         sizes = sorted(int(k[1:]) for k in tables if k.startswith("m") and k[1:].isdigit())
         where = f"buffer {buffer_size}" if buffer_size is not None else "no buffer"
-        on = f"{benchmark!r}" + ("" if protocol == PAPER_PROTOCOL else f" (protocol {protocol!r})")
+        on = f"{benchmark!r}" + ("" if protocol == DEFAULT_PROTOCOL else f" (protocol {protocol!r})")
         hint = f"it has buffer sizes {', '.join(map(str, sizes))}" if sizes else f"it has no values for {on}"
         raise SettingError(
             f"preset {preset!r} has no entry {entry!r} for {on} with {where} ({hint}): "
@@ -203,7 +204,7 @@ def preset_values(
     benchmark: str,
     method: str,
     buffer_size: int | None = None,
-    protocol: str = PAPER_PROTOCOL,
+    protocol: str = DEFAULT_PROTOCOL,
 ) -> dict[str, Any]:
     """The settings preset ``preset`` (``NAME`` or ``NAME:ENTRY``) gives a run, as dotted keys: the
     benchmark's fixed settings, then the entry's chosen values; ``{}`` for ``none``.
@@ -224,7 +225,7 @@ def choose_preset(
     benchmark: str,
     method: str,
     buffer_size: int | None = None,
-    protocol: str = PAPER_PROTOCOL,
+    protocol: str = DEFAULT_PROTOCOL,
 ) -> tuple[str, dict[str, Any]]:
     """The preset a run takes and the settings it gives (:func:`preset_values`), each entry
     looked up once: ``preset`` itself, or where None, the first of :data:`DEFAULT_ORDER` with an
@@ -248,7 +249,7 @@ def choose_preset(
 
 
 def default_preset(
-    benchmark: str, method: str, buffer_size: int | None = None, protocol: str = PAPER_PROTOCOL
+    benchmark: str, method: str, buffer_size: int | None = None, protocol: str = DEFAULT_PROTOCOL
 ) -> str:
     """The preset used when none is named (:func:`choose_preset`): the first of ``tuned``,
     ``paper`` with an entry for (benchmark, protocol, buffer size, method), else ``none``."""

@@ -47,7 +47,13 @@ from xder_cli.runs._typed import coerce, validate_section
 from xder_cli.runs.errors import PluginError, SettingError, option
 from xder_cli.runs.plugins import load_plugin
 from xder_cli.runs.presets import choose_preset
-from xder_data import DEFAULT_PROTOCOL, BenchmarkDefaults, benchmark_defaults, benchmark_option_types
+from xder_data import (
+    DEFAULT_PROTOCOL,
+    BenchmarkDefaults,
+    benchmark_defaults,
+    benchmark_option_types,
+    canonical_protocol,
+)
 from xder_data import benchmark_options as benchmark_option_defaults
 from xder_methods import TrainingSchedule, check_schedule, list_methods, method_config_class
 from xder_models import backbone_factory, backbone_options
@@ -106,9 +112,10 @@ class RunSettings:
         class_order: ``natural``, ``reversed``, ``random`` (drawn from the seed) or a permutation.
         data_root: folder the benchmark's files sit under.
         preset: the preset applied (``none``: protocol + method defaults).
-        protocol: the benchmark's training protocol (``paper``, or a variant the benchmark
-            defines, e.g. ``laptop`` on ``seq-cifar10`` and ``seq-cifar100``): its settings are the
-            ``[train]``, ``[backbone]`` and buffer defaults, and the presets are looked up under it.
+        protocol: the benchmark's training protocol (``full``, the paper's, or a variant the
+            benchmark defines, e.g. ``laptop`` on ``seq-cifar10`` and ``seq-cifar100``): its
+            settings are the ``[train]``, ``[backbone]`` and buffer defaults, and the presets are
+            looked up under it. ``paper``, its name before, reads as ``full``.
         validation: fraction of train held out for model selection (0: none).
         data_device: where the data live while training: ``device`` (the training device),
             ``host`` (page-locked host memory, each batch copied over), or ``auto`` (the device
@@ -138,7 +145,7 @@ class RunSettings:
     class_order: str | list[int] = "natural"
     data_root: str = "data"
     preset: str = "none"
-    protocol: str = "paper"
+    protocol: str = DEFAULT_PROTOCOL
     validation: float = 0.0
     data_device: Literal["auto", "device", "host"] = "auto"
     loggers: list[Literal["tensorboard", "wandb"]] = dataclasses.field(default_factory=list)
@@ -357,6 +364,7 @@ def resolve_config(
             protocol.
     """
     settings = dict(settings or {})
+    protocol = canonical_protocol(protocol)
     fields = {f.name for f in dataclasses.fields(method_config_class(method))}
     defaults = benchmark_defaults(benchmark, protocol)
     for dotted in settings:
@@ -446,6 +454,8 @@ def build_plan(config: Mapping[str, Mapping[str, Any]]) -> RunPlan:
     if unknown:
         raise SettingError(f"unknown section {unknown[0]!r}: use {', '.join(SECTIONS)}")
     run = validate_section("run", config.get("run", {}), RunSettings, what="[run]")
+    if "protocol" in run:  # a run recorded under a protocol's former name
+        run["protocol"] = canonical_protocol(run["protocol"])
     for required in ("method", "benchmark"):
         if required not in run:
             raise SettingError(f"the configuration has no run.{required}")

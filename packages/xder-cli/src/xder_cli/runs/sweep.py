@@ -5,7 +5,7 @@ A sweep is described by a GRID.toml (:func:`load_spec`)::
     method = "derpp"
     benchmark = "seq-digits"
     buffer_size = 200            # optional: the protocol's
-    protocol = "laptop"          # optional (paper): the benchmark's protocol
+    protocol = "laptop"          # optional (full): the benchmark's protocol
     seeds = [0, 1]
     validation = 0.1             # optional (0.1): the held-out fraction selection uses
     preset = "none"              # optional (none): the base the grid varies
@@ -49,7 +49,7 @@ from typing import Any
 from xder_cli.runs import rundir
 from xder_cli.runs._stats import fmt_stat, mean_std
 from xder_cli.runs.errors import SettingError, option
-from xder_cli.runs.presets import PAPER_PROTOCOL, preset_entry
+from xder_cli.runs.presets import preset_entry
 from xder_cli.runs.scheduler import (
     LogOutput,
     RunToTrain,
@@ -59,6 +59,7 @@ from xder_cli.runs.scheduler import (
     train_runs,
 )
 from xder_cli.runs.settings import build_plan, resolve_config, split_key
+from xder_data import DEFAULT_PROTOCOL, canonical_protocol
 
 __all__ = [
     "SWEEP_JSON",
@@ -101,7 +102,7 @@ class SweepSpec:
     validation: float = 0.1
     preset: str = "none"
     fixed: dict[str, Any] = field(default_factory=dict)
-    protocol: str = PAPER_PROTOCOL
+    protocol: str = DEFAULT_PROTOCOL
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ def load_spec(path: Path, *, seeds: tuple[int, ...] | None = None, protocol: str
     validation = data.get("validation", 0.1)
     if not isinstance(validation, int | float) or not 0 < validation < 1:
         raise SettingError(f"{path}: validation must be in (0, 1): selection needs a validation split")
-    file_protocol = data.get("protocol", PAPER_PROTOCOL)
+    file_protocol = data.get("protocol", DEFAULT_PROTOCOL)
     if not isinstance(file_protocol, str):
         raise SettingError(f'{path}: protocol must be a name, e.g. protocol = "laptop"')
     return SweepSpec(
@@ -172,11 +173,11 @@ def load_spec(path: Path, *, seeds: tuple[int, ...] | None = None, protocol: str
         validation=float(validation),
         preset=str(data.get("preset", "none")),
         fixed=dict(fixed),
-        protocol=protocol or file_protocol,
+        protocol=canonical_protocol(protocol or file_protocol),
     )
 
 
-def spec_from_preset(text: str, seeds: tuple[int, ...] | None, protocol: str = PAPER_PROTOCOL) -> SweepSpec:
+def spec_from_preset(text: str, seeds: tuple[int, ...] | None, protocol: str = DEFAULT_PROTOCOL) -> SweepSpec:
     """``PRESET:BENCH:BUFFER:ENTRY`` (BUFFER may be ``-`` for methods without a buffer) -> a spec
     searching that entry's grid (of the preset's tables for ``protocol``), its other chosen values
     fixed.
@@ -311,7 +312,7 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
         f"# Sweep: {summary['method']} on {summary['benchmark']}"
         + (
             ""
-            if summary.get("protocol", PAPER_PROTOCOL) == PAPER_PROTOCOL
+            if canonical_protocol(summary.get("protocol", DEFAULT_PROTOCOL)) == DEFAULT_PROTOCOL
             else f", protocol {summary['protocol']}"
         )
         + (f" (buffer {summary['buffer_size']})" if summary["buffer_size"] is not None else ""),

@@ -31,6 +31,7 @@ Statistics are over seeds: the mean and the sample standard deviation (None belo
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from xder_cli.runs.errors import SettingError
@@ -51,6 +52,7 @@ from xder_cli.runs.experiments.flatness import Flatness
 from xder_cli.runs.experiments.sensitivity import Sensitivity
 from xder_cli.runs.experiments.table import Table
 from xder_cli.runs.settings import Notify, ignore
+from xder_data import canonical_protocol
 
 __all__ = [
     "DEFAULT_SEEDS",
@@ -109,6 +111,7 @@ def plan_experiment(name: str, options: ExperimentOptions, *, notify: Notify = i
             that cannot be configured.
     """
     experiment = get_experiment(name)
+    options = dataclasses.replace(options, protocol=canonical_protocol(options.protocol))
     common: dict[str, Any] = {
         "experiment": name,
         "benchmark": options.benchmark,

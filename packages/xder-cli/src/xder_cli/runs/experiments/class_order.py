@@ -26,8 +26,8 @@ from xder_cli.runs.experiments.common import (
     run_records,
     with_overrides,
 )
-from xder_cli.runs.presets import PAPER_PROTOCOL
 from xder_cli.runs.settings import Notify, ignore
+from xder_data import DEFAULT_PROTOCOL
 from xder_eval.plots import legend_outside, new_figure, save_figure
 
 __all__ = [
@@ -50,7 +50,7 @@ def plan_class_order(
     methods: Sequence[str],
     seeds: Sequence[int],
     sets: Mapping[str, Any],
-    protocol: str = PAPER_PROTOCOL,
+    protocol: str = DEFAULT_PROTOCOL,
 ) -> list[ExperimentRun]:
     """Every (method, natural | reversed, seed), configured and validated."""
     return [

@@ -18,9 +18,9 @@ from typing import Any, Protocol
 from xder_cli.runs import rundir
 from xder_cli.runs._stats import fmt, fmt_stat, mean_std
 from xder_cli.runs.errors import RunDirError, SettingError, option
-from xder_cli.runs.presets import PAPER_PROTOCOL
 from xder_cli.runs.scheduler import LogOutput, RunToTrain, outcome_note, run_retries, train_runs
 from xder_cli.runs.settings import Notify, build_plan, defines, resolve_config, settings_text
+from xder_data import DEFAULT_PROTOCOL, canonical_protocol
 
 __all__ = [
     "DEFAULT_SEEDS",
@@ -84,7 +84,7 @@ class ExperimentOptions:
     """
 
     benchmark: str
-    protocol: str = PAPER_PROTOCOL
+    protocol: str = DEFAULT_PROTOCOL
     seeds: tuple[int, ...] = DEFAULT_SEEDS
     sets: Mapping[str, Any] = field(default_factory=dict)
     loggers: tuple[str, ...] = ()
@@ -208,6 +208,8 @@ def _normalised(config: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         s: {k: v for k, v in values.items() if v is not None and defines(f"{s}.{k}")}
         for s, values in config.items()
     }
+    if "protocol" in body.get("run", {}):  # recorded under the protocol's former name, perhaps
+        body["run"]["protocol"] = canonical_protocol(body["run"]["protocol"])
     return json.loads(json.dumps({s: values for s, values in body.items() if values}))
 
 

@@ -32,9 +32,8 @@ from xder_cli.runs.experiments.common import (
     run_records,
     with_overrides,
 )
-from xder_cli.runs.presets import PAPER_PROTOCOL
 from xder_cli.runs.settings import Notify, ignore
-from xder_data import load_benchmark
+from xder_data import DEFAULT_PROTOCOL, load_benchmark
 from xder_eval.plots import legend_outside, new_figure, save_figure
 
 __all__ = [
@@ -90,7 +89,7 @@ def plan_flatness(
     pairs: Sequence[int],
     seeds: Sequence[int],
     sets: Mapping[str, Any],
-    protocol: str = PAPER_PROTOCOL,
+    protocol: str = DEFAULT_PROTOCOL,
 ) -> list[ExperimentRun]:
     """Every (pair, regulariser, seed) of the stable-regime study, configured and validated."""
     runs = []

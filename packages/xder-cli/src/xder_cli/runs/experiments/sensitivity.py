@@ -29,9 +29,9 @@ from xder_cli.runs.experiments.common import (
     run_records,
     with_overrides,
 )
-from xder_cli.runs.presets import PAPER_PROTOCOL
 from xder_cli.runs.settings import Notify, ignore
 from xder_cli.runs.sweep import SweepSpec, plan_trials
+from xder_data import DEFAULT_PROTOCOL
 from xder_eval.plots import new_figure, save_figure, set_percent_axis
 
 __all__ = [
@@ -53,7 +53,7 @@ def plan_sensitivity(
     params: Sequence[tuple[str, list[Any]]],
     seeds: Sequence[int],
     sets: Mapping[str, Any],
-    protocol: str = PAPER_PROTOCOL,
+    protocol: str = DEFAULT_PROTOCOL,
 ) -> tuple[list[ExperimentRun], dict[str, Any], str]:
     """Every (parameter, value, seed), each parameter's values planned as a one-key sweep grid
     around the base configuration (the method's default preset + ``sets``), with no validation

@@ -46,10 +46,10 @@ from xder_cli.runs.experiments.common import (
     run_records,
     with_overrides,
 )
-from xder_cli.runs.presets import DEFAULT_ORDER, PAPER_PROTOCOL, list_presets, preset_entry
+from xder_cli.runs.presets import DEFAULT_ORDER, list_presets, preset_entry
 from xder_cli.runs.published import published_table, xder_table_methods
 from xder_cli.runs.settings import Notify, ignore
-from xder_data import list_benchmarks
+from xder_data import DEFAULT_PROTOCOL, list_benchmarks
 from xder_eval import PublishedResult, compare_to_published
 from xder_eval.plots import new_figure, save_figure
 from xder_methods import method_config_class
@@ -107,7 +107,7 @@ def _variant_preset(benchmark: str, buffer_size: int, entry: str, method: str, p
         except SettingError:
             continue
         return f"{name}:{entry}"
-    on = benchmark if protocol == PAPER_PROTOCOL else f"{benchmark} (protocol {protocol})"
+    on = benchmark if protocol == DEFAULT_PROTOCOL else f"{benchmark} (protocol {protocol})"
     raise SettingError(
         f"no preset holds the variant {entry!r} for {on} at buffer {buffer_size}: "
         f"leave it out of {option('methods')}"
@@ -117,7 +117,7 @@ def _variant_preset(benchmark: str, buffer_size: int, entry: str, method: str, p
 def table_entries(
     benchmark: str,
     buffer_size: int,
-    protocol: str = PAPER_PROTOCOL,
+    protocol: str = DEFAULT_PROTOCOL,
     methods: Sequence[str] | None = None,
 ) -> list[TableEntry]:
     """The rows ``experiment table`` trains, in the paper's order: every entry of the benchmark's
@@ -163,7 +163,7 @@ def plan_table(
     entries: Sequence[TableEntry],
     seeds: Sequence[int],
     sets: Mapping[str, Any],
-    protocol: str = PAPER_PROTOCOL,
+    protocol: str = DEFAULT_PROTOCOL,
 ) -> list[ExperimentRun]:
     """Every (entry, seed) of a table, configured and validated: the entry's preset, the buffer
     size for methods that keep a buffer, then ``sets``."""
@@ -278,7 +278,7 @@ def summarize_table(
     if not published:
         mode = "ours only"
     else:
-        mode = "judged" if common["protocol"] == PAPER_PROTOCOL else "orientation"
+        mode = "judged" if common["protocol"] == DEFAULT_PROTOCOL else "orientation"
     presets = {run.tags["entry"]: run.config["run"]["preset"] for run in runs}
     rows = []
     per_seed: dict[str, dict[str, list[float]]] = {"faa": {}, "ff": {}}
@@ -334,7 +334,7 @@ def _minutes(seconds: float | None) -> str:
 def table_markdown(summary: dict[str, Any]) -> str:
     """``table.md``: one row per entry; which columns depends on the summary's ``mode``."""
     mode, benchmark, protocol = summary["mode"], summary["benchmark"], summary["protocol"]
-    on = benchmark if protocol == PAPER_PROTOCOL else f"{benchmark}, protocol {protocol} (a quick table)"
+    on = benchmark if protocol == DEFAULT_PROTOCOL else f"{benchmark}, protocol {protocol} (a quick table)"
     seeds = ", ".join(map(str, summary["seeds"]))
     lines = [
         f"# Table: {on}, buffer {summary['buffer_size']}",
@@ -497,7 +497,7 @@ class Table:
                 f"note: no published results for {benchmark}: training the X-DER paper's Table 1 methods "
                 f"({', '.join(e.name for e in entries)}) and tabulating ours alone"
             )
-        elif protocol != PAPER_PROTOCOL:
+        elif protocol != DEFAULT_PROTOCOL:
             notify(
                 f"note: protocol {protocol} is not the paper's: a quick table, the published values shown "
                 "for orientation only (no difference judged)"

@@ -1,0 +1,143 @@
+"""The bench (xder_cli.runs.bench.run_bench) on tiny configurations: every figure of its payload
+against a scripted clock, the images, ops and host syncs of a step counted on real steps, and the
+width, batch and buffer a protocol gives."""
+
+from __future__ import annotations
+
+import pytest
+
+from xder_cli.runs import bench
+from xder_cli.runs.bench import BenchOptions, run_bench, with_protocol
+
+
+def _options(**overrides) -> BenchOptions:
+    base = {
+        "methods": ("er", "derpp", "xder"),
+        "benchmark": "seq-digits",
+        "backbone": "resnet18-cifar",
+        "width": 4,
+        "batch_size": 8,
+        "buffer_size": 40,
+        "task": 1,
+        "device": "cpu",
+        "steps": 2,
+        "warmup": 1,
+        "precision": "fp32",
+        "channels_last": False,
+        "compile": False,
+        "epoch": True,
+    }
+    return BenchOptions(**(base | overrides))
+
+
+class ScriptedClock:
+    """Stands in for bench's ``time``: it moves only by the seconds the test says each call took."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_bench_reports_every_figure(monkeypatch) -> None:
+    # Real steps run (images, ops and syncs are counted on them), but each timed call takes the
+    # scripted seconds on bench's clock, so every timing figure is known by hand: a real ratio is
+    # one measured median over another, and nothing else measured could confirm it. The first call
+    # of each is the warm-up round (100 s): it must count in no median and no total.
+    step_seconds = {"er": [100, 1, 4, 2], "derpp": [100, 3, 5, 4], "xder": [100, 9, 10, 11]}
+    floor_seconds = [100, 0.25, 1, 0.5]
+    epoch_seconds = {"er": 7, "derpp": 11, "xder": 13}
+    clock = ScriptedClock()
+    real_subject = bench._subject
+
+    def timed(fn, seconds):
+        seconds = iter(seconds)  # one entry per call bench makes: a call more raises StopIteration
+
+        def call():
+            result = fn()
+            clock.now += next(seconds)
+            return result
+
+        return call
+
+    def scripted(name, *args):
+        subject = real_subject(name, *args)
+        subject.step = timed(subject.step, step_seconds[name])
+        subject.floor = timed(subject.floor, floor_seconds)
+        subject.epoch = timed(subject.epoch, [epoch_seconds[name]])
+        return subject
+
+    monkeypatch.setattr(bench, "_subject", scripted)
+    monkeypatch.setattr(bench, "time", clock)
+    payload = run_bench(_options(steps=3))
+    assert set(payload) == {"device", "threads", "torch", "settings", "methods", "ratios"}
+    rows = {r["method"]: r for r in payload["methods"]}
+    assert set(rows) == {"er", "derpp", "xder"}
+    b = 8
+    # ER: stream + replay in one forward; DER++: three forwards; X-DER: three forwards plus two
+    # strong views of (B stream + min(simclr_batch_size 64, M 40) buffer) items.
+    assert rows["er"]["images_per_step"] == 2 * b
+    assert rows["derpp"]["images_per_step"] == 3 * b
+    assert rows["xder"]["images_per_step"] == 3 * b + 2 * (b + 40)
+    # Medians of the timed rounds: er (1, 4, 2), derpp (3, 5, 4), xder (9, 10, 11); floors
+    # (0.25, 1, 0.5). Epochs: the scripted seconds, times 10 epochs x 5 tasks for the protocol.
+    expected = {"er": (2, 4, 7, 350), "derpp": (4, 8, 11, 550), "xder": (10, 20, 13, 650)}
+    for name, row in rows.items():
+        step, over_floor, epoch, protocol = expected[name]
+        assert row["host_syncs_per_step"] == 0
+        assert row["ops_per_step"] > 0
+        assert (row["seconds_per_step"], row["floor_seconds"]) == (step, 0.5)
+        assert row["step_over_floor"] == over_floor
+        assert row["epoch_steps"] == 36  # 144 items per class x 2 classes / batch 8
+        assert (row["epoch_seconds"], row["projected_protocol_seconds"]) == (epoch, protocol)
+        # Every timed round of every method: steps 7 + 12 + 30 s, floors 3 x 1.75 s.
+        assert row["timed_seconds"] == 54.25
+    assert payload["ratios"] == {"xder/derpp": 2.5, "xder/er": 5.0}
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "backbone", "expected"),
+    [
+        ("seq-miniimg", None, "efficientnet-b2"),  # the paper's backbone for Split miniImageNet
+        ("seq-cifar100", None, "resnet18-cifar"),
+        ("seq-miniimg", "resnet18-cifar", "resnet18-cifar"),  # asked for: kept
+    ],
+)
+def test_the_backbone_is_the_protocols_unless_asked(benchmark: str, backbone, expected: str) -> None:
+    from xder_data import benchmark_defaults
+
+    asked = BenchOptions(benchmark=benchmark, backbone=backbone)
+    options = with_protocol(asked, benchmark_defaults(benchmark, "full"))
+    assert asked.backbone == backbone  # a new value: the options asked for are left as they are
+    assert options.backbone == expected
+    assert (options.batch_size, options.buffer_size) == {
+        "seq-miniimg": (128, 2000),
+        "seq-cifar100": (32, 500),
+    }[benchmark]
+
+
+@pytest.mark.parametrize(("benchmark", "buffer_size"), [("seq-cifar10", 200), ("seq-cifar100", 500)])
+def test_bench_takes_width_batch_and_buffer_from_the_protocol(benchmark: str, buffer_size: int) -> None:
+    options = BenchOptions(
+        methods=("er",),
+        benchmark=benchmark,
+        protocol="laptop",
+        backbone="resnet18-cifar",
+        width=None,
+        batch_size=None,
+        buffer_size=None,
+        task=1,
+        device="cpu",
+        steps=1,
+        warmup=0,
+        precision="fp32",
+        channels_last=False,
+        compile=False,
+        epoch=False,
+    )
+    payload = run_bench(options)
+    settings = payload["settings"]
+    assert (settings["protocol"], settings["width"], settings["batch_size"]) == ("laptop", 8, 32)
+    assert (settings["buffer_size"], settings["protocol_epochs"]) == (buffer_size, 2)
+    assert payload["methods"][0]["images_per_step"] == 64  # 32 stream + 32 replayed
