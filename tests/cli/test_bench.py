@@ -80,5 +80,5 @@ def test_concurrent_bench_mistakes_exit_2(groups: str, capsys) -> None:
     code = main(["bench", "--benchmark", "seq-digits", "--device", "cpu", "--concurrent", groups])
     err = capsys.readouterr().err
     assert code == 2
-    assert "--concurrent takes process counts of at least 2" in err
+    assert "--concurrent: takes process counts of at least 2" in err
     assert len(err.strip().splitlines()) == 1

@@ -45,12 +45,13 @@ def test_gpus_per_trial_is_the_old_spelling_of_gpus_per_run(tmp_path: Path, caps
     grid.write_text(GRID)
     for flag in ("--gpus-per-run", "--gpus-per-trial"):
         assert main(["sweep", str(grid), "--out", str(tmp_path / "out"), flag, "-1"]) == 2
-        err = capsys.readouterr().err.splitlines()
-        assert err[-1] == "xder-run sweep: error: --gpus-per-run must be >= 0, got -1.0"
-        deprecated = [line for line in err if line.startswith("warning: ")]
-        assert deprecated == (
-            []
-            if flag == "--gpus-per-run"
-            else ["warning: --gpus-per-trial is deprecated and goes in the next release: use --gpus-per-run "
-                  "(the same setting)"]
-        )  # fmt: skip
+        assert capsys.readouterr().err.splitlines() == [
+            f"xder-run sweep: error: argument {flag}: must be >= 0, got -1 (see xder-run sweep --help)"
+        ]
+    missing = str(tmp_path / "missing.toml")  # parsed, then refused: no Ray starts
+    assert main(["sweep", missing, "--out", str(tmp_path / "out"), "--gpus-per-trial", "0"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: --gpus-per-trial is deprecated and goes in the next release: use --gpus-per-run "
+        "(the same setting)",
+        f"xder-run sweep: error: {missing}: no such grid file",
+    ]

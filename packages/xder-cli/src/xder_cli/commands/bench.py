@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 from xder_cli.commands.common import (
     add_plugin_argument,
     add_protocol_argument,
+    at_least,
+    int_list,
+    name_list,
 )
-from xder_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from xder_cli.runs.bench import BenchOptions
@@ -33,7 +35,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "dispatched ops), one synthetic epoch and the projected time of the protocol (--protocol: paper, "
         "or a variant the benchmark defines; width, batch and buffer default to its values).",
     )
-    bench.add_argument("--methods", default="er,derpp,xder", metavar="A,B", help="methods (er,derpp,xder)")
+    bench.add_argument(
+        "--methods",
+        type=name_list,
+        default=("er", "derpp", "xder"),
+        metavar="A,B",
+        help="methods (er,derpp,xder)",
+    )
     bench.add_argument(
         "--benchmark",
         default="seq-cifar100",
@@ -67,26 +75,28 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     bench.add_argument(
         "--concurrent",
+        type=_process_counts,
         metavar="N,N",
         help="instead: the fair-share benchmark. Each method's timed steps run in one xder-run process "
         "alone, then in N processes at once (each taking its threads as a training run does); reports "
         "the ratio of N at once to N x alone (target <= 1.25), e.g. --concurrent 2 or 2,4",
     )
     bench.add_argument(
-        "--rounds", type=int, default=3, metavar="R", help="--concurrent: rounds, medians taken (3)"
+        "--rounds", type=at_least(1), default=3, metavar="R", help="--concurrent: rounds, medians taken (3)"
     )
     add_plugin_argument(bench)
     bench.set_defaults(handler="bench")
 
 
-def _groups(text: str) -> list[int]:
+def _process_counts(text: str) -> tuple[int, ...]:
+    """``--concurrent``'s group sizes: comma-separated integers of at least 2."""
     try:
-        groups = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        groups = []
-    if not groups or min(groups) < 2:
-        raise UsageError(f"--concurrent takes process counts of at least 2, e.g. 2 or 2,4; got {text!r}")
-    return groups
+        counts = int_list(text)
+    except argparse.ArgumentTypeError:
+        counts = ()
+    if not counts or min(counts) < 2:
+        raise argparse.ArgumentTypeError(f"takes process counts of at least 2, e.g. 2 or 2,4; got {text!r}")
+    return counts
 
 
 def bench_options(args: argparse.Namespace) -> BenchOptions:
@@ -94,7 +104,7 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
     from xder_cli.runs.bench import BenchOptions
 
     return BenchOptions(
-        methods=tuple(n.strip() for n in args.methods.split(",") if n.strip()),
+        methods=args.methods,
         benchmark=args.benchmark,
         protocol=args.protocol,
         backbone=args.backbone,
@@ -138,9 +148,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "concurrent", None) is not None:
         from xder_cli.runs.bench_share import run_share_bench
 
-        groups = _groups(args.concurrent)
-        if args.rounds < 1:
-            raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
+        groups = list(args.concurrent)
         for name in options.methods:
             method_config_class(name)  # UnknownMethodError names the choices
         payload = run_share_bench(options, groups)

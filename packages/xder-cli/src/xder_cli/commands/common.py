@@ -27,10 +27,13 @@ __all__ = [
     "add_protocol_argument",
     "add_ray_arguments",
     "assignment",
+    "at_least",
     "class_order",
     "error_line",
     "flag",
     "fraction",
+    "int_list",
+    "name_list",
     "plugin_arguments",
     "protocol_name",
 ]
@@ -106,6 +109,46 @@ def assignment(text: str) -> tuple[str, object]:
         return parse_assignment(text)
     except RunError as error:
         raise argparse.ArgumentTypeError(error_line(error)) from error
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """A flag's comma-separated integers (``0,1,2``): at least one, none repeated."""
+    try:
+        values = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated integers, e.g. 0,1,2") from error
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one value, e.g. 0,1,2")
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"{text!r} repeats a value")
+    return values
+
+
+def name_list(text: str) -> tuple[str, ...]:
+    """A flag's comma-separated names (``xder,derpp,er``): at least one, none repeated."""
+    values = tuple(s.strip() for s in text.split(",") if s.strip())
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one name, e.g. xder,derpp,er")
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"{text!r} repeats a name")
+    return values
+
+
+def at_least(low: float, kind: type = int) -> Any:
+    """A flag's number of type ``kind``, at least ``low`` (an argparse type)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'an integer' if kind is int else 'a number'}"
+            ) from error
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low:g}, got {text}")
+        return value
+
+    return parse
 
 
 def fraction(text: str) -> float:
@@ -211,7 +254,10 @@ def add_ray_arguments(parser: argparse.ArgumentParser, unit: str) -> None:
     (``unit``: what the command calls its runs, for the help); a sweep also takes
     ``--gpus-per-trial``, its old spelling, for one release."""
     parser.add_argument(
-        "--max-concurrent", type=int, metavar="N", help=f"{unit}s at once on Ray (default: as Ray schedules)"
+        "--max-concurrent",
+        type=at_least(1),
+        metavar="N",
+        help=f"{unit}s at once on Ray (default: as Ray schedules)",
     )
     parser.add_argument(
         "--address",
@@ -220,13 +266,17 @@ def add_ray_arguments(parser: argparse.ArgumentParser, unit: str) -> None:
         "then be on a filesystem every node sees",
     )
     parser.add_argument(
-        "--gpus-per-run", type=float, default=0.0, metavar="G", help=f"GPUs Ray reserves per {unit} (0)"
+        "--gpus-per-run",
+        type=at_least(0, float),
+        default=0.0,
+        metavar="G",
+        help=f"GPUs Ray reserves per {unit} (0)",
     )
     if unit == "trial":
         parser.add_argument(
             "--gpus-per-trial",
             dest="gpus_per_run",
-            type=float,
+            type=at_least(0, float),
             action=DeprecatedAlias,
             new="--gpus-per-run",
             help=argparse.SUPPRESS,

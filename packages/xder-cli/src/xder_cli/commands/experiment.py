@@ -16,6 +16,8 @@ from xder_cli.commands.common import (
     add_protocol_argument,
     add_ray_arguments,
     assignment,
+    int_list,
+    name_list,
 )
 from xder_cli.errors import UsageError
 from xder_cli.runs.settings import parse_values
@@ -35,8 +37,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     from xder_cli.runs.experiments import DEFAULT_SEEDS, list_experiments
     from xder_cli.runs.experiments.class_order import DEFAULT_METHODS
     from xder_cli.runs.experiments.sensitivity import DEFAULT_METHOD as DEFAULT_SENSITIVITY_METHOD
-
-    names = list_experiments()
 
     experiment = commands.add_parser(
         "experiment",
@@ -64,7 +64,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "Rerunning skips finished runs and resumes interrupted ones; a run another process is training is "
         "reported as running elsewhere and left to it.",
     )
-    experiment.add_argument("name", choices=names, metavar="NAME", help=", ".join(names))
+    choices = list_experiments()
+    experiment.add_argument("name", choices=choices, metavar="NAME", help=", ".join(choices))
     experiment.add_argument(
         "--out", required=True, metavar="DIR", help="the experiment's folder (runs, table, plot)"
     )
@@ -73,7 +74,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     add_protocol_argument(experiment)
     seeds = ",".join(map(str, DEFAULT_SEEDS))
-    experiment.add_argument("--seeds", default=seeds, metavar="S,S", help=f"seeds of every setting ({seeds})")
+    experiment.add_argument(
+        "--seeds",
+        type=int_list,
+        default=DEFAULT_SEEDS,
+        metavar="S,S",
+        help=f"seeds of every setting ({seeds})",
+    )
     experiment.add_argument(
         "--set",
         action="append",
@@ -82,10 +89,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="override a setting of every run, e.g. --set train.epochs=2 (repeatable)",
     )
     experiment.add_argument(
-        "--pairs", metavar="K,K", help="flatness: pairs (k, k+1) to run, by k (default: all T-1)"
+        "--pairs",
+        type=int_list,
+        metavar="K,K",
+        help="flatness: pairs (k, k+1) to run, by k (default: all T-1)",
     )
     experiment.add_argument(
         "--methods",
+        type=name_list,
         metavar="A,B",
         help=f"class-order: methods ({','.join(DEFAULT_METHODS)}); table: some of the table's rows, by "
         "method or variant entry, e.g. er,derpp,xder-rpc (default: every row)",
@@ -115,27 +126,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 # The flags, parsed
 
 
-def _int_list(text: str, flag: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError as error:
-        raise UsageError(f"{flag} {text!r}: give comma-separated integers, e.g. 0,1,2") from error
-    if not values:
-        raise UsageError(f"{flag} needs at least one value, e.g. 0,1,2")
-    if len(set(values)) != len(values):
-        raise UsageError(f"{flag} {text!r} repeats a value")
-    return values
-
-
-def _names(text: str, flag: str) -> tuple[str, ...]:
-    names = tuple(s.strip() for s in text.split(",") if s.strip())
-    if not names:
-        raise UsageError(f"{flag} needs at least one name, e.g. xder,derpp,er")
-    if len(set(names)) != len(names):
-        raise UsageError(f"{flag} {text!r} repeats a name")
-    return names
-
-
 _OPTION_FLAGS = (
     ("--pairs", "pairs", "pairs"),
     ("--methods", "methods", "methods"),
@@ -154,10 +144,6 @@ def _flag_checks(args: argparse.Namespace) -> None:
         owners = [name for name in list_experiments() if option in get_experiment(name).options]
         if getattr(args, attribute) is not None and args.name not in owners:
             raise UsageError(f"{flag} is an option of experiment {' and '.join(owners)}, not of {args.name}")
-    if args.max_concurrent is not None and args.max_concurrent < 1:
-        raise UsageError(f"--max-concurrent must be >= 1, got {args.max_concurrent}")
-    if args.gpus_per_run < 0:
-        raise UsageError(f"--gpus-per-run must be >= 0, got {args.gpus_per_run}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,17 +161,16 @@ def run(args: argparse.Namespace) -> int:
     from xder_data import DEFAULT_PROTOCOL
 
     _flag_checks(args)
-    seeds = _int_list(args.seeds, "--seeds")
     if args.logger:
         check_loggers(args.logger)
     options = experiments.ExperimentOptions(
         benchmark=args.benchmark,
         protocol=args.protocol or DEFAULT_PROTOCOL,
-        seeds=seeds,
+        seeds=args.seeds,
         sets=dict(args.set or ()),
         loggers=tuple(args.logger or ()),
-        pairs=None if args.pairs is None else _int_list(args.pairs, "--pairs"),
-        methods=None if args.methods is None else _names(args.methods, "--methods"),
+        pairs=args.pairs,
+        methods=args.methods,
         method=args.method,
         params=tuple(parse_values(text) for text in args.param or ()),
         buffer_size=args.buffer_size,

@@ -13,6 +13,7 @@ from xder_cli.commands.common import (
     add_plugin_argument,
     add_protocol_argument,
     add_ray_arguments,
+    int_list,
 )
 from xder_cli.errors import UsageError
 
@@ -44,24 +45,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="search a preset's grid instead of a file, e.g. paper:seq-cifar100:500:derpp "
         "(BUFFER - for methods without a buffer; METHOD may be a variant entry such as xder-rpc)",
     )
-    sweep.add_argument("--seeds", metavar="S,S", help="seeds (default: the file's, else 0)")
+    sweep.add_argument("--seeds", type=int_list, metavar="S,S", help="seeds (default: the file's, else 0)")
     add_protocol_argument(sweep)
     add_ray_arguments(sweep, "trial")
     add_logger_argument(sweep, "every trial")
     add_plugin_argument(sweep)
     sweep.set_defaults(handler="sweep")
-
-
-def _seeds(text: str | None) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    try:
-        seeds = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError as error:
-        raise UsageError(f"--seeds {text!r}: give comma-separated integers, e.g. 0,1,2") from error
-    if not seeds:
-        raise UsageError("--seeds needs at least one seed")
-    return seeds
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,11 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
     if (args.grid_file is None) == (args.grid is None):
         raise UsageError("give a GRID.toml or --grid PRESET:BENCHMARK:BUFFER:METHOD (one of them)")
-    if args.max_concurrent is not None and args.max_concurrent < 1:
-        raise UsageError(f"--max-concurrent must be >= 1, got {args.max_concurrent}")
-    if args.gpus_per_run < 0:
-        raise UsageError(f"--gpus-per-run must be >= 0, got {args.gpus_per_run}")
-    seeds = _seeds(args.seeds)
+    seeds = args.seeds
     spec = (
         sweep.load_spec(Path(args.grid_file), seeds=seeds, protocol=args.protocol)
         if args.grid_file
