@@ -158,3 +158,49 @@ def _check_legend(ax, renderer) -> None:
 def readable():
     """:func:`check_readable`, for the plot tests."""
     return check_readable
+
+
+# ---------------------------------------------------------------------------------------------
+# Plugins: the registries they fill, put back as a fresh process has them
+# (tests/cli/test_plugins.py, tests/runs/test_plugins.py). Taken when this file is imported, before
+# any test could load a plugin; None in the sessions of a single package, which lack xder-cli.
+
+
+def _plugin_registries() -> list[dict] | None:
+    try:
+        import xder_cli.runs.experiments as experiments
+        from xder_data import benchmark as benchmarks
+        from xder_methods import _registry as methods
+        from xder_models import _registry as backbones
+    except ImportError:
+        return None
+    return [methods._METHODS, benchmarks._REGISTRY, backbones._REGISTRY, experiments._EXPERIMENTS]
+
+
+_REGISTRIES = _plugin_registries()
+_FRESH = None if _REGISTRIES is None else [dict(registry) for registry in _REGISTRIES]
+
+
+def forget_plugins() -> None:
+    """Back to the registries of the xder packages alone, no plugin module loaded: as in a fresh
+    process (e.g. a Ray worker before it loads the driver's plugins)."""
+    import sys
+
+    import xder_cli.runs.plugins as plugins
+
+    assert _REGISTRIES is not None
+    assert _FRESH is not None
+    for registry, fresh in zip(_REGISTRIES, _FRESH, strict=True):
+        registry.clear()
+        registry.update(fresh)
+    plugins._LOADED.clear()
+    for name in [m for m in sys.modules if m.startswith("xder_plugin_")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def fresh_registries():
+    """The test starts and ends with no plugin registered (the registries are per process)."""
+    forget_plugins()
+    yield forget_plugins
+    forget_plugins()

@@ -12,13 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import xder_cli.runs.experiments as experiment_registry
 import xder_cli.runs.plugins as plugins
 from xder_cli.commands.common import plugin_arguments
 from xder_cli.main import main
-from xder_data import benchmark as data_registry
-from xder_methods import _registry as method_registry
-from xder_models import _registry as backbone_registry
 from xder_models import list_backbones
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "plugin" / "src" / "xder_plugin_example"
@@ -27,35 +23,7 @@ PLUGIN_FLAGS = [arg for path in FILES for arg in ("--plugin", path)]
 FAST = ["--epochs", "1", "--device", "cpu"]
 
 
-def _forget_plugins() -> None:
-    """Back to the registries of the xder packages alone, as in a fresh process."""
-    method_registry._METHODS.clear()
-    method_registry._METHODS.update(_SNAPSHOT["methods"])
-    data_registry._REGISTRY.clear()
-    data_registry._REGISTRY.update(_SNAPSHOT["benchmarks"])
-    backbone_registry._REGISTRY.clear()
-    backbone_registry._REGISTRY.update(_SNAPSHOT["backbones"])
-    experiment_registry._EXPERIMENTS.clear()
-    experiment_registry._EXPERIMENTS.update(_SNAPSHOT["experiments"])
-    plugins._LOADED.clear()
-    for name in [m for m in sys.modules if m.startswith("xder_plugin_")]:
-        del sys.modules[name]
-
-
-_SNAPSHOT = {
-    "methods": dict(method_registry._METHODS),
-    "benchmarks": dict(data_registry._REGISTRY),
-    "backbones": dict(backbone_registry._REGISTRY),
-    "experiments": dict(experiment_registry._EXPERIMENTS),
-}
-
-
-@pytest.fixture(autouse=True)
-def fresh_registries():
-    """Each test starts and ends with no plugin registered (the registries are per process)."""
-    _forget_plugins()
-    yield
-    _forget_plugins()
+pytestmark = pytest.mark.usefixtures("fresh_registries")
 
 
 def one_line_error(capsys) -> str:
@@ -244,7 +212,9 @@ register_experiment(Seeds())
 '''
 
 
-def test_a_plugin_adds_an_experiment_that_plans_trains_and_tabulates(tmp_path: Path, capsys) -> None:
+def test_a_plugin_adds_an_experiment_that_plans_trains_and_tabulates(
+    tmp_path: Path, capsys, fresh_registries
+) -> None:
     plugin = tmp_path / "seeds_experiment.py"
     plugin.write_text(EXPERIMENT_PLUGIN)
     out = tmp_path / "seeds"
@@ -256,7 +226,7 @@ def test_a_plugin_adds_an_experiment_that_plans_trains_and_tabulates(tmp_path: P
     # an option the plugin's experiment does not name is refused, as for the paper's four
     assert main([*argv, "--pairs", "1", "--out", str(out)]) == 2
     assert capsys.readouterr().err.startswith("xder-run experiment: error: --pairs ")
-    _forget_plugins()
+    fresh_registries()
     names = ("sgd-s0", "sgd-s1")
     summary = json.loads((out / "experiment.json").read_text())
     runs = {name: json.loads((out / "runs" / name / "results.json").read_text()) for name in names}

@@ -307,30 +307,25 @@ def _import_ntu60(source: Path | None, data_root: Path, options: ImportOptions) 
     return _ntu_result("ntu60", report)
 
 
-@register_importer("ntu60-stgcn")
-def _import_ntu60_stgcn(source: Path | None, data_root: Path, options: ImportOptions) -> ImportResult:
-    _check_at_least("num_frames", "--frames", options.num_frames, 1)
-    report = ntu60.import_ntu60_stgcn(
-        _given(source),
-        data_root,
-        num_frames=options.num_frames,
-        missing_list=options.missing_list,
-        progress=options.progress("ntu60-stgcn"),
-    )
-    return _ntu_result("ntu60-stgcn", report)
+def _register_ntu_arrays(kind: str, converter: str) -> None:
+    """Register ``kind``: another project's preprocessed NTU-60 arrays (ST-GCN's, EfficientGCN's),
+    converted by ``xder_data.ntu60.<converter>`` (looked up when it runs)."""
+
+    @register_importer(kind)
+    def _import(source: Path | None, data_root: Path, options: ImportOptions) -> ImportResult:
+        _check_at_least("num_frames", "--frames", options.num_frames, 1)
+        report = getattr(ntu60, converter)(
+            _given(source),
+            data_root,
+            num_frames=options.num_frames,
+            missing_list=options.missing_list,
+            progress=options.progress(kind),
+        )
+        return _ntu_result(kind, report)
 
 
-@register_importer("ntu60-efficientgcn")
-def _import_ntu60_efficientgcn(source: Path | None, data_root: Path, options: ImportOptions) -> ImportResult:
-    _check_at_least("num_frames", "--frames", options.num_frames, 1)
-    report = ntu60.import_ntu60_efficientgcn(
-        _given(source),
-        data_root,
-        num_frames=options.num_frames,
-        missing_list=options.missing_list,
-        progress=options.progress("ntu60-efficientgcn"),
-    )
-    return _ntu_result("ntu60-efficientgcn", report)
+_register_ntu_arrays("ntu60-stgcn", "import_ntu60_stgcn")
+_register_ntu_arrays("ntu60-efficientgcn", "import_ntu60_efficientgcn")
 
 
 @register_importer("miniimagenet")
