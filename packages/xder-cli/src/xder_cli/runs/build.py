@@ -74,11 +74,13 @@ def load_data(
     device: torch.device,
     *,
     data_root: str | None = None,
+    data_device: str | None = None,
     notify: Notify = ignore,
     read_progress: Progress = no_progress,
 ) -> Benchmark:
     """The plan's benchmark (its class order, validation split, protocol and options), read from
-    ``data_root`` (default: the plan's ``run.data_root``) and placed as ``run.data_device`` says;
+    ``data_root`` (default: the plan's ``run.data_root``) and placed as ``data_device`` (default:
+    the plan's ``run.data_device``) says;
     ``notify`` hears where the data stay and the benchmark's notes, ``read_progress`` wraps the
     loop that reads its files."""
     settings = plan.settings
@@ -92,7 +94,7 @@ def load_data(
         progress=read_progress,
         **plan.benchmark,
     )
-    bench = place_data(bench, device, settings.data_device, notify)
+    bench = place_data(bench, device, data_device or settings.data_device, notify)
     for note in bench.notes:
         notify(f"note: {note}")
     return bench

@@ -170,6 +170,7 @@ def live(
     if resume and (done := rundir.complete_results(folder)) is not None:
         on_start(Start.COMPLETE, plan, folder)  # read only: the lock is not even taken
         return Lived(Start.COMPLETE, folder, done)
+    check_plan(plan)
     return _live(plan, folder, resume, then, display, on_start, on_locked, lock_wait)
 
 
@@ -200,7 +201,6 @@ def _live(
         resumes = resume and checkpoint.exists()
         on_locked(run_dir, resumes)
         (run_dir / rundir.PLOTS).mkdir(exist_ok=True)
-        check_plan(plan)
         if not checkpoint.exists():
             path = run_dir / rundir.CONFIG
             with rundir.write_errors(path, then=f"train again (and delete {run_dir})"):

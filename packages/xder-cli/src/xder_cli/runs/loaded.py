@@ -81,7 +81,7 @@ def load_trained_run(run_dir: Path, *, device: str | None = None, data_root: str
     plan = build_plan(rundir.read_config(run_dir / rundir.CONFIG))
     target = resolve_device(device or plan.settings.device)
     # Analyses read the data where they compute: on the device, whatever run.data_device said.
-    bench = load_data(plan, target, data_root=data_root).to(target)
+    bench = load_data(plan, target, data_root=data_root, data_device="device")
     run = TrainedRun(run_dir, plan, bench, None, target, [], {}, False)
     method = build_method(plan, run.make_network(), *benchmark_setting(bench), run_generator(plan, target))
     state = rundir.load_checkpoint(checkpoint, target)
