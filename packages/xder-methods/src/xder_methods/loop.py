@@ -419,10 +419,13 @@ class Loop:
         }
 
     def restore_rng(self, state: dict[str, Any]) -> None:
-        self.generator.set_state(state["generator"])
-        torch.set_rng_state(state["torch_rng"])
+        """Set the generators to the states of a :meth:`snapshot`. Every RNG state is a CPU byte
+        tensor, whichever device the generator draws on; a checkpoint loaded onto a GPU
+        (``map_location``) carries them there, so they are brought back first."""
+        self.generator.set_state(state["generator"].cpu())
+        torch.set_rng_state(state["torch_rng"].cpu())
         if state["cuda_rng"]:
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
 
 
 def _training_rows(stream: TaskStream, task: int, mode: str) -> Tensor:
