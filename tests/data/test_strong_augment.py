@@ -112,3 +112,38 @@ def test_no_crop_fits_falls_back_to_the_centre() -> None:
     expected_w = round(4 * 4 / 3)
     assert boxes.tolist() == [[0.0, (8 - expected_w) // 2, 4.0, float(expected_w)]] * 3
     assert math.isclose(expected_w, 5)
+
+
+def test_hue_rotation_is_rodrigues_about_the_grey_axis() -> None:
+    angle = torch.tensor([0.3, -1.2, 2.5])
+    k = torch.full((3,), 3**-0.5)
+    cross = torch.tensor([[0.0, -k[2], k[1]], [k[2], 0.0, -k[0]], [-k[1], k[0], 0.0]])  # k x (.)
+    for a, rotation in zip(angle, hue_rotation(angle), strict=True):
+        expected = torch.cos(a) * torch.eye(3) + torch.sin(a) * cross + (1 - torch.cos(a)) * torch.outer(k, k)
+        torch.testing.assert_close(rotation, expected)
+
+
+class _HostData(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts tensors made from host data (``torch.tensor(values)``): on a GPU each is a blocking
+    copy from pageable memory, a host sync in every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.count += func.overloadpacket is torch.ops.aten.lift_fresh
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_strong_augmentation_copies_nothing_from_the_host() -> None:
+    augment = StrongAugment(32, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+    x = torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8)
+    augment(x, torch.Generator())  # the first call caches the normalisation's constants
+    with _HostData() as counter:
+        augment(x, torch.Generator().manual_seed(0))
+        augment.crop_boxes(16, 32, 32, torch.Generator().manual_seed(0), x.device)
+    assert counter.count == 0
+    with _HostData() as counter:
+        torch.tensor([1.0, 2.0])  # the counter itself sees one
+    assert counter.count == 1

@@ -143,6 +143,13 @@ class Normalize:
 _GRAY_WEIGHTS = (0.299, 0.587, 0.114)  # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale
 
 
+def _constant(values: Sequence[float], device: torch.device, dtype: torch.dtype = torch.float32) -> Tensor:
+    """A small vector of constants made on ``device`` by fill kernels. Not
+    ``torch.tensor(values, device=device)``: on a GPU that is a blocking copy from the host's
+    pageable memory, a host sync in every training step (seen on an H200, issue 37)."""
+    return torch.stack([torch.full((), float(v), dtype=dtype, device=device) for v in values])
+
+
 def grayscale(x: Tensor) -> Tensor:
     """Luma of RGB images ``(B, 3, H, W)`` -> ``(B, 1, H, W)``."""
     r, g, b = x.unbind(dim=1)
@@ -153,11 +160,10 @@ def hue_rotation(angle: Tensor) -> Tensor:
     """(B, 3, 3) rotations of RGB about the grey axis (1, 1, 1) by ``angle`` radians (B,): a hue
     shift of ``angle / (2 pi)`` of the colour wheel that keeps grey pixels grey (Rodrigues)."""
     k = torch.full((3,), 3**-0.5, device=angle.device)
-    cross = (
-        torch.tensor([[0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-1.0, 1.0, 0.0]], device=angle.device) * 3**-0.5
-    )
-    cos, sin = angle.cos()[:, None, None], angle.sin()[:, None, None]
     eye = torch.eye(3, device=angle.device)
+    shift = eye.roll(1, dims=0)  # the cyclic shift: shift @ (x0, x1, x2) = (x2, x0, x1)
+    cross = (shift - shift.T) * 3**-0.5  # [[0, -1, 1], [1, 0, -1], [-1, 1, 0]] / sqrt 3: k x (.)
+    cos, sin = angle.cos()[:, None, None], angle.sin()[:, None, None]
     return cos * eye + sin * cross + (1 - cos) * torch.outer(k, k)
 
 
@@ -180,7 +186,7 @@ def colour_transforms(
         ``A: (B, 3, 3)`` and ``o: (B, 3)``.
     """
     batch, device = order.shape[0], order.device
-    luma = torch.tensor(_GRAY_WEIGHTS, device=device)
+    luma = _constant(_GRAY_WEIGHTS, device)
     eye = torch.eye(3, device=device).expand(batch, 3, 3)
     grey = torch.outer(torch.ones(3, device=device), luma)  # x -> (luma . x) in every channel
     scale_b = brightness[:, None, None] * eye
@@ -283,9 +289,7 @@ class StrongAugment:
             fw, fh = round(height * self.ratio[1]), height
         else:
             fw, fh = width, height
-        fallback = torch.tensor(
-            [(height - fh) // 2, (width - fw) // 2, fh, fw], dtype=torch.float64, device=device
-        )
+        fallback = _constant(((height - fh) // 2, (width - fw) // 2, fh, fw), device, torch.float64)
         boxes = torch.stack([top, left, h, w], dim=1)
         return torch.where(ok.any(dim=1, keepdim=True), boxes, fallback)
 

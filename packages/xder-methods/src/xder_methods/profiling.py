@@ -29,13 +29,17 @@ _SYNCING = {
     _aten.is_nonzero,
     _aten.equal,
     _aten.allclose,
+    # torch.tensor(host data) inside a step: on a GPU a blocking copy from pageable host memory.
+    _aten.lift_fresh,
 }
 
 
 def is_host_sync(func: Any, args: tuple, kwargs: dict) -> bool:
     """Whether a dispatched op makes the host wait on the device: a scalar read, an output whose
     size depends on the data (``nonzero``, boolean-mask indexing, ``unique``, ``repeat_interleave``
-    without ``output_size``), or a copy from a device to the host."""
+    without ``output_size``), a copy from a device to the host, or one from the host to a device
+    without ``non_blocking`` (``torch.tensor(values)`` counts as one wherever it runs: on a GPU it
+    is a blocking copy from pageable memory, which ``torch.cuda.set_sync_debug_mode`` reports)."""
     packet = func.overloadpacket
     if packet in _SYNCING:
         return True
@@ -49,12 +53,14 @@ def is_host_sync(func: Any, args: tuple, kwargs: dict) -> bool:
     if packet in (_aten._to_copy, _aten.copy_):
         source = args[1] if packet is _aten.copy_ else args[0]
         target_device = kwargs.get("device") if packet is _aten._to_copy else args[0].device
-        return (
-            isinstance(source, torch.Tensor)
-            and source.device.type != "cpu"
-            and target_device is not None
-            and torch.device(target_device).type == "cpu"
-        )
+        if not isinstance(source, torch.Tensor) or target_device is None:
+            return False
+        source_type, target_type = source.device.type, torch.device(target_device).type
+        if source_type != "cpu" and target_type == "cpu":
+            return True
+        positional = args[2] if packet is _aten.copy_ and len(args) > 2 else False
+        non_blocking = kwargs.get("non_blocking", positional)
+        return source_type == "cpu" and target_type not in ("cpu", "meta") and not non_blocking
     return False
 
 
