@@ -13,6 +13,9 @@ like the benchmark (its buffer full), then:
   images (the step's arithmetic in one batch), timed in the same rounds;
 * ``host_syncs_per_step`` and ``ops_per_step``: dispatched ATen ops of one step, and those that
   make the host wait (:class:`xder_methods.OpCounter`; exact on any hardware);
+* ``peak_memory_bytes`` (CUDA, with the epoch): the peak of allocated device memory during the
+  method's synthetic epoch (every method's network, buffer and data stay resident throughout, so
+  it counts them all), and ``step_memory_bytes`` that peak above what was allocated before it;
 * ``timed_seconds``: the wall time of all the timed rounds (every method's steps and floors);
 * ``epoch_seconds``: one synthetic epoch of task T end to end (batch gathering from device-resident
   data, augmentation, steps), and ``projected_protocol_seconds``: that epoch time times the
@@ -342,10 +345,15 @@ def _payload(
     rows: list[dict[str, Any]] = []
     for subject in subjects:
         _sync(device)
+        resident = 0
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            resident = torch.cuda.memory_allocated(device)
         started = time.perf_counter()
         n_steps = subject.epoch() if options.epoch else 0
         _sync(device)
         epoch_seconds = time.perf_counter() - started if options.epoch else None
+        peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" and options.epoch else None
         seconds = statistics.median(steps[subject.name])
         floor = statistics.median(floors[subject.name])
         row = {
@@ -357,6 +365,8 @@ def _payload(
             "host_syncs_per_step": subject.syncs,
             "host_sync_ops": subject.sync_names,
             "ops_per_step": subject.ops,
+            "peak_memory_bytes": peak,
+            "step_memory_bytes": None if peak is None else peak - resident,
             "timed_seconds": timed_seconds,
             "epoch_steps": n_steps,
             "epoch_seconds": epoch_seconds,
