@@ -14,6 +14,10 @@ Quickstart's main job and the ``seq-digits`` figures of ``docs/results.md``).
   a page left out of the nav or a docstring the reference cannot parse fails it.
 * ``slow``: every test marked ``slow`` (long end-to-end runs: the Quickstart's main job and the
   ``seq-digits`` table of ``docs/results.md``), all packages installed; selecting no test fails it.
+* ``gpu``: the GPU script of ``benchmarks/gpu`` (issue 37) in its smoke mode on the CPU, in an
+  environment like the lent GPU machine's: the packages' third-party dependencies without Ray,
+  grad-cam, pycocotools or wandb, and the five packages from their ``src/`` folders, as
+  ``run.sh`` runs them there; so the first GPU run works first time.
 * ``plugin_example``: ``examples/plugin`` installed beside the five packages in a fresh
   environment; its method, benchmark and backbone go through ``xder-run train``, ``sweep`` (on
   Ray) and ``report`` without a line of our packages changed.
@@ -32,7 +36,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "uv"
-nox.options.sessions = ["lint", "docs", "tests", "runs", "integration", "plugin_example", "slow"]
+nox.options.sessions = ["lint", "docs", "tests", "runs", "integration", "gpu", "plugin_example", "slow"]
 
 ROOT = Path(__file__).parent
 PACKAGES = {
@@ -109,6 +113,33 @@ def integration(session: nox.Session) -> None:
     """End-to-end runs through the xder-run command."""
     _install(session, *PACKAGES)
     session.run("pytest", "tests/integration", *session.posargs)
+
+
+# What the lent GPU machine's python3 has of our packages' dependencies (its image lacks Ray,
+# grad-cam, pycocotools and wandb; tomli-w goes there as a wheel in benchmarks/gpu/vendor/).
+GPU_MACHINE = (
+    "torch",
+    "torchvision",
+    "numpy",
+    "h5py",
+    "scikit-learn",
+    "pillow",
+    "tqdm",
+    "tomli-w",
+    "matplotlib",
+)
+
+
+@nox.session
+def gpu(session: nox.Session) -> None:
+    """``benchmarks/gpu/run.sh --smoke --device cpu``: every phase of the GPU script at toy sizes
+    (``nox -s gpu -- --phases data,resume`` picks phases)."""
+    session.install(*_constraints(session), *GPU_MACHINE)
+    with tempfile.TemporaryDirectory(prefix="xder-gpu-") as folder:
+        session.run(
+            "bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), folder, "--smoke", "--device", "cpu",
+            *session.posargs, env={"PYTHON": str(Path(session.bin) / "python")}, external=True,
+        )  # fmt: skip
 
 
 @nox.session

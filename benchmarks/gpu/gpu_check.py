@@ -1,0 +1,706 @@
+"""The GPU script of issue 37: correctness on CUDA, host syncs, crash and resume, speed at the
+papers' shapes and one run at a paper's protocol, in one call of a few minutes (``run.sh`` starts
+it; ``device_call.sh`` is the command given to a lent GPU machine).
+
+Every phase writes its figures as JSON into ``--out`` (``<phase>.json``, with ``summary.json``
+and ``table.txt`` last) and runs under one deadline (``--budget`` seconds): a phase that fails
+records its error and the next one runs; the full run takes the time left. ``--smoke`` runs every
+phase at toy sizes (``--device cpu`` on a CPU: the nox session ``gpu``), so that the first GPU
+run works first time.
+
+Phases:
+
+1. ``env``: torch, the device, the packages' import paths.
+2. ``data``: ``xder-run data prepare cifar10`` (and ``cifar100`` for ``--full-run
+   xder-cifar100``) from the archives beside this script (``data/cifar10-jpg.tar.gz``,
+   ``data/cifar100-jpg.tar.gz``, copies of ``../shared/data``); in smoke mode from small image
+   folders it writes itself.
+3. ``correctness``: X-DER's and DER++'s training step on the same planted inputs (same weights,
+   buffer, batch, and the same random draws: every ``torch.rand``/``randint``/``randperm`` with a
+   generator drawn from a CPU generator seeded alike) on the CPU and on the device: relative
+   difference of the losses and of the gradients, float32 strict (TF32 off), the device's
+   default (cuDNN convolutions in TF32) and bf16 autocast, each against its stated tolerance.
+4. ``syncs``: host syncs of one training step of FT, ER, DER++ and X-DER, counted on the device
+   by ``torch.cuda.set_sync_debug_mode`` (CUDA) and by ``xder_methods.OpCounter`` (anywhere).
+5. ``resume``: a run killed with SIGKILL right after its checkpoint in the middle of task 2, then
+   resumed, against an uninterrupted run of the same seed (deterministic algorithms on): the
+   accuracy matrices compared exactly.
+6. ``bench``: ``xder-run bench`` (FT, ER, DER++, X-DER) at the papers' shapes on ``seq-cifar10``
+   and ``seq-cifar100`` in float32 and bf16 + channels-last (:data:`BENCH_PLAN`); seconds per
+   step, the floor, peak memory, the projected full protocol.
+7. ``full_run``: ``--full-run`` (:data:`FULL_RUNS`: DER++ on Split CIFAR-10, buffer 200, by
+   default; X-DER on Split CIFAR-100, buffer 500) at its paper's protocol and preset, in the
+   fastest mode the bench found, as many epochs per task as the time left allows (``--bench-from``
+   takes the bench figures of an earlier call instead).
+8. ``compile``: the bench again with ``--compile`` (DER++ and X-DER), when time is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+LAUNCH = [sys.executable, str(HERE / "launch.py")]
+METHODS = ("sgd", "er", "derpp", "xder")  # sgd is FT: fine-tuning, the lower bound
+# The full runs the script can make, each beside its published Class-IL FAA (mean, std).
+FULL_RUNS: dict[str, dict[str, Any]] = {
+    "derpp-cifar10": {
+        "method": "derpp", "benchmark": "seq-cifar10", "data": "cifar10", "buffer_size": 200,
+        "tasks": 5, "epochs": 50, "published_faa": (64.88, 1.17), "published_in": "DER paper, Table 2",
+    },
+    "xder-cifar100": {
+        "method": "xder", "benchmark": "seq-cifar100", "data": "cifar100", "buffer_size": 500,
+        "tasks": 10, "epochs": 50, "published_faa": (49.93, None), "published_in": "X-DER paper, Table 1",
+    },
+}  # fmt: skip
+# The training loop's epoch over the bench's synthetic one (8.2 s against 5.4 s for DER++ in bf16 +
+# channels-last on an H200, two machines of that kind): the full run's epochs are planned with it.
+LOOP_OVER_BENCH = 1.55
+# Tolerances of the correctness phase against the CPU's float32 step: the loss's relative
+# difference, and the gradient's relative L2 difference (fp32) or its cosine to the reference
+# (TF32, bf16). Strict float32 on CUDA is not the CPU's arithmetic: cuDNN picks its convolution
+# algorithms (Winograd, FFT, implicit GEMM) by speed, and their float32 sums differ from the CPU's
+# by ~1e-6 a layer, amplified along 18 layers' backward pass; TF32 rounds the convolutions'
+# operands to 10 bits of mantissa, bf16 autocast every operand to 8.
+LOSS_TOLERANCE = {"fp32": 1e-4, "tf32": 1e-3, "bf16": 1e-2}
+FP32_GRAD_TOLERANCE = 1e-2
+MIN_COSINE = {"tf32": 0.99, "bf16": 0.95}
+PHASES = ("data", "correctness", "syncs", "resume", "bench", "full_run", "compile")
+# bf16 alone was slower than float32 on the H200 (more cast kernels in a launch-bound step) and
+# is left out, so that the full run gets the time.
+BENCH_PLAN = [
+    ("seq-cifar10", "fp32"),
+    ("seq-cifar10", "bf16-cl"),
+    ("seq-cifar100", "fp32"),
+    ("seq-cifar100", "bf16-cl"),
+]
+COMPILE_SECONDS = 100.0  # kept back for the compiled bench (DER++ and X-DER) after the full run
+
+
+class Script:
+    """The deadline and the output folder; ``phase`` runs one phase and records its outcome."""
+
+    def __init__(self, out: Path, budget: float) -> None:
+        self.out = out
+        self.started = time.monotonic()
+        self.deadline = self.started + budget
+        self.phases: dict[str, Any] = {}
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def write(self, name: str, payload: Any) -> None:
+        (self.out / f"{name}.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
+
+    def phase(self, name: str, fn: Callable[[], Any], *, needs: float = 0.0) -> Any:
+        if self.left() < needs:
+            self.phases[name] = {
+                "status": "skipped",
+                "reason": f"{self.left():.0f} s left, needs {needs:.0f}",
+            }
+            print(f"[{name}] skipped: {self.phases[name]['reason']}", flush=True)
+            return None
+        print(f"[{name}] ({self.left():.0f} s left)", flush=True)
+        started = time.monotonic()
+        try:
+            payload = fn()
+        except Exception as error:  # record it and go on: one GPU call must bring back all it can
+            self.phases[name] = {
+                "status": "error",
+                "error": f"{type(error).__name__}: {error}",
+                "seconds": time.monotonic() - started,
+            }
+            (self.out / f"{name}.error.txt").write_text(traceback.format_exc())
+            print(f"[{name}] ERROR {self.phases[name]['error']}", flush=True)
+            return None
+        seconds = time.monotonic() - started
+        self.phases[name] = {"status": "ok", "seconds": round(seconds, 2)}
+        self.write(name, payload)
+        print(f"[{name}] done in {seconds:.1f} s", flush=True)
+        return payload
+
+
+def xder_run(
+    args: list[str], log: Path, *, timeout: float, launch: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """``xder-run ARGS`` through ``launch.py``; stdout and stderr appended to ``log``."""
+    command = [*LAUNCH, *launch, "--", *args]
+    started = time.monotonic()
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=max(timeout, 1), check=False)
+    except subprocess.TimeoutExpired as expired:
+        with log.open("a") as file:
+            file.write(f"$ {' '.join(command)}\n(timed out after {timeout:.0f} s)\n{expired.stdout or ''}\n")
+        raise
+    with log.open("a") as file:
+        file.write(f"$ {' '.join(command)}\n(rc {result.returncode}, {time.monotonic() - started:.1f} s)\n")
+        file.write(result.stdout + result.stderr + "\n")
+    return result
+
+
+def checked(result: subprocess.CompletedProcess[str], what: str) -> subprocess.CompletedProcess[str]:
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"{what} failed (rc {result.returncode}): {' | '.join(tail)}")
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# 1-2: environment and data
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    import xder_cli
+    import xder_methods
+
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": str(device),
+        "packages": {"xder_cli": xder_cli.__file__, "xder_methods": xder_methods.__file__},
+        "cpu_count": os.cpu_count(),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info |= {
+            "card": torch.cuda.get_device_name(device),
+            "memory_gib": round(props.total_memory / 2**30, 1),
+            "multiprocessors": props.multi_processor_count,
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
+        }
+    return info
+
+
+def smoke_images(folder: Path, kind: str, per_class: int, test_per_class: int) -> Path:
+    """A small image-folder copy of CIFAR-10 or CIFAR-100 (random 32x32 JPEGs, one brightness per
+    class so that the classes can be learnt) in the layout ``xder-run data prepare`` reads."""
+    from PIL import Image
+
+    from xder_data.cifar10 import CIFAR10_CLASSES
+    from xder_data.cifar100 import cifar100_superclasses
+
+    fine = sorted(name for members in cifar100_superclasses().values() for name in members)
+    classes = CIFAR10_CLASSES if kind == "cifar10" else tuple(fine)
+
+    rng = torch.Generator().manual_seed(0)
+    for split, count in (("train", per_class), ("test", test_per_class)):
+        for index, name in enumerate(classes):
+            target = folder / split / name
+            target.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                noise = torch.randint(0, 40, (32, 32, 3), generator=rng, dtype=torch.uint8)
+                pixels = (noise + index * 215 // len(classes)).numpy()
+                Image.fromarray(pixels).save(target / f"{i}.jpg", quality=90)
+    return folder
+
+
+def prepare_data(script: Script, smoke: bool, kind: str) -> dict[str, Any]:
+    """``xder-run data prepare KIND`` (cifar10 or cifar100) from ``data/<kind>-jpg.tar.gz`` beside
+    this script, or in smoke mode from a small image folder written here."""
+    data_root = script.out / "data"
+    if smoke:  # the CIFAR-100 importer wants the real counts: 500 and 100 a class
+        counts = (40, 10) if kind == "cifar10" else (500, 100)
+        source = smoke_images(script.out / f"smoke-{kind}", kind, *counts)
+    else:
+        source = HERE / "data" / f"{kind}-jpg.tar.gz"
+    started = time.monotonic()
+    checked(
+        xder_run(
+            ["data", "prepare", kind, "--source", str(source), "--data-root", str(data_root)],
+            script.out / "data.log",
+            timeout=min(120, script.left()),
+        ),
+        f"data prepare {kind}",
+    )
+    return {"source": str(source), "data_root": str(data_root), "seconds": time.monotonic() - started}
+
+
+# ---------------------------------------------------------------------------------------------
+# 3-4: one training step, planted, on the CPU and on the device
+
+
+@contextlib.contextmanager
+def planted_draws() -> Iterator[None]:
+    """Every ``torch.rand``, ``torch.randint`` and ``torch.randperm`` given a generator draws from
+    a CPU twin of that generator (seeded with its initial seed, the first time it is met) and
+    moves the result to the device asked for: a CPU and a CUDA step then see the same draws."""
+    twins: dict[int, torch.Generator] = {}
+    originals = {name: getattr(torch, name) for name in ("rand", "randint", "randperm")}
+
+    def twin(generator: torch.Generator) -> torch.Generator:
+        if id(generator) not in twins:
+            twins[id(generator)] = torch.Generator().manual_seed(generator.initial_seed())
+        return twins[id(generator)]
+
+    def wrap(name: str) -> Callable[..., torch.Tensor]:
+        original = originals[name]
+
+        def draw(*args: Any, generator: torch.Generator | None = None, device: Any = None, **kw: Any):
+            if generator is None:
+                return original(*args, device=device, **kw)
+            value = original(*args, generator=twin(generator), device="cpu", **kw)
+            return value.to(device if device is not None else generator.device)
+
+        return draw
+
+    for name in originals:
+        setattr(torch, name, wrap(name))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(torch, name, original)
+
+
+def planted_method(name: str, device: torch.device, *, width: int, precision: str = "fp32") -> Any:
+    """Method ``name`` at task 1 of ``seq-cifar10``'s shapes (resnet18-cifar of ``width``, batch
+    and replay batch 32, buffer 200, full after task 0), its network's weights and every input
+    made on the CPU from fixed seeds, whatever ``device`` is; call it inside :func:`planted_draws`.
+    Returns ``(train_step, measured_step)``: one training step as the loop runs it, and one that
+    also reads back its loss, terms and gradients."""
+    from xder_cli.runs.bench import BenchOptions, bench_plan, with_protocol
+    from xder_cli.runs.build import build_method, build_network
+    from xder_data import Compose, CropFlip, Normalize, StrongAugment, benchmark_defaults
+    from xder_methods import Batch, ContinualSetting, TaskData, Transforms, autocast
+
+    options = BenchOptions(
+        methods=(name,), benchmark="seq-cifar10", protocol="full", width=width, buffer_size=200,
+        device=str(device), precision=precision,
+    )  # fmt: skip
+    plan = bench_plan(name, with_protocol(options, benchmark_defaults("seq-cifar10", "full")))
+    torch.manual_seed(0)
+    weights = build_network(plan, 10, torch.device("cpu")).state_dict()
+    net = build_network(plan, 10, device)
+    net.load_state_dict(weights)
+    mean, std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+    transforms = Transforms(
+        Compose(CropFlip(32, padding=4, flip=True), Normalize(mean, std)),
+        Normalize(mean, std),
+        StrongAugment(32, mean, std),
+    )
+    generator = torch.Generator(device=device).manual_seed(0)
+    method: Any = build_method(plan, net, ContinualSetting((2,) * 5, (3, 32, 32)), transforms, generator)
+    data = torch.Generator().manual_seed(1)
+    x0 = torch.randint(0, 256, (400, 3, 32, 32), generator=data, dtype=torch.uint8)
+    y0 = torch.arange(2).repeat_interleave(200)
+    method.begin_task(0)
+    buffer = getattr(method, "buffer", None)
+    if name == "xder" or buffer is None:
+        method.end_task(0, TaskData(x0.to(device), y0.to(device), 0))  # its own buffer fill
+    else:
+        logits = torch.randn(400, 10, generator=data).to(device) if buffer.logits is not None else None
+        buffer.add_reservoir(x0.to(device), y0.to(device), logits, task_labels=0, generator=generator)
+    method.begin_task(1)
+    x1 = torch.randint(0, 256, (32, 3, 32, 32), generator=data, dtype=torch.uint8).to(device)
+    y1 = (2 + torch.arange(32) % 2).to(device)
+
+    def train_step() -> Any:
+        """One step as the training loop runs it (no read-back to the host)."""
+        net.zero_grad(set_to_none=True)
+        with autocast(precision, device):
+            out = method.observe(Batch(transforms.train(x1, generator), y1, x1, 1))
+        out.loss.backward()
+        return out
+
+    def measured_step() -> tuple[float, dict[str, float], torch.Tensor]:
+        """One step, then its loss, terms and gradients read back."""
+        out = train_step()
+        grads = torch.cat([p.grad.flatten() for p in net.parameters() if p.grad is not None])
+        terms = {k: float(v) for k, v in out.terms.items()}
+        return float(out.loss.detach()), terms, grads.double().cpu()
+
+    return train_step, measured_step
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool) -> Iterator[None]:
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def correctness(device: torch.device, width: int) -> dict[str, Any]:
+    """Each method's step on the CPU (float32, the reference) and on ``device`` in three modes."""
+    rows = []
+    modes = [("fp32", False, "fp32"), ("tf32", True, "fp32"), ("bf16", True, "bf16")]
+    for name in ("derpp", "xder"):
+        with planted_draws():
+            _, step = planted_method(name, torch.device("cpu"), width=width)
+            ref_loss, ref_terms, ref_grads = step()
+        for mode, allow_tf32, precision in modes:
+            with planted_draws(), tf32(allow_tf32):
+                _, step = planted_method(name, device, width=width, precision=precision)
+                loss, terms, grads = step()
+            finite = bool(torch.isfinite(grads).all()) and all(map(lambda v: v == v, [loss, *terms.values()]))
+            row = {
+                "method": name,
+                "mode": mode,
+                "loss_cpu": ref_loss,
+                "loss_device": loss,
+                "loss_rel": abs(loss - ref_loss) / max(abs(ref_loss), 1e-30),
+                "terms_rel": {
+                    k: abs(terms[k] - v) / max(abs(v), 1e-30) for k, v in ref_terms.items() if k in terms
+                },
+                "grad_rel": relative(grads, ref_grads),
+                "grad_cosine": float(torch.nn.functional.cosine_similarity(grads, ref_grads, dim=0)),
+                "loss_tolerance": LOSS_TOLERANCE[mode],
+                "grad_check": f"rel <= {FP32_GRAD_TOLERANCE}"
+                if mode == "fp32"
+                else f"cos >= {MIN_COSINE[mode]}",
+            }
+            grads_ok = (
+                row["grad_rel"] <= FP32_GRAD_TOLERANCE
+                if mode == "fp32"
+                else row["grad_cosine"] >= MIN_COSINE[mode]
+            )
+            row["ok"] = finite and row["loss_rel"] <= LOSS_TOLERANCE[mode] and grads_ok
+            rows.append(row)
+    return {
+        "reference": "cpu float32",
+        "device": str(device),
+        "loss_tolerance": LOSS_TOLERANCE,
+        "fp32_grad_tolerance": FP32_GRAD_TOLERANCE,
+        "min_cosine": MIN_COSINE,
+        "rows": rows,
+    }
+
+
+def host_syncs(device: torch.device, width: int) -> dict[str, Any]:
+    """Host syncs of one step of each method, after two warm-up steps."""
+    import warnings
+
+    from xder_methods import OpCounter
+
+    rows = []
+    for name in METHODS:
+        run, _ = planted_method(name, device, width=width)
+        run(), run()
+        with OpCounter() as counter:
+            run()
+        cuda_syncs = None
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    run()
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+            cuda_syncs = [
+                f"{Path(w.filename).name}:{w.lineno} {str(w.message).splitlines()[0]}"
+                for w in caught
+                if "called a synchronizing" in str(w.message)  # not the mode's "is a prototype" notice
+            ]
+        rows.append(
+            {
+                "method": name,
+                "op_counter_host_syncs": counter.host_syncs,
+                "op_counter_sync_ops": dict(counter.syncs),
+                "cuda_sync_warnings": None if cuda_syncs is None else len(cuda_syncs),
+                "cuda_sync_messages": cuda_syncs,
+            }
+        )
+    return {"device": str(device), "rows": rows}
+
+
+# ---------------------------------------------------------------------------------------------
+# 5: killed and resumed
+
+
+def resume_check(script: Script, device: torch.device, smoke: bool) -> dict[str, Any]:
+    data_root = str(script.out / "data")
+    common = [
+        "train", "--method", "derpp", "--benchmark", "seq-cifar10", "--protocol", "full",
+        "--buffer-size", "200", "--seed", "0", "--data-root", data_root, "--device", str(device),
+        "--epochs", "2", "--set", "train.tasks=2",
+    ]  # fmt: skip
+    if smoke:
+        common += ["--set", "backbone.width=8"]
+    log = script.out / "resume.log"
+    timeout = script.left() / 3
+    whole_out, cut_out = script.out / "resume-whole", script.out / "resume-cut"
+    started = time.monotonic()
+    checked(
+        xder_run([*common, "--out", str(whole_out)], log, timeout=timeout, launch=("--deterministic",)), "run"
+    )
+    whole_s = time.monotonic() - started
+    killed = xder_run(
+        [*common, "--out", str(cut_out)],
+        log,
+        timeout=timeout,
+        launch=("--deterministic", "--kill-after", "1,1"),
+    )
+    if killed.returncode != -9:
+        raise RuntimeError(f"the run to kill ended with rc {killed.returncode}, not SIGKILL")
+    (run_dir,) = [p for p in cut_out.iterdir() if p.is_dir()]
+    checked(
+        xder_run(["train", "--resume", str(run_dir)], log, timeout=timeout, launch=("--deterministic",)),
+        "resume",
+    )
+    (whole_dir,) = [p for p in whole_out.iterdir() if p.is_dir()]
+    whole = json.loads((whole_dir / "results.json").read_text())
+    resumed = json.loads((run_dir / "results.json").read_text())
+    keys = ("accuracy_matrix", "task_il_accuracy_matrix")
+    nondeterministic = sorted(
+        {line.strip() for line in log.read_text().splitlines() if "does not have a deterministic" in line}
+    )
+    return {
+        "killed_at": "task 2 (index 1), after its epoch 1 checkpoint, SIGKILL",
+        "identical": all(whole[k] == resumed[k] for k in keys),
+        "whole": {k: whole[k] for k in keys},
+        "resumed": {k: resumed[k] for k in keys},
+        "uninterrupted_seconds": whole_s,
+        "nondeterministic_warnings": nondeterministic,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# 6-8: speed and the full run
+
+
+MODES = {"fp32": [], "bf16": ["--precision", "bf16"], "bf16-cl": ["--precision", "bf16", "--channels-last"]}
+
+
+def bench(
+    script: Script, device: torch.device, smoke: bool, benchmark: str, mode: str, methods=METHODS
+) -> Any:
+    path = script.out / f"bench-{benchmark}-{mode}.json"
+    args = [
+        "bench", "--benchmark", benchmark, "--protocol", "full", "--methods", ",".join(methods),
+        "--device", str(device), "--json", str(path), *MODES.get(mode, []),
+    ]  # fmt: skip
+    if mode == "compile":
+        args += ["--precision", "bf16", "--compile"]
+    if smoke:
+        args += ["--width", "8", "--steps", "2", "--warmup", "1", "--no-epoch"]
+    else:
+        args += ["--steps", "20", "--warmup", "5"]
+    limit = script.left() - (0 if mode != "compile" else 5)
+    checked(xder_run(args, script.out / "bench.log", timeout=min(150, limit)), f"bench {benchmark} {mode}")
+    return json.loads(path.read_text())
+
+
+def full_run(
+    script: Script,
+    device: torch.device,
+    smoke: bool,
+    benches: dict[Any, Any],
+    reserve: float,
+    which: str,
+) -> dict[str, Any]:
+    """One of :data:`FULL_RUNS` in the fastest mode the bench measured for its method, as many
+    epochs per task (at most the protocol's) as fit in the time left less ``reserve`` seconds. A
+    run the time cuts short still reports the tasks it finished (``results.json`` is rewritten
+    after every task)."""
+    spec = FULL_RUNS[which]
+    timings = {}
+    for mode in MODES:
+        payload = benches.get((spec["benchmark"], mode))
+        if payload is not None:
+            (row,) = [r for r in payload["methods"] if r["method"] == spec["method"]]
+            timings[mode] = row["epoch_seconds"]
+    known = {m: s for m, s in timings.items() if s is not None}
+    mode = min(known, key=known.__getitem__) if known else "fp32"
+    epoch_s = known.get(mode)
+    if smoke or epoch_s is None:
+        epochs = 1
+    else:  # 20 s for start-up, evaluations and plots
+        per_epoch = spec["tasks"] * epoch_s * LOOP_OVER_BENCH
+        epochs = min(spec["epochs"], int(max(0.0, script.left() - reserve - 20) / per_epoch))
+    if epochs < 1:
+        raise RuntimeError(
+            f"no time for one epoch per task ({script.left():.0f} s left, {epoch_s} s an epoch)"
+        )
+    settings = {"fp32": [], "bf16": ["--set", "train.precision=bf16"]}
+    settings["bf16-cl"] = [*settings["bf16"], "--set", "train.channels_last=true"]
+    out = script.out / "full-run"
+    args = [
+        "train", "--method", spec["method"], "--benchmark", spec["benchmark"], "--protocol", "full",
+        "--buffer-size", str(spec["buffer_size"]), "--preset", "paper", "--seed", "0",
+        "--data-root", str(script.out / "data"), "--device", str(device), "--epochs", str(epochs),
+        "--out", str(out), *settings[mode],
+    ]  # fmt: skip
+    if smoke:
+        args += ["--set", "backbone.width=8"]
+    started = time.monotonic()
+    try:
+        checked(xder_run(args, script.out / "full_run.log", timeout=script.left() - reserve), "full run")
+        cut_short = False
+    except subprocess.TimeoutExpired:
+        cut_short = True
+    seconds = time.monotonic() - started
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    results = json.loads((run_dir / "results.json").read_text())
+    return {
+        **spec,
+        "mode": mode,
+        "epochs_per_task": epochs,
+        "complete": results["complete"] and not cut_short,
+        "tasks_done": results["tasks_done"],
+        "faa": results["faa"],
+        "wall_seconds": seconds,
+        "projected_full_protocol_seconds": None
+        if epoch_s is None
+        else epoch_s * spec["epochs"] * spec["tasks"] * LOOP_OVER_BENCH,
+        "accuracy_matrix": results["accuracy_matrix"],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def table(script: Script, benches: dict[Any, Any]) -> str:
+    lines = ["phase        status  seconds"]
+    for name, info in script.phases.items():
+        lines.append(f"{name:12} {info['status']:7} {info.get('seconds', '')}")
+    for name in ("correctness", "syncs", "resume", "full_run"):
+        path = script.out / f"{name}.json"
+        if not path.exists():
+            continue
+        payload = json.loads(path.read_text())
+        if name == "correctness":
+            for r in payload["rows"]:
+                lines.append(
+                    f"step {r['method']:5} {r['mode']:4} loss rel {r['loss_rel']:.1e} "
+                    f"grad rel {r['grad_rel']:.1e} "
+                    f"cos {r['grad_cosine']:.4f} ({r['grad_check']}) {'ok' if r['ok'] else 'FAIL'}"
+                )
+        elif name == "syncs":
+            for r in payload["rows"]:
+                first = " ".join(m.split(" ", 1)[0] for m in r["cuda_sync_messages"] or [])
+                lines.append(
+                    f"syncs {r['method']:5} op-counter {r['op_counter_host_syncs']} "
+                    f"cuda {r['cuda_sync_warnings']} "
+                    f"{first}"
+                )
+        elif name == "resume":
+            lines.append(f"kill -9 + resume identical: {payload['identical']}")
+        else:
+            p = payload
+            projected = p["projected_full_protocol_seconds"]
+            lines.append(
+                f"full run {p['method']} {p['benchmark']} m{p['buffer_size']} {p['epochs_per_task']}/"
+                f"{p['epochs']} epochs ({p['mode']}), {p['tasks_done']}/{p['tasks']} tasks: "
+                f"FAA {p['faa']:.2f} ({p['published_in']}: {p['published_faa'][0]}) "
+                f"in {p['wall_seconds']:.0f} s; "
+                f"the full protocol projected {'-' if projected is None else f'{projected / 60:.0f}'} min"
+            )
+    lines.append("bench            mode     method  s/step  floor  ratio  syncs  peakMiB  protocol_h")
+    for (benchmark, mode), payload in benches.items():
+        for r in payload["methods"]:
+            peak = r.get("peak_memory_bytes")
+            projected = r.get("projected_protocol_seconds")
+            lines.append(
+                f"{benchmark:16} {mode:8} {r['method']:6} {r['seconds_per_step'] * 1e3:6.1f}ms "
+                f"{r['floor_seconds'] * 1e3:5.1f}ms {r['step_over_floor']:5.2f} "
+                f"{r['host_syncs_per_step']:5d} "
+                f"{'-' if peak is None else f'{peak / 2**20:7.0f}'} "
+                f"{'-' if projected is None else f'{projected / 3600:8.2f}'}"
+            )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for the JSON figures and logs")
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --smoke)")
+    parser.add_argument("--smoke", action="store_true", help="every phase at toy sizes")
+    parser.add_argument("--budget", type=float, default=360.0, help="seconds for the whole script (360)")
+    parser.add_argument(
+        "--phases", default=",".join(PHASES), help=f"comma-separated phases to run (all: {','.join(PHASES)})"
+    )
+    parser.add_argument(
+        "--bench-from",
+        type=Path,
+        metavar="DIR",
+        help="bench-*.json of an earlier call, for the full run's mode",
+    )
+    parser.add_argument(
+        "--full-run",
+        choices=tuple(FULL_RUNS),
+        default="derpp-cifar10",
+        help="the full run: DER++ on Split CIFAR-10, buffer 200 (default), or X-DER on Split CIFAR-100, "
+        "buffer 500 (needs data/cifar100-jpg.tar.gz)",
+    )
+    args = parser.parse_args()
+    phases = set(args.phases.split(","))
+    device = torch.device(args.device)
+    args.out.mkdir(parents=True, exist_ok=True)
+    script = Script(args.out, args.budget)
+    width = 8 if args.smoke else 64
+    cuda = device.type == "cuda"
+    script.phase("env", lambda: environment(device))
+    kinds = ["cifar10"] if phases & {"data", "resume"} else []
+    if "full_run" in phases and FULL_RUNS[args.full_run]["data"] not in kinds:
+        kinds.append(FULL_RUNS[args.full_run]["data"])
+    for kind in kinds:
+        script.phase(f"data-{kind}", lambda k=kind: prepare_data(script, args.smoke, k))
+    if "correctness" in phases:
+        script.phase("correctness", lambda: correctness(device, width))
+    if "syncs" in phases:
+        script.phase("syncs", lambda: host_syncs(device, width))
+    if "resume" in phases:
+        script.phase(
+            "resume", lambda: resume_check(script, device, args.smoke), needs=0 if args.smoke else 60
+        )
+    benches: dict[Any, Any] = {}
+    for path in sorted(args.bench_from.glob("bench-*.json")) if args.bench_from else []:
+        payload = json.loads(path.read_text())
+        mode = path.stem.removeprefix(f"bench-{payload['settings']['benchmark']}-")
+        benches[(payload["settings"]["benchmark"], mode)] = payload
+    if "bench" in phases:
+        for benchmark, mode in BENCH_PLAN:
+            payload = script.phase(
+                f"bench-{benchmark}-{mode}",
+                lambda b=benchmark, m=mode: bench(script, device, args.smoke, b, m),
+                needs=0 if args.smoke else 30,
+            )
+            if payload is not None:
+                benches[(benchmark, mode)] = payload
+    compiling = cuda and "compile" in phases  # compiling on a CPU takes minutes
+    if "full_run" in phases:
+        reserve = COMPILE_SECONDS if compiling else 0.0
+        script.phase(
+            "full_run",
+            lambda: full_run(script, device, args.smoke, benches, reserve, args.full_run),
+            needs=0 if args.smoke else 40,
+        )
+    if compiling:
+        payload = script.phase(
+            "bench-seq-cifar10-compile",
+            lambda: bench(script, device, args.smoke, "seq-cifar10", "compile", ("derpp", "xder")),
+            needs=30,
+        )
+        if payload is not None:
+            benches[("seq-cifar10", "compile")] = payload
+    summary = table(script, benches)
+    script.write("summary", {"phases": script.phases, "elapsed_s": time.monotonic() - script.started})
+    (args.out / "table.txt").write_text(summary + "\n")
+    print(summary)
+    return 0 if all(p["status"] != "error" for p in script.phases.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
