@@ -195,6 +195,38 @@ def test_malformed_files_exit_2_with_one_line(tmp_path: Path, capsys) -> None:
         assert len(err.strip().splitlines()) == 1
 
 
+def test_a_data_pickle_that_would_run_code_is_refused(tmp_path: Path, capsys) -> None:
+    # A CIFAR-10 batch, a miniImageNet cache and an NTU label file each calling os.system as they
+    # load: exit 2, one line naming the file and what it would load, nothing ran, nothing written.
+    marker = tmp_path / "ran"
+    payload = f"cos\nsystem\n(S'touch {marker}'\ntR.".encode()  # pickle: os.system("touch ...")
+    cifar = tmp_path / "c" / "cifar-10-batches-py"
+    cifar.mkdir(parents=True)
+    for name in (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta"):
+        (cifar / name).write_bytes(payload)
+    mini = tmp_path / "mini"
+    mini.mkdir()
+    for split in ("train", "val", "test"):
+        (mini / f"mini-imagenet-cache-{split}.pkl").write_bytes(payload)
+    ntu = tmp_path / "ntu" / "xsub"
+    ntu.mkdir(parents=True)
+    for part in ("train", "val"):
+        np.save(ntu / f"{part}_data.npy", np.zeros((1, 3, 8, 25, 2), np.float32))
+        (ntu / f"{part}_label.pkl").write_bytes(payload)
+    out = tmp_path / "out"
+    for argv in (
+        ["data", "info", "seq-cifar10", "--data-root", str(tmp_path / "c")],
+        ["data", "prepare", "miniimagenet", "--source", str(mini), "--data-root", str(out)],
+        ["data", "prepare", "ntu60-stgcn", "--source", str(ntu.parent), "--data-root", str(out)],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "refused: the pickle would load os.system" in err
+        assert len(err.strip().splitlines()) == 1
+        assert not marker.exists()
+        assert not out.exists() or not any(out.rglob("*.*"))
+
+
 @pytest.mark.parametrize(
     ("argv", "recorded"),
     [(["bench"], False), (["data", "info"], False), (["train"], True), (["sweep"], True)],

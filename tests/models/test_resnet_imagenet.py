@@ -124,3 +124,25 @@ def test_wrong_shape(tmp_path: Path) -> None:
         BackboneWeightsError, match=r"'conv1\.weight' has shape \(64, 3, 3, 3\).*\(64, 3, 7, 7\)"
     ):
         create_backbone("resnet18", 200, weights=str(path))
+
+
+class _Planted:
+    """Unpickles as ``os.system("touch <marker>")``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_weights_file_that_would_run_code_is_refused(tmp_path: Path) -> None:
+    marker, path = tmp_path / "ran", tmp_path / "planted.pth"
+    torch.save({"conv1.weight": torch.zeros(1), "hook": _Planted(marker)}, path)
+    with pytest.raises(BackboneWeightsError, match=r"planted\.pth: not a readable torch file"):
+        create_backbone("resnet18", 200, weights=str(path))
+    assert not marker.exists()
+    torch.load(path, weights_only=False)  # what a plain torch.load would have done
+    assert marker.exists()

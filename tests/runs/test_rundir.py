@@ -46,6 +46,26 @@ def test_checkpoint_round_trip_is_weights_only(tmp_path: Path) -> None:
     assert torch.equal(loaded["w"], torch.arange(3))
 
 
+class _Planted:
+    """Unpickles as ``os.system("touch <marker>")``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_checkpoint_that_would_run_code_is_refused(tmp_path: Path) -> None:
+    marker, path = tmp_path / "ran", tmp_path / "checkpoint.pt"
+    torch.save({"position": {"task": 0, "epoch": 1}, "method": _Planted(marker)}, path)
+    with pytest.raises(rundir.RunDirError, match=r"cannot load checkpoint .*checkpoint\.pt"):
+        rundir.load_checkpoint(path, torch.device("cpu"))
+    assert not marker.exists()
+    torch.load(path, weights_only=False)  # what a plain torch.load would have done
+    assert marker.exists()
+
+
 def test_event_log_truncates_to_a_count(tmp_path: Path) -> None:
     log = rundir.EventLog(tmp_path / "events.jsonl")
     for i in range(5):

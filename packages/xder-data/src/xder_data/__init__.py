@@ -77,6 +77,7 @@ from xder_data.errors import (
     UnknownBenchmarkError,
     UnknownImporterError,
     UnknownProtocolError,
+    UnsafePickleError,
 )
 from xder_data.folder import FolderListing, folder_cache_path, read_folder_listing  # registers folder
 from xder_data.importers import (  # registers the importers of `xder-run data prepare`
@@ -140,6 +141,7 @@ __all__ = [
     "UnknownBenchmarkError",
     "UnknownImporterError",
     "UnknownProtocolError",
+    "UnsafePickleError",
     "benchmark_defaults",
     "benchmark_from_tensors",
     "benchmark_info",

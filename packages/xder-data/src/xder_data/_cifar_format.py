@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from xder_data._image_copy import Entry, ImageCopy
-from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
+from xder_data._pickle import load_data_pickle
+from xder_data.errors import BenchmarkFormatError, DataNotFoundError, UnsafePickleError, one_line
 
 __all__ = ["CifarFiles", "CifarImport", "Split", "decode_copy", "split_dict", "write_pickle"]
 
@@ -93,10 +94,12 @@ class CifarFiles:
         )
 
     def read_pickle(self, path: Path) -> dict[str, Any]:
-        """Unpickle ``path`` (Python 2 or 3) into a dict with ``str`` keys."""
+        """Unpickle ``path`` (Python 2 or 3) into a dict with ``str`` keys, building only data
+        (:func:`~xder_data._pickle.load_data_pickle`: any other global is refused, nothing runs)."""
         try:
-            with path.open("rb") as f:
-                obj = pickle.load(f, encoding="latin1")
+            obj = load_data_pickle(path)
+        except UnsafePickleError:
+            raise
         except OSError as exc:
             raise DataNotFoundError(
                 f"{path}: cannot read ({one_line(exc)}): {self.fix(path.parent.parent)}"

@@ -13,6 +13,7 @@ __all__ = [
     "UnknownBenchmarkError",
     "UnknownImporterError",
     "UnknownProtocolError",
+    "UnsafePickleError",
     "one_line",
 ]
 
@@ -33,6 +34,11 @@ class DataNotFoundError(DataError):
 
 class BenchmarkFormatError(DataError):
     """A file exists but is not in the expected on-disk format (wrong key, shape, layout)."""
+
+
+class UnsafePickleError(BenchmarkFormatError):
+    """A data pickle that would load something other than data (a function or class outside the
+    few that data files use): refused before it runs (:func:`xder_data._pickle.load_data_pickle`)."""
 
 
 class BenchmarkOptionError(DataError, ValueError):

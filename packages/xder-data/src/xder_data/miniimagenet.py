@@ -40,7 +40,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
-import pickle
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,9 +50,10 @@ import numpy as np
 import torch
 
 from xder_data._image_copy import Entry, ImageCopy, staged_folder
+from xder_data._pickle import load_data_pickle
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, Progress, no_progress, register_benchmark
-from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
+from xder_data.errors import BenchmarkFormatError, DataNotFoundError, UnsafePickleError, one_line
 
 __all__ = [
     "MINIIMG_FILES",
@@ -453,8 +453,9 @@ def _text(value: Any) -> Any:
 def _read_cache(path: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """``(image_data (N, 84, 84, 3) uint8, {wnid: rows})`` of one cache pickle."""
     try:
-        with path.open("rb") as f:
-            obj = pickle.load(f, encoding="latin1")
+        obj = load_data_pickle(path)
+    except UnsafePickleError:
+        raise
     except OSError as exc:
         raise DataNotFoundError(f"{path}: cannot read ({one_line(exc)})") from exc
     except Exception as exc:  # a corrupt pickle can raise nearly anything; report it in one line

@@ -52,7 +52,6 @@ Benchmark choices:
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,9 +80,10 @@ from xder_data._ntu_format import (
     unique_names,
     valid_frames,
 )
+from xder_data._pickle import load_data_pickle
 from xder_data.augment import Compose
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, Progress, no_progress, register_benchmark
-from xder_data.errors import BenchmarkFormatError, DataNotFoundError
+from xder_data.errors import BenchmarkFormatError, DataNotFoundError, UnsafePickleError
 from xder_data.skeleton import SkeletonAugment, SkeletonNormalize
 
 __all__ = [
@@ -641,8 +641,9 @@ def _part_files(folder: Path, part: str) -> tuple[Path, Path]:
 def _read_label_pickle(path: Path) -> tuple[list[str], list[int], list[int] | None]:
     """``(names, labels)`` or ``(paths, labels, lengths)``."""
     try:
-        with open(path, "rb") as handle:
-            content = pickle.load(handle)
+        content = load_data_pickle(path, encoding="utf-8")
+    except UnsafePickleError:
+        raise
     except Exception as error:  # any unpickling failure is a format problem of this file
         raise BenchmarkFormatError(f"{path}: not a readable label pickle ({type(error).__name__})") from None
     if not isinstance(content, tuple | list) or len(content) not in (2, 3):
