@@ -4,6 +4,7 @@ line with the flag, exit status 2, exactly as before the library raised errors o
 
 from __future__ import annotations
 
+import argparse
 import ast
 import re
 from pathlib import Path
@@ -11,8 +12,9 @@ from pathlib import Path
 import pytest
 
 import xder_cli.runs
+from xder_cli.commands import command_modules
 from xder_cli.commands.common import FLAGS, error_line, flag
-from xder_cli.main import main
+from xder_cli.main import build_parser, main
 from xder_cli.runs.errors import OPTIONS, RunError, SettingError, option
 from xder_data import benchmark as data_registry
 from xder_data import benchmark_defaults
@@ -48,9 +50,20 @@ def _placeholders_in_the_library() -> dict[str, set[str]]:
     return found
 
 
-def test_every_option_has_a_flag() -> None:
+def test_every_option_has_a_flag_that_a_command_takes() -> None:
     assert set(FLAGS) == set(OPTIONS)
     assert all(flag(name).startswith(("--", "xder-run ")) for name in OPTIONS)
+    taken: set[str] = set()
+    parsers = [build_parser()]
+    while parsers:  # every parser and subparser of xder-run
+        parser = parsers.pop()
+        for action in parser._actions:
+            taken.update(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+    commands = {f"xder-run {name}" for name in command_modules()}
+    spelt = {flag(name) for name in OPTIONS}
+    assert spelt - taken - commands == set()
 
 
 def test_every_placeholder_of_the_library_is_an_option_with_a_flag() -> None:

@@ -17,7 +17,7 @@ from xder_cli.runs import rundir
 from xder_cli.runs.errors import SettingError
 from xder_cli.runs.lifecycle import RunDisplay, run_training
 from xder_cli.runs.settings import build_plan
-from xder_cli.runs.sweep import Trial, load_spec, plan_trials, run_sweep, spec_from_preset
+from xder_cli.runs.sweep import Trial, load_spec, plan_trials, run_sweep, spec_from_preset, with_settings
 from xder_methods import Callback
 
 GRID = """\
@@ -147,6 +147,26 @@ def test_grid_from_the_paper_preset() -> None:
     for values in spec.grid.values():
         points *= len(values)
     assert len(plan_trials(spec)) == 2 * points
+
+
+def test_the_commands_flags_fix_a_setting_of_every_trial(tmp_path: Path) -> None:
+    grid = tmp_path / "GRID.toml"
+    grid.write_text(
+        'method = "er"\nbenchmark = "seq-digits"\nseeds = [0, 1]\n[grid]\n"train.lr" = [0.1, 0.03]\n'
+    )
+    spec = with_settings(load_spec(grid), {"train.epochs": 2, "run.threads": 1}, buffer_size=50)
+    trials = plan_trials(spec)
+    assert len(trials) == 4
+    for trial in trials:
+        assert trial.config["train"]["epochs"] == 2
+        assert trial.config["run"]["threads"] == 1
+        assert trial.config["method"]["buffer_size"] == 50
+    assert sorted(t.config["train"]["lr"] for t in trials) == [0.03, 0.03, 0.1, 0.1]
+    with pytest.raises(SettingError, match=r"train\.lr is searched by the grid"):
+        with_settings(load_spec(grid), {"train.lr": 0.5})
+    preset = spec_from_preset("paper:seq-cifar100:500:xder-rpc", (0,))
+    with pytest.raises(SettingError, match=r"fixes method\.buffer_size already: drop buffer_size"):
+        with_settings(preset, {}, buffer_size=200)
 
 
 @pytest.mark.parametrize(

@@ -32,8 +32,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "synthetic data shaped like the benchmark with each method at task T and its buffer full. Reports "
         "seconds per step (median after warm-up), images per step, the floor (one forward+backward of the "
         "backbone over the same images), their ratio, host syncs and ops per step (counted by intercepting "
-        "dispatched ops), one synthetic epoch and the projected time of the protocol (--protocol: paper, "
-        "or a variant the benchmark defines; width, batch and buffer default to its values).",
+        "dispatched ops), peak device memory (CUDA), one synthetic epoch and the projected time of the "
+        "protocol (--protocol: full, or a variant the benchmark defines; width, batch and buffer default to "
+        "its values).",
     )
     bench.add_argument(
         "--methods",
@@ -153,12 +154,7 @@ def run(args: argparse.Namespace) -> int:
             method_config_class(name)  # UnknownMethodError names the choices
         payload = run_share_bench(options, groups)
         print_share(payload)
-        if args.json:
-            from xder_cli.runs.rundir import write_json
-
-            write_json(Path(args.json), payload)
-            print(f"written: {args.json}")
-        return 0
+        return _write(args, payload)
     from xder_cli.runs.bench import run_bench
 
     payload = run_bench(options)
@@ -179,6 +175,11 @@ def run(args: argparse.Namespace) -> int:
         )
     for name, value in payload["ratios"].items():
         print(f"{name}: {value:.2f}")
+    return _write(args, payload)
+
+
+def _write(args: argparse.Namespace, payload: dict[str, Any]) -> int:
+    """``--json``: the figures written there."""
     if args.json:
         from xder_cli.runs.rundir import write_json
 

@@ -8,9 +8,10 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from xder_cli.runs.errors import RunError
+from xder_cli.runs.errors import OPTIONS, RunError
 from xder_cli.runs.settings import LOGGERS, parse_assignment
 from xder_data import canonical_protocol
 
@@ -19,13 +20,16 @@ __all__ = [
     "DEFAULT_METHOD",
     "DEFAULT_OUT",
     "FLAGS",
+    "RUN_FLAGS",
     "DeprecatedAlias",
     "ExamplesFormatter",
     "Parser",
+    "RunFlag",
     "add_logger_argument",
     "add_plugin_argument",
     "add_protocol_argument",
     "add_ray_arguments",
+    "add_run_flags",
     "assignment",
     "at_least",
     "class_order",
@@ -36,38 +40,26 @@ __all__ = [
     "name_list",
     "plugin_arguments",
     "protocol_name",
+    "run_flag_settings",
 ]
 
 DEFAULT_METHOD = "xder"
 DEFAULT_BENCHMARK = "seq-digits"
 DEFAULT_OUT = "runs"
 
-FLAGS = {
-    "benchmark": "--benchmark",
-    "buffer_size": "--buffer-size",
-    "method": "--method",
+_SPELT_OTHERWISE = {
     "overrides": "--set",
-    "preset": "--preset",
-    "protocol": "--protocol",
-    "run.device": "--device",
     "run.loggers": "--logger",
-    "run.record_analyses": "--record-analyses",
-    "plugin": "--plugin",
+    "params": "--param",
     "train_run": "xder-run train",
     "analyze_run": "xder-run analyze",
-    "resume": "--resume",
-    "grid": "--grid",
-    "out": "--out",
-    "seeds": "--seeds",
-    "pairs": "--pairs",
-    "methods": "--methods",
-    "params": "--param",
-    "task": "--task",
-    "width": "--width",
-    "batch_size": "--batch-size",
 }
-"""The command line's spelling of each option the library's messages name, one for every name of
-:data:`xder_cli.runs.errors.OPTIONS`: its flag (``train_run``: the command)."""
+FLAGS = {
+    name: _SPELT_OTHERWISE.get(name, "--" + name.rsplit(".", 1)[-1].replace("_", "-")) for name in OPTIONS
+}
+"""The command line's spelling of each option the library's messages name
+(:data:`xder_cli.runs.errors.OPTIONS`): its flag, ``--`` and its last part with dashes unless
+spelt otherwise (``train_run``: the command)."""
 
 
 def flag(option: str) -> str:
@@ -83,10 +75,17 @@ def error_line(error: BaseException) -> str:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line on stderr and exit status 2."""
+    """argparse, but a usage mistake is one line on stderr and exit status 2, and a subcommand
+    refuses the flags it does not know itself (naming its own ``--help``, not ``xder-run``'s)."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and " " in self.prog:  # a subcommand's parser: "xder-run experiment"
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
 
 
 def class_order(text: str) -> str | list[int]:
@@ -159,6 +158,56 @@ def fraction(text: str) -> float:
     if not 0.0 <= value < 1.0:
         raise argparse.ArgumentTypeError(f"{text} is not in [0, 1)")
     return value
+
+
+@dataclass(frozen=True)
+class RunFlag:
+    """A flag that shapes every run a command trains, spelt, typed and explained alike on
+    ``train``, ``sweep`` and ``experiment``; ``key`` is the setting it gives."""
+
+    flag: str
+    key: str
+    type: Any
+    metavar: str
+    help: str
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+
+RUN_FLAGS = (
+    RunFlag("--epochs", "train.epochs", int, "N", "epochs per task{of} (default: the protocol's)"),
+    RunFlag("--data-root", "run.data_root", str, "DIR", "folder holding the datasets (default: data)"),
+    RunFlag(
+        "--device",
+        "run.device",
+        str,
+        "DEV",
+        "device{of}: auto (default: CUDA if available), cpu, cuda, cuda:N",
+    ),
+    RunFlag(
+        "--threads",
+        "run.threads",
+        int,
+        "N",
+        "CPU threads{of} (default 0: all the cores alone, a fair share beside other xder-run trainings)",
+    ),
+)
+"""The flags every training command takes (train also --seed, sweep and experiment --seeds)."""
+
+
+def add_run_flags(parser: argparse.ArgumentParser, of: str = "") -> None:
+    """:data:`RUN_FLAGS` on ``parser`` (``of``: whose, for the help, e.g. "of every trial")."""
+    for run_flag in RUN_FLAGS:
+        help_text = run_flag.help.format(of=f" {of}" if of else "")
+        parser.add_argument(run_flag.flag, type=run_flag.type, metavar=run_flag.metavar, help=help_text)
+
+
+def run_flag_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings :data:`RUN_FLAGS` give, as dotted keys (flags not given left out)."""
+    given = ((run_flag.key, getattr(args, run_flag.dest)) for run_flag in RUN_FLAGS)
+    return {key: value for key, value in given if value is not None}
 
 
 def add_plugin_argument(parser: argparse.ArgumentParser) -> None:

@@ -15,9 +15,8 @@ from xder_cli.commands.common import (
     assignment,
     class_order,
 )
-from xder_cli.errors import UsageError
 from xder_cli.progress import progress_bar
-from xder_cli.runs.settings import benchmark_settings, split_key
+from xder_cli.runs.settings import benchmark_section, benchmark_settings
 from xder_data import (
     DEFAULT_PROTOCOL,
     MINIIMAGENET_FORMATS,
@@ -58,15 +57,7 @@ def run(args: Any) -> int:
 
 def _info(args: Any, root: Path) -> int:
     protocol = args.protocol or DEFAULT_PROTOCOL
-    given: dict[str, Any] = {}
-    for dotted, value in args.set or []:
-        section, key = split_key(dotted)
-        if section != "benchmark":
-            raise UsageError(
-                f"--set {dotted}: data info takes the benchmark's options only "
-                "(--set benchmark.KEY=VALUE, e.g. benchmark.tasks=3)"
-            )
-        given[key] = value
+    given = benchmark_section(args.set or [], "data info")
     benchmark_defaults(args.benchmark, protocol)  # an unknown benchmark or protocol first
     options = benchmark_settings(args.benchmark, given)
     bench = load_benchmark(

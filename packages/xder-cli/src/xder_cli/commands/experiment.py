@@ -15,9 +15,11 @@ from xder_cli.commands.common import (
     add_plugin_argument,
     add_protocol_argument,
     add_ray_arguments,
+    add_run_flags,
     assignment,
     int_list,
     name_list,
+    run_flag_settings,
 )
 from xder_cli.errors import UsageError
 from xder_cli.runs.settings import parse_values
@@ -116,34 +118,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="KEY=V1,V2",
         help="sensitivity: a parameter and its values, e.g. --param method.alpha=0.1,0.3,0.6 (repeatable)",
     )
+    add_run_flags(experiment, "of every run")
     add_ray_arguments(experiment, "run")
     add_logger_argument(experiment, "every run")
     add_plugin_argument(experiment)
     experiment.set_defaults(handler="experiment")
-
-
-# ---------------------------------------------------------------------------------------------
-# The flags, parsed
-
-
-_OPTION_FLAGS = (
-    ("--pairs", "pairs", "pairs"),
-    ("--methods", "methods", "methods"),
-    ("--method", "method", "method"),
-    ("--param", "param", "params"),
-    ("--buffer-size", "buffer_size", "buffer_size"),
-)
-"""``(flag, its attribute in args, the ExperimentOptions field it gives)`` of the flags only some
-experiments take (:attr:`xder_cli.runs.experiments.Experiment.options`)."""
-
-
-def _flag_checks(args: argparse.Namespace) -> None:
-    from xder_cli.runs.experiments import get_experiment, list_experiments
-
-    for flag, attribute, option in _OPTION_FLAGS:
-        owners = [name for name in list_experiments() if option in get_experiment(name).options]
-        if getattr(args, attribute) is not None and args.name not in owners:
-            raise UsageError(f"{flag} is an option of experiment {' and '.join(owners)}, not of {args.name}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,14 +139,13 @@ def run(args: argparse.Namespace) -> int:
     from xder_cli.runs.trackers import check_loggers
     from xder_data import DEFAULT_PROTOCOL
 
-    _flag_checks(args)
     if args.logger:
         check_loggers(args.logger)
     options = experiments.ExperimentOptions(
         benchmark=args.benchmark,
         protocol=args.protocol or DEFAULT_PROTOCOL,
         seeds=args.seeds,
-        sets=dict(args.set or ()),
+        sets=run_flag_settings(args) | dict(args.set or ()),
         loggers=tuple(args.logger or ()),
         pairs=args.pairs,
         methods=args.methods,

@@ -4,7 +4,6 @@ the sweep itself is :mod:`xder_cli.runs.sweep`."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -13,7 +12,9 @@ from xder_cli.commands.common import (
     add_plugin_argument,
     add_protocol_argument,
     add_ray_arguments,
+    add_run_flags,
     int_list,
+    run_flag_settings,
 )
 from xder_cli.errors import UsageError
 
@@ -46,6 +47,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "(BUFFER - for methods without a buffer; METHOD may be a variant entry such as xder-rpc)",
     )
     sweep.add_argument("--seeds", type=int_list, metavar="S,S", help="seeds (default: the file's, else 0)")
+    sweep.add_argument(
+        "--buffer-size", type=int, metavar="N", help="replay buffer size of every trial (default: the file's)"
+    )
+    add_run_flags(sweep, "of every trial")
     add_protocol_argument(sweep)
     add_ray_arguments(sweep, "trial")
     add_logger_argument(sweep, "every trial")
@@ -70,9 +75,9 @@ def run(args: argparse.Namespace) -> int:
         if args.grid_file
         else sweep.spec_from_preset(args.grid, seeds, args.protocol or DEFAULT_PROTOCOL)
     )
-    if args.logger:
-        check_loggers(args.logger)
-        spec = dataclasses.replace(spec, fixed={**spec.fixed, "run.loggers": list(args.logger)})
+    check_loggers(args.logger or [])
+    flags = run_flag_settings(args) | ({"run.loggers": list(args.logger)} if args.logger else {})
+    spec = sweep.with_settings(spec, flags, args.buffer_size)
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -17,9 +17,11 @@ from xder_cli.commands.common import (
     add_logger_argument,
     add_plugin_argument,
     add_protocol_argument,
+    add_run_flags,
     assignment,
     class_order,
     fraction,
+    run_flag_settings,
 )
 from xder_cli.errors import Interrupted, UsageError
 from xder_cli.progress import on_terminal
@@ -45,23 +47,21 @@ def print_summary(results: dict[str, Any], run_dir: Path) -> None:
     print(f"results: {run_dir / rundir.RESULTS}  plots: {run_dir / rundir.PLOTS}")
 
 
-RUN_FLAGS = {
+TRAIN_FLAGS = {
     "seed": "run.seed",
-    "device": "run.device",
     "class_order": "run.class_order",
-    "data_root": "run.data_root",
     "validation": "run.validation",
     "logger": "run.loggers",
     "record_analyses": "run.record_analyses",
-    "epochs": "train.epochs",
 }
-"""The flags that are settings: argparse's name -> the dotted key it sets."""
+"""Train's own flags that are settings (argparse's name -> the dotted key it sets), beside the
+ones every training command takes (:data:`xder_cli.commands.common.RUN_FLAGS`)."""
 
 
 def run_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The settings the flags give, as dotted keys, then ``--set``'s in their order."""
-    settings = {
-        key: getattr(args, name) for name, key in RUN_FLAGS.items() if getattr(args, name) is not None
+    settings = run_flag_settings(args) | {
+        key: getattr(args, name) for name, key in TRAIN_FLAGS.items() if getattr(args, name) is not None
     }
     if args.buffer_size is not None:
         if args.buffer_size < 0:
@@ -84,7 +84,7 @@ def command_train(args: Any) -> int:
         _announce(start, plan, run_dir, resumed=args.resume is not None)
 
     if args.resume is not None:
-        given = [flag for flag, value in _train_flags(args).items() if value is not None]
+        given = _given_flags(args)
         if given:
             raise UsageError(
                 f"--resume takes no other settings (got {given[0]}): "
@@ -118,39 +118,24 @@ def _announce(start: Start, plan: RunPlan, run_dir: Path, *, resumed: bool) -> N
         return
     if resumed and start is Start.NEW:
         print(f"{run_dir}: no checkpoint yet: starting from the beginning", flush=True)
-    s = plan.settings
+    s, epochs = plan.settings, plan.schedule.epochs
     verb = "resuming" if start is Start.RESUMED else "training"
     protocol = "" if s.protocol == DEFAULT_PROTOCOL else f", protocol {s.protocol}"
     print(
         f"{verb} {s.method} on {s.benchmark} (buffer {plan.buffer_size}, seed {s.seed}, preset {s.preset}"
-        f"{protocol}, {plural(plan.schedule.epochs, 'epoch')}/task) -> {run_dir}",
+        f"{protocol}, {epochs} epoch{'' if epochs == 1 else 's'}/task) -> {run_dir}",
         flush=True,
     )
 
 
-def plural(count: int, noun: str) -> str:
-    """``1 epoch``, ``2 epochs``."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
-def _train_flags(args: Any) -> dict[str, Any]:
-    return {
-        "--method": args.method_given,
-        "--benchmark": args.benchmark_given,
-        "--protocol": args.protocol,
-        "--buffer-size": args.buffer_size,
-        "--seed": args.seed,
-        "--epochs": args.epochs,
-        "--class-order": args.class_order,
-        "--data-root": args.data_root,
-        "--device": args.device,
-        "--validation": args.validation,
-        "--logger": args.logger,
-        "--record-analyses": args.record_analyses,
-        "--preset": args.preset,
-        "--set": args.set or None,
-        "--out": args.out_given,
-    }
+def _given_flags(args: Any) -> list[str]:
+    """The flags given on the command line besides ``--resume`` and ``--plugin``."""
+    ignored = {"resume", "plugin", "handler", "command", "method", "benchmark", "out"}
+    return [
+        "--" + dest.removesuffix("_given").replace("_", "-")
+        for dest, value in vars(args).items()
+        if dest not in ignored and value not in (None, [])
+    ]
 
 
 TRAIN_EXAMPLES = """examples:
@@ -174,7 +159,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             "time writes it (RUN_DIR/.lock). "
             "Settings layer as: method defaults < benchmark protocol < preset < flags < --set. "
             "On a CPU the run takes a fair share of the cores among the xder-run trainings of the "
-            "machine (all of them alone), followed as others start and end; --set run.threads=N or "
+            "machine (all of them alone), followed as others start and end; --threads N (run.threads) or "
             "OMP_NUM_THREADS fixes the count."
         ),
     )
@@ -200,15 +185,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="N",
         help="seed of initialisation and of every random draw (default: 0)",
     )
-    train.add_argument("--epochs", type=int, metavar="N", help="epochs per task (default: the protocol's)")
     train.add_argument(
         "--class-order",
         type=class_order,
         metavar="ORDER",
         help="natural (default), reversed, random (from the seed) or a permutation such as 9,8,7,...,0",
     )
-    train.add_argument("--data-root", metavar="DIR", help="folder holding the datasets (default: data)")
-    train.add_argument("--device", metavar="DEV", help="auto (default: CUDA if available), cpu, cuda, cuda:N")
+    add_run_flags(train)
     train.add_argument(
         "--validation",
         type=fraction,

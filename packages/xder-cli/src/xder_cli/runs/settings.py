@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -75,6 +75,7 @@ __all__ = [
     "Role",
     "RunPlan",
     "RunSettings",
+    "benchmark_section",
     "benchmark_settings",
     "build_plan",
     "coerce",
@@ -325,6 +326,26 @@ class RunPlan:
     @property
     def buffer_size(self) -> int:
         return int(getattr(self.method_config, "buffer_size", 0))
+
+
+def benchmark_section(assignments: Iterable[tuple[str, Any]], where: str) -> dict[str, Any]:
+    """The ``[benchmark]`` section that ``assignments`` (``(dotted key, value)`` pairs, as
+    :func:`parse_assignment` gives them) make, for ``where`` (e.g. ``data info``) that takes the
+    benchmark's options only.
+
+    Raises:
+        SettingError: a key of another section.
+    """
+    section: dict[str, Any] = {}
+    for dotted, value in assignments:
+        part, key = split_key(dotted)
+        if part != "benchmark":
+            raise SettingError(
+                f"{option('overrides')} {dotted}: {where} takes the benchmark's options only "
+                f"({option('overrides')} benchmark.KEY=VALUE, e.g. benchmark.tasks=3)"
+            )
+        section[key] = value
+    return section
 
 
 def benchmark_settings(name: str, values: Mapping[str, Any]) -> dict[str, Any]:

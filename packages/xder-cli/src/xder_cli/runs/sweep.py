@@ -37,6 +37,7 @@ says the node that trained it (``node``) and how many times this sweep started i
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -73,6 +74,7 @@ __all__ = [
     "select",
     "spec_from_preset",
     "sweep_markdown",
+    "with_settings",
     "write_summary",
 ]
 
@@ -220,6 +222,31 @@ def spec_from_preset(text: str, seeds: tuple[int, ...] | None, protocol: str = D
 def _point_name(index: int, point: dict[str, Any]) -> str:
     digest = hashlib.sha1(json.dumps(point, sort_keys=True).encode()).hexdigest()[:8]
     return f"p{index:03d}-{digest}"
+
+
+def with_settings(spec: SweepSpec, settings: dict[str, Any], buffer_size: int | None = None) -> SweepSpec:
+    """``spec`` with ``settings`` (dotted keys: the command's flags) fixed for every trial, and
+    ``buffer_size`` for every trial where given.
+
+    Raises:
+        SettingError: a key the grid searches, or a buffer size the spec already fixes (a preset's
+            grid names its own).
+    """
+    clash = [
+        key
+        for key in (*settings, *(["method.buffer_size"] if buffer_size is not None else []))
+        if key in spec.grid
+    ]
+    if clash:
+        raise SettingError(
+            f"{clash[0]} is searched by the grid: leave it to the grid, or take it out of the grid"
+        )
+    if buffer_size is not None and "method.buffer_size" in spec.fixed:
+        raise SettingError(f"the grid fixes method.buffer_size already: drop {option('buffer_size')}")
+    fixed = {**spec.fixed, **settings}
+    return dataclasses.replace(
+        spec, fixed=fixed, buffer_size=spec.buffer_size if buffer_size is None else buffer_size
+    )
 
 
 def plan_trials(spec: SweepSpec) -> list[Trial]:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from xder_cli.runs.errors import SettingError
+from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.experiments.class_order import ClassOrder
 from xder_cli.runs.experiments.common import (
     DEFAULT_SEEDS,
@@ -102,15 +102,26 @@ def get_experiment(name: str) -> Experiment:
     return _EXPERIMENTS[name]
 
 
+OWN_OPTIONS = ("pairs", "methods", "method", "params", "buffer_size")
+"""The fields of :class:`ExperimentOptions` that only some experiments take (each experiment's
+``options`` names its own)."""
+
+
 def plan_experiment(name: str, options: ExperimentOptions, *, notify: Notify = ignore) -> PlannedExperiment:
     """Plan every run of experiment ``name`` (nothing trains; any configuration mistake is raised
     here); ``notify`` hears the experiment's notes for the user.
 
     Raises:
-        SettingError (and the packages' configuration errors): an unknown experiment, or a run
-            that cannot be configured.
+        SettingError (and the packages' configuration errors): an unknown experiment, an option
+            of another experiment only, or a run that cannot be configured.
     """
     experiment = get_experiment(name)
+    for field in OWN_OPTIONS:  # an option of another experiment only
+        if getattr(options, field) not in (None, ()) and field not in experiment.options:
+            owners = [other for other in list_experiments() if field in get_experiment(other).options]
+            raise SettingError(
+                f"{option(field)} is an option of experiment {' and '.join(owners)}, not of {name}"
+            )
     options = dataclasses.replace(options, protocol=canonical_protocol(options.protocol))
     common: dict[str, Any] = {
         "experiment": name,
