@@ -337,3 +337,36 @@ def test_a_report_without_analysed_runs_has_no_analyses(tmp_path: Path, capsys) 
     printed = capsys.readouterr().out
     assert "## Analyses" not in printed
     assert "runs analysed" not in printed
+
+
+def test_a_buffer_0_run_has_its_own_column(tmp_path: Path, capsys) -> None:
+    # The first hour's case: X-DER at --buffer-size 0 and at the default 200, then report: two
+    # columns, each run in its own (a replay method at buffer 0 is not a buffer-less method).
+    runs, out = tmp_path / "r0", tmp_path / "report"
+    assert main(["train", "--buffer-size", "0", "--out", str(runs), *TINY]) == 0
+    assert main(["train", "--out", str(runs), *TINY]) == 0
+    faa = {
+        json.loads((run / "results.json").read_text())["buffer_size"]: json.loads(
+            (run / "results.json").read_text()
+        )["faa"]
+        for run in runs.iterdir()
+    }
+    capsys.readouterr()
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    table = (out / "table.md").read_text()
+    header = next(line for line in table.splitlines() if line.startswith("| method"))
+    assert header.split("|")[3:5] == [" seq-digits m0 ", " seq-digits m200 "]
+    # Buffer 0 has no tuned preset entry, so that run is xder [none], the other xder [tuned].
+    rows = {
+        line.split("|")[2].strip(): line.split("|")[3:5]
+        for line in table.splitlines()
+        if line.startswith("| xder ")
+    }
+    assert rows["none"][0].strip().startswith(f"{faa[0]:.2f}")
+    assert rows["none"][1].strip() == ""
+    assert rows["tuned"][1].strip().startswith(f"{faa[200]:.2f}")
+    assert rows["tuned"][0].strip() == ""
+    assert {p.name for p in out.glob("curves_*.png")} == {
+        "curves_seq-digits_m0.png",
+        "curves_seq-digits_m200.png",
+    }

@@ -44,8 +44,10 @@ def record(
     train: dict[str, Any] | None = None,
     device: str = "cpu",
     path: str | None = None,
+    buffered: bool | None = None,
 ) -> RunRecord:
-    """A run as ``xder-run train`` leaves it: config sections and results.json (None: no file)."""
+    """A run as ``xder-run train`` leaves it: config sections and results.json (None: no file).
+    ``buffered``: the method keeps a buffer (method.buffer_size in its config; default: buffer > 0)."""
     config = {
         "run": {
             "method": method,
@@ -57,7 +59,7 @@ def record(
         },
         "train": {"epochs": 1, "lr": 0.05, **(train or {})},
         "backbone": {"name": "resnet18-cifar", "width": 4},
-        "method": {"buffer_size": buffer} if buffer else {},
+        "method": {"buffer_size": buffer} if (bool(buffer) if buffered is None else buffered) else {},
     }
     results = None
     if cil is not None:
@@ -179,8 +181,28 @@ def test_groups_by_benchmark_buffer_method_and_preset() -> None:
         GroupKey("seq-a", 500, "er", "none"): 1,
         GroupKey("seq-b", 200, "er", "none"): 1,
         GroupKey("seq-a", 200, "er", "tuned"): 1,
-        GroupKey("seq-a", 0, "sgd", "none"): 1,
+        GroupKey("seq-a", 0, "sgd", "none", buffered=False): 1,
     }
+
+
+def test_a_replay_method_at_buffer_0_has_a_column_of_its_own() -> None:
+    # ER with --buffer-size 0 is ER with an empty buffer, not a buffer-less method: its own column
+    # "m0", beside ER at 200; FT (no buffer at all) fills both.
+    runs = [
+        record("er", 0, ER[0], buffer=0, buffered=True),
+        record("er", 0, ER[1]),
+        record("sgd", 0, SGD[0], buffer=0),
+    ]
+    report = build_report(runs)
+    assert [c.header for c in report.columns] == ["seq-a m0", "seq-a m200"]
+    er = next(r for r in report.rows if r.method == "er")
+    sgd = next(r for r in report.rows if r.method == "sgd")
+    at_0, at_200 = report.columns
+    assert report.cell(er, at_0).class_il.faa.mean == 60.0  # ER[0]: last row 50, 60, 70
+    assert report.cell(er, at_200).class_il.faa.mean == 70.0  # ER[1]: 60, 70, 80
+    assert report.cell(sgd, at_0) is report.cell(sgd, at_200) is not None
+    table = report_markdown(report)
+    assert "| seq-a m0 | seq-a m200 |" in table
 
 
 def test_another_protocol_is_another_benchmark_column() -> None:
@@ -227,10 +249,10 @@ def test_differently_configured_runs_are_not_merged() -> None:
     ]
     groups, _ = group_runs(records)
     assert sorted(groups) == [
-        GroupKey("seq-a", 0, "sgd", "none", ""),
+        GroupKey("seq-a", 0, "sgd", "none", "", buffered=False),
         GroupKey("seq-a", 200, "er", "none", "train.epochs=1"),
         GroupKey("seq-a", 200, "er", "none", "train.epochs=5"),
-        GroupKey("seq-b", 0, "sgd", "none", ""),
+        GroupKey("seq-b", 0, "sgd", "none", "", buffered=False),
         GroupKey("seq-b", 200, "er", "none", "train.epochs=5"),
     ]
     report = build_report(records)
@@ -329,8 +351,8 @@ def test_bufferless_methods_fill_every_buffer_column_of_their_benchmark() -> Non
     sgd = next(row for row in report.rows if row.method == "sgd")
     cells = [report.cell(sgd, column) for column in report.columns]
     assert cells[0] is cells[1]  # the same buffer-less group in both buffer columns
-    assert cells[0].key == GroupKey("seq-a", 0, "sgd", "none")
-    assert cells[2].key == GroupKey("seq-b", 0, "sgd", "none")
+    assert cells[0].key == GroupKey("seq-a", 0, "sgd", "none", buffered=False)
+    assert cells[2].key == GroupKey("seq-b", 0, "sgd", "none", buffered=False)
     joint = next(row for row in report.rows if row.method == "joint")
     assert report.cell(joint, ReportColumn("seq-a", 200)) is None
     assert "| joint | none |  |  | 80.00 (30.00) n=1 |" in report_markdown(report)
@@ -388,8 +410,8 @@ def test_report_dict_is_strict_json_with_every_number() -> None:
     json.dumps(payload, allow_nan=False)
     assert payload["setting"] == "task-il"
     assert payload["columns"] == [
-        {"benchmark": "seq-a", "buffer_size": 200},
-        {"benchmark": "seq-a", "buffer_size": 500},
+        {"benchmark": "seq-a", "buffer_size": 200, "buffered": True},
+        {"benchmark": "seq-a", "buffer_size": 500, "buffered": True},
     ]
     er = next(g for g in payload["groups"] if g["method"] == "er")
     assert er["seeds"] == [0, 1, 2]

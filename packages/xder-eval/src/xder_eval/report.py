@@ -22,8 +22,10 @@ sections of ``config.toml`` and the ``results.json`` object); this module reads 
    (``run.protocol``) counts as a benchmark of its own, named ``"<benchmark> (<protocol>)"``, e.g.
    ``seq-cifar10 (laptop)``.
 3. **Table.** One row per (method, preset, settings), one column per (benchmark, buffer size).
-   Runs without a buffer (``buffer_size`` 0: FT, JT, LwF.MC) fill every buffer column of their
-   benchmark, as in the paper's Table 1; a benchmark holding only such runs gets one column.
+   Runs of methods without a buffer (FT, JT, LwF.MC: no ``method.buffer_size`` in their
+   configuration) fill every buffer column of their benchmark, as in the paper's Table 1; a
+   benchmark holding only such runs gets one column. A replay method run with buffer size 0 is
+   not one of them: it has its column ``m0``.
    Each group's seeds are compared with the union of seeds run on its benchmark (complete or
    not): the seeds it lacks are listed as a problem, as is a seed that was run twice.
 4. **Published values** (optional, :class:`xder_eval.PublishedResult`, passed in by the caller):
@@ -188,13 +190,16 @@ class RunProblem:
 @dataclass(frozen=True, order=True)
 class GroupKey:
     """What a group's runs share. ``settings`` is the label of their distinguishing settings
-    (``"train.epochs=1, backbone.width=4"``; empty when nothing distinguishes them)."""
+    (``"train.epochs=1, backbone.width=4"``; empty when nothing distinguishes them).
+    ``buffered``: the method keeps a replay buffer (of ``buffer_size``, 0 included); a group
+    without one (FT, JT, LwF.MC: ``buffer_size`` 0) fills every buffer column of its benchmark."""
 
     benchmark: str
     buffer_size: int
     method: str
     preset: str
     settings: str = ""
+    buffered: bool = True
 
 
 @dataclass(frozen=True)
@@ -249,14 +254,22 @@ class GroupSummary:
 
 @dataclass(frozen=True)
 class ReportColumn:
-    """A table column: a benchmark at one buffer size (0: a benchmark with buffer-less runs only)."""
+    """A table column: a benchmark at one buffer size (0 included), or, with ``buffered`` False,
+    a benchmark with buffer-less runs only."""
 
     benchmark: str
     buffer_size: int
+    buffered: bool = True
 
     @property
     def header(self) -> str:
-        return f"{self.benchmark} m{self.buffer_size}" if self.buffer_size else self.benchmark
+        return f"{self.benchmark} m{self.buffer_size}" if self.buffered else self.benchmark
+
+    def holds(self, key: GroupKey) -> bool:
+        """Whether group ``key`` shows in this column: its benchmark at this buffer size, or its
+        benchmark and no buffer at all."""
+        same_buffer = self.buffered and key.buffer_size == self.buffer_size
+        return key.benchmark == self.benchmark and (same_buffer or not key.buffered)
 
 
 @dataclass(frozen=True)
@@ -292,7 +305,7 @@ class Report:
             k = group.key
             if (k.method, k.preset, k.settings) != (row.method, row.preset, row.settings):
                 continue
-            if k.benchmark == column.benchmark and k.buffer_size in (column.buffer_size, 0):
+            if column.holds(k):
                 return group
         return None
 
@@ -316,10 +329,11 @@ class _Run:
     seed: int | None
     preset: str
     flat_config: dict[str, Any]
+    buffered: bool = True
 
     def describe(self) -> str:
         parts = [self.method or "?", "on", self.benchmark or "?"]
-        if self.buffer_size:
+        if self.buffered and self.buffer_size is not None:
             parts.append(f"m{self.buffer_size}")
         parts.append(f"seed {'?' if self.seed is None else self.seed}")
         return " ".join(parts)
@@ -363,6 +377,9 @@ def _identify(record: RunRecord) -> _Run:
     if benchmark is not None and protocol not in ("full", "paper"):
         benchmark = f"{benchmark} ({protocol})"
     buffer_size = _int_or_none(pick("buffer_size", method_section.get("buffer_size", 0 if config else None)))
+    # A method with a buffer has method.buffer_size in its config, 0 included; without a config,
+    # a positive buffer size in results.json says so.
+    buffered = "buffer_size" in method_section if config else bool(buffer_size)
     return _Run(
         record=record,
         method=str(method) if method is not None else None,
@@ -371,6 +388,7 @@ def _identify(record: RunRecord) -> _Run:
         seed=_int_or_none(pick("seed", run.get("seed"))),
         preset=str(run.get("preset", "none")),
         flat_config=_flatten(config),
+        buffered=buffered,
     )
 
 
@@ -481,11 +499,13 @@ def group_runs(
         else:
             problems.append(problem)
 
-    cells: dict[tuple[Any, ...], list[_Run]] = defaultdict(list)  # (benchmark, buffer, method, preset)
+    cells: dict[tuple[Any, ...], list[_Run]] = defaultdict(
+        list
+    )  # (benchmark, buffer, buffered, method, preset)
     for run in included:
-        cells[(run.benchmark, run.buffer_size, run.method, run.preset)].append(run)
+        cells[(run.benchmark, run.buffer_size, run.buffered, run.method, run.preset)].append(run)
     varying: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for (_, _, method, preset), runs in cells.items():
+    for (_, _, _, method, preset), runs in cells.items():
         keys = set().union(*(run.flat_config for run in runs)) - RUN_IDENTITY_KEYS - set(ignore)
         for key in keys:
             first = runs[0].flat_config.get(key, _UNSET)
@@ -493,11 +513,11 @@ def group_runs(
                 varying[(method, preset)].add(key)
 
     groups: dict[GroupKey, list[RunRecord]] = defaultdict(list)
-    for (benchmark, buffer_size, method, preset), runs in cells.items():
+    for (benchmark, buffer_size, buffered, method, preset), runs in cells.items():
         label_keys = sorted(varying[(method, preset)])
         for run in runs:
             label = ", ".join(f"{k}={_format_value(run.flat_config.get(k, _UNSET))}" for k in label_keys)
-            groups[GroupKey(benchmark, buffer_size, method, preset, label)].append(run.record)
+            groups[GroupKey(benchmark, buffer_size, method, preset, label, buffered)].append(run.record)
     return dict(groups), problems
 
 
@@ -665,9 +685,9 @@ def build_report(
         for method, preset, settings in row_keys
     )
 
-    buffered = {(g.key.benchmark, g.key.buffer_size) for g in summaries if g.key.buffer_size > 0}
+    buffered = {(g.key.benchmark, g.key.buffer_size, True) for g in summaries if g.key.buffered}
     benchmarks = {g.key.benchmark for g in summaries}
-    columns = sorted(buffered | {(b, 0) for b in benchmarks if not any(c[0] == b for c in buffered)})
+    columns = sorted(buffered | {(b, 0, False) for b in benchmarks if not any(c[0] == b for c in buffered)})
     cells = list(published)
     matched = {}
     for group in summaries:
@@ -678,7 +698,7 @@ def build_report(
     return Report(
         groups=tuple(summaries),
         rows=rows,
-        columns=tuple(ReportColumn(b, m) for b, m in columns),
+        columns=tuple(ReportColumn(b, m, buffered) for b, m, buffered in columns),
         problems=tuple(problems + group_problems),
         published=matched,
     )
@@ -689,7 +709,7 @@ def _variant_name(method: str, preset: str, settings: str) -> str:
 
 
 def _group_title(key: GroupKey) -> str:
-    where = ReportColumn(key.benchmark, key.buffer_size).header
+    where = ReportColumn(key.benchmark, key.buffer_size, key.buffered).header
     return f"{_variant_name(key.method, key.preset, key.settings)} on {where}"
 
 
@@ -861,7 +881,10 @@ def report_dict(report: Report, *, task_il: bool = False) -> dict[str, Any]:
     of Class-IL/Task-IL the table shows."""
     return {
         "setting": "task-il" if task_il else "class-il",
-        "columns": [{"benchmark": c.benchmark, "buffer_size": c.buffer_size} for c in report.columns],
+        "columns": [
+            {"benchmark": c.benchmark, "buffer_size": c.buffer_size, "buffered": c.buffered}
+            for c in report.columns
+        ],
         "rows": [
             {"method": r.method, "preset": r.preset, "settings": r.settings, "name": r.name}
             for r in report.rows
@@ -870,6 +893,7 @@ def report_dict(report: Report, *, task_il: bool = False) -> dict[str, Any]:
             {
                 "benchmark": g.key.benchmark,
                 "buffer_size": g.key.buffer_size,
+                "buffered": g.key.buffered,
                 "method": g.key.method,
                 "preset": g.key.preset,
                 "settings": g.key.settings,

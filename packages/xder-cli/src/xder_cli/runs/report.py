@@ -18,6 +18,7 @@ paper's figures beside them and the direction of its orderings, and the analysis
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from xder_cli.runs.settings import NOT_DEFINING, run_overrides, settings_text
 from xder_data import DataError
 from xder_eval import (
     ANALYSIS_METRICS,
+    GroupKey,
     Report,
     RunRecord,
     analyses_dict,
@@ -173,28 +175,21 @@ def group_overrides(groups: Any, configs: dict[str, Any]) -> list[dict[str, Any]
             continue
         if found:
             k = group.key
-            where = {
-                "benchmark": k.benchmark,
-                "buffer_size": k.buffer_size,
-                "method": k.method,
-                "preset": k.preset,
-            }
-            out.append(where | {"settings": k.settings, "overrides": found})
+            out.append(dataclasses.asdict(k) | {"overrides": found})
     return out
 
 
 def _override_note(overrides: list[dict[str, Any]], key: Any) -> str | None:
     """The line above a group's plot naming its overrides (None without any)."""
     for o in overrides:
-        if (o["benchmark"], o["buffer_size"], o["method"], o["preset"], o["settings"]) == (
-            key.benchmark,
-            key.buffer_size,
-            key.method,
-            key.preset,
-            key.settings,
-        ):
+        if _key_of(o) == key:
             return "with overrides: " + settings_text(o["overrides"])
     return None
+
+
+def _key_of(override: dict[str, Any]) -> GroupKey:
+    """The group an entry of :func:`group_overrides` belongs to."""
+    return GroupKey(**{f.name: override[f.name] for f in dataclasses.fields(GroupKey)})
 
 
 def overrides_markdown(overrides: list[dict[str, Any]]) -> str:
@@ -208,9 +203,8 @@ def overrides_markdown(overrides: list[dict[str, Any]]) -> str:
     ]
     for o in overrides:
         values = settings_text(o["overrides"])
-        lines.append(
-            f"- {o['method']} ({o['preset']}) on {o['benchmark']}, buffer {o['buffer_size']}: `{values}`"
-        )
+        buffer = f"buffer {o['buffer_size']}" if o["buffered"] else "no buffer"
+        lines.append(f"- {o['method']} ({o['preset']}) on {o['benchmark']}, {buffer}: `{values}`")
     return "\n".join(lines) + "\n"
 
 
@@ -265,11 +259,7 @@ def write_report(paths: Sequence[str | Path], out: str | Path, *, task_il: bool 
         rundir.atomic_write_bytes(out / ANALYSES_MD, analyses_md.lstrip("\n").encode())
     for column in report.columns:
         name = f"curves_{file_token(column.benchmark)}_m{column.buffer_size}.png"
-        shown = [
-            o
-            for o in overrides
-            if o["benchmark"] == column.benchmark and o["buffer_size"] in (column.buffer_size, 0)
-        ]
+        shown = [o for o in overrides if column.holds(_key_of(o))]
         note = "some rows with overrides (see table.md)" if shown else None
         plot_report_curves(report, column, out / name, task_il=task_il, note=note)
         plots.append(name)
