@@ -25,6 +25,7 @@ from xder_cli.runs.settings import (
     resolve_config,
     run_overrides,
     split_key,
+    start_notes,
 )
 from xder_data import BenchmarkDefaults, benchmark_defaults
 from xder_methods import MethodConfigError, TrainingSchedule
@@ -271,3 +272,19 @@ def test_a_run_without_overrides_has_none(method, benchmark, preset, protocol, t
         "train.lr": 0.123,
         "backbone.width": 3,
     }
+
+
+def test_start_notes_say_an_empty_buffer_and_a_preset_that_fell_back() -> None:
+    def notes(method: str, buffer: int | None, preset: str | None = None) -> list[str]:
+        settings = {} if buffer is None else {"method.buffer_size": buffer}
+        plan = build_plan(resolve_config(method, "seq-digits", preset=preset, settings=settings))
+        return start_notes(plan, preset_named=preset is not None)
+
+    assert notes("xder", 0) == [
+        "note: buffer 0: xder keeps nothing to replay",
+        "note: preset none (the method's own defaults): the tuned preset has no entry for buffer 0, "
+        "only for the protocol's 200",
+    ]
+    assert notes("xder", None) == []  # the protocol's buffer: the tuned preset
+    assert notes("xder", 0, preset="none") == ["note: buffer 0: xder keeps nothing to replay"]
+    assert notes("sgd", None) == []  # no buffer to speak of

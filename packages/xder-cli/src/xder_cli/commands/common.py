@@ -171,10 +171,6 @@ class RunFlag:
     metavar: str
     help: str
 
-    @property
-    def dest(self) -> str:
-        return self.flag.removeprefix("--").replace("-", "_")
-
 
 RUN_FLAGS = (
     RunFlag("--epochs", "train.epochs", int, "N", "epochs per task{of} (default: the protocol's)"),
@@ -206,7 +202,7 @@ def add_run_flags(parser: argparse.ArgumentParser, of: str = "") -> None:
 
 def run_flag_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The settings :data:`RUN_FLAGS` give, as dotted keys (flags not given left out)."""
-    given = ((run_flag.key, getattr(args, run_flag.dest)) for run_flag in RUN_FLAGS)
+    given = ((f.key, getattr(args, f.flag.removeprefix("--").replace("-", "_"))) for f in RUN_FLAGS)
     return {key: value for key, value in given if value is not None}
 
 

@@ -28,7 +28,7 @@ from xder_cli.progress import on_terminal
 from xder_cli.runs import rundir
 from xder_cli.runs.lifecycle import Start, live
 from xder_cli.runs.plugins import loaded_plugins
-from xder_cli.runs.settings import RunPlan, build_plan, resolve_config, takes_buffer
+from xder_cli.runs.settings import RunPlan, build_plan, resolve_config, start_notes, takes_buffer
 from xder_data import DEFAULT_PROTOCOL, list_benchmarks
 from xder_methods import list_methods
 
@@ -82,6 +82,8 @@ def command_train(args: Any) -> int:
     def on_start(start: Start, plan: RunPlan, run_dir: Path) -> None:
         started.append(run_dir)
         _announce(start, plan, run_dir, resumed=args.resume is not None)
+        for note in start_notes(plan, preset_named=args.preset is not None) if start is Start.NEW else []:
+            print(note, flush=True)
 
     if args.resume is not None:
         given = _given_flags(args)

@@ -91,6 +91,7 @@ __all__ = [
     "sections",
     "settings_text",
     "split_key",
+    "start_notes",
     "takes_buffer",
     "validate_section",
 ]
@@ -326,6 +327,24 @@ class RunPlan:
     @property
     def buffer_size(self) -> int:
         return int(getattr(self.method_config, "buffer_size", 0))
+
+
+def start_notes(plan: RunPlan, *, preset_named: bool) -> list[str]:
+    """What a new run's first lines say beyond its settings: a replay method with an empty buffer,
+    and a default preset that fell back to ``none`` for want of an entry at this buffer size
+    (``preset_named``: the user named the preset)."""
+    s, notes = plan.settings, []
+    if takes_buffer(s.method) and plan.buffer_size == 0:
+        notes.append(f"note: buffer 0: {s.method} keeps nothing to replay")
+    usual_buffer = benchmark_defaults(s.benchmark, s.protocol).buffer_size
+    if not preset_named and s.preset == "none" and plan.buffer_size != usual_buffer:
+        usual = choose_preset(None, s.benchmark, s.method, usual_buffer, s.protocol)[0]
+        if usual != "none":
+            notes.append(
+                f"note: preset none (the method's own defaults): the {usual} preset has no entry for "
+                f"buffer {plan.buffer_size}, only for the protocol's {usual_buffer}"
+            )
+    return notes
 
 
 def benchmark_section(assignments: Iterable[tuple[str, Any]], where: str) -> dict[str, Any]:
