@@ -26,6 +26,7 @@ from xder_cli.runs.experiments.flatness import REGULARISERS, plot_flatness
 from xder_cli.runs.experiments.sensitivity import plot_sensitivity
 from xder_cli.runs.experiments.table import plot_table
 from xder_cli.runs.published import xder_table_methods
+from xder_cli.runs.run_analysis import summary_line
 
 RUN = "20260101-120000-derpp-seq-digits-m200-s0"
 CLASSES_PER_TASK = (2, 2, 2)
@@ -117,9 +118,15 @@ def test_analysis_plots_count_tasks_and_heads_from_1_and_classes_from_0(
     tmp_path: Path, saved_figures
 ) -> None:
     run = _run(tmp_path)
-    analyse_head_bias(run, tmp_path, None)
+    value = analyse_head_bias(run, tmp_path, None)
     ax = saved_figures["head_bias.png"].axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "3"]  # after tasks 2 and 3 (of 3)
+    # After task 3: tasks 1 and 2 each make 10 mistakes, 8 of them in head 3: 16 of 20.
+    assert (value["mistakes"], value["newest_head_share"]) == (20, 0.8)
+    assert [t.get_text() for t in ax.texts] == ["n=10", "n=20"]  # the count above each bar
+    assert summary_line("head_bias", value) == (
+        "after the last task, 80.0% of the 20 mistakes on past tasks (16) go to the newest head"
+    )
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend == ["head 1 (classes 0-1)", "head 2 (classes 2-3)", "head 3 (classes 4-5)"]
 

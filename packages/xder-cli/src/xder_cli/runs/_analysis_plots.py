@@ -106,9 +106,11 @@ def plot_head_bias(
         share = np.nan_to_num(share)
         ax.bar(labels, share, bottom=bottoms, color=colours[head], label=head_label(head, classes_per_task))
         bottoms += share
-    ax.set_xlabel("after training task")
+    for x, p in enumerate(per_task):  # the count each bar's shares are of
+        ax.text(x, 101, f"n={p['mistakes']}", ha="center", va="bottom", fontsize="x-small")
+    ax.set_xlabel("after training task (n: the mistakes on past tasks)")
     ax.set_ylabel("share of the mistakes on past tasks (%)")
-    ax.set_ylim(0, 100)
+    ax.set_ylim(0, 108)
     ax.set_title("Which head wins the Class-IL mistakes on past tasks")
     legend_outside(ax, title="predicted head", title_fontsize="small")
     return save_figure(fig, path, run=run)

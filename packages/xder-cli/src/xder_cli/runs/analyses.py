@@ -167,8 +167,13 @@ def analyse_head_bias(run: TrainedRun, out: Path, options: AnalysisOptions) -> d
     if not per_task:
         raise AnalysisSkipped("no task after the first was evaluated")
     plot = plot_head_bias(per_task, out / "head_bias.png", run.bench.classes_per_task, _run_name(run))
-    last = per_task[-1]["fraction_by_head"]
-    return {"per_task": per_task, "newest_head_share": last[per_task[-1]["task"]], "plot": plot.name}
+    last = per_task[-1]
+    return {
+        "per_task": per_task,
+        "newest_head_share": last["fraction_by_head"][last["task"]],
+        "mistakes": last["mistakes"],
+        "plot": plot.name,
+    }
 
 
 def analyse_grad_norms(run: TrainedRun, out: Path, options: AnalysisOptions) -> dict[str, Any]:

@@ -170,8 +170,15 @@ def summary_line(name: str, value: dict[str, Any]) -> str:
     if name == "ss":
         return f"SS-ERR {value['ss_err']:.4f}, SS-NLL {value['ss_nll']:.4f}"
     if name == "head_bias":
-        share = 100 * value["newest_head_share"]
-        return f"after the last task, {share:.1f}% of the mistakes on past tasks go to the newest head"
+        share, mistakes = value["newest_head_share"], value.get("mistakes")
+        if mistakes is None:  # an analysis.json written before the count was kept
+            return (
+                f"after the last task, {100 * share:.1f}% of the mistakes on past tasks go to the newest head"
+            )
+        return (
+            f"after the last task, {100 * share:.1f}% of the {mistakes} mistakes on past tasks "
+            f"({round(share * mistakes)}) go to the newest head"
+        )
     if name == "grad_norms":
         return ", ".join(f"{k} {v:.4f}" for k, v in value["mean"].items()) + " (mean gradient norm)"
     if name == "buffer_logits":
