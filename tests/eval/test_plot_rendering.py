@@ -41,11 +41,12 @@ CLASS_IL = [
 
 
 def test_percent_limits_follow_the_data() -> None:
-    assert percent_limits([94.2, 100.0]) == (90.0, 100.0)
+    assert percent_limits([94.2, 100.0]) == (70.0, 100.0)  # at least 30 points wide, downwards first
     assert percent_limits([3.0, 97.0]) == (0.0, 100.0)
-    assert percent_limits([50.0, 51.0]) == (45.0, 55.0)
-    assert percent_limits([100.0]) == (90.0, 100.0)  # at least 10 points wide
-    assert percent_limits([1.0]) == (0.0, 10.0)
+    assert percent_limits([50.0, 51.0]) == (25.0, 55.0)
+    assert percent_limits([20.0, 80.0]) == (15.0, 85.0)  # wide enough: margin 3, steps of 5
+    assert percent_limits([100.0]) == (70.0, 100.0)
+    assert percent_limits([1.0]) == (0.0, 30.0)  # widened upwards where 0 stops it
     assert percent_limits([float("nan")]) == (0.0, 100.0)
 
 
@@ -65,8 +66,16 @@ def test_accuracy_curves_zoom_on_the_data_and_keep_100_inside(
     assert tops.max() < ax.bbox.y1 - 2  # the line at 100 is drawn inside the frame, not on it
     assert len({line.get_marker() for line in ax.lines}) == 2
 
+    assert list(ax.get_xticks()) == [1, 2, 3, 4, 5]
+
     plot_accuracy_curves({"Class-IL": [95.0, 40.0, 5.0]}, tmp_path / "wide.png")
     assert saved_figures["wide.png"].axes[0].get_ylim()[0] < 0  # 5-95: the whole range, padded
+
+    plot_accuracy_curves({"Class-IL": [96.0], "Task-IL": [96.0]}, tmp_path / "one.png")
+    (ax,) = saved_figures["one.png"].axes
+    assert list(ax.get_xticks()) == [1]  # one task: one tick, at 1
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1"]
+    assert ax.get_ylim()[1] - ax.get_ylim()[0] >= 30  # a one-point run is not blown up
 
 
 @pytest.mark.parametrize(

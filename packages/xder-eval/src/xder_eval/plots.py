@@ -99,18 +99,25 @@ def _wrap(text: Any, available: float, renderer: Any) -> None:
     text.set_text("\n".join(textwrap.fill(line, characters) or line for line in lines))
 
 
+MIN_PERCENT_SPAN = 30.0
+"""The narrowest accuracy axis, in points: a 3-point dip then spans a tenth of it, not a third (on
+a 10-point axis a dip of 97 -> 94 looked like a collapse)."""
+
+
 def percent_limits(values: Iterable[float], *, margin: float = 3.0, step: float = 5.0) -> tuple[float, float]:
     """An accuracy (%) axis range for ``values``: their min and max widened by ``margin`` and
-    rounded out to multiples of ``step``, clipped to [0, 100], at least 10 points wide (so noise
-    is not blown up); (0, 100) without a finite value."""
+    rounded out to multiples of ``step``, clipped to [0, 100], at least :data:`MIN_PERCENT_SPAN`
+    points wide (so that noise is not blown up), widened downwards first; (0, 100) without a
+    finite value."""
     finite = np.asarray([v for v in values if v is not None], dtype=np.float64)
     finite = finite[np.isfinite(finite)]
     if finite.size == 0:
         return 0.0, 100.0
     low = max(0.0, math.floor((finite.min() - margin) / step) * step)
     high = min(100.0, math.ceil((finite.max() + margin) / step) * step)
-    if high - low < 10:
-        low, high = (max(0.0, high - 10), high) if high >= 10 else (0.0, 10.0)
+    if high - low < MIN_PERCENT_SPAN:
+        low = max(0.0, high - MIN_PERCENT_SPAN)
+        high = max(high, low + MIN_PERCENT_SPAN)
     return low, high
 
 
@@ -157,8 +164,6 @@ def plot_accuracy_curves(
     earlier lines' smaller and on top, so that equal points (Class-IL = Task-IL after the first
     task) show both. ``run`` names the run in a suptitle.
     """
-    from matplotlib.ticker import MaxNLocator
-
     fig = new_figure(6.5, 4)
     ax = fig.add_subplot()
     for index, (label, values) in enumerate(curves.items()):
@@ -176,7 +181,7 @@ def plot_accuracy_curves(
     set_percent_axis(ax, [v for values in curves.values() for v in values])
     longest = max((len(v) for v in curves.values()), default=1)
     ax.set_xlim(0.7, longest + 0.3)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=min(longest, 20)))
+    ax.set_xticks(range(1, longest + 1, math.ceil(longest / 20)))  # whole tasks, a tick at 1
     ax.grid(alpha=0.3)
     legend_outside(ax)
     ax.set_title(title)
