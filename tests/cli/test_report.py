@@ -96,7 +96,7 @@ def test_report_of_a_runs_folder(runs: Path, tmp_path: Path, capsys, saved_figur
     assert table.startswith("**2 of the groups below were trained with overrides** (named after the table)")
     assert "Trained with settings their preset and protocol do not give" in table
     assert "- er (none) on seq-digits, buffer 200: `train.epochs=1, backbone.width=4`" in table
-    assert "- sgd (none) on seq-digits, buffer 0: `train.epochs=1, backbone.width=4`" in table
+    assert "- sgd (none) on seq-digits, no buffer: `train.epochs=1, backbone.width=4`" in table
     matrix = saved_figures["matrix_seq-digits_m200_er.png"]
     assert matrix._suptitle.get_text() == "with overrides: train.epochs=1, backbone.width=4"
     assert (
