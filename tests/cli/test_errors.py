@@ -219,3 +219,15 @@ def test_a_required_benchmark_option_names_the_set_flag(tmp_path: Path, monkeypa
         "xder-run train: error: benchmark 'lab-images' needs benchmark.classes: "
         "pass --set benchmark.classes=..."
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--method", "my_method"], ["--benchmark", "my_benchmark"], ["--set", "backbone.name=my_net"]],
+)
+def test_an_unknown_name_points_to_plugins(argv: list[str], tmp_path: Path, capsys) -> None:
+    assert main(["train", "--out", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith("; one a plugin registers? load it with --plugin MODULE_OR_FILE")
+    assert len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []

@@ -32,10 +32,14 @@ def test_cli_usage_errors_exit_2(tmp_path: Path, capsys) -> None:
     assert main(["sweep", "--grid", "paper:seq-cifar100", "--out", out]) == 2
     grid = tmp_path / "grid.toml"
     grid.write_text('method = "er"\nbenchmark = "seq-digits"\n[grid]\n"method.nope" = [1]\n')
-    assert main(["sweep", str(grid), "--out", out]) == 2
+    assert main(["sweep", str(grid), "--out", out]) == 2  # a misspelled key
+    grid.write_text('method = "my_method"\nbenchmark = "seq-digits"\n[grid]\n"train.lr" = [0.1]\n')
+    assert main(["sweep", str(grid), "--out", out]) == 2  # a plugin's method without --plugin
+    assert main(["sweep", str(grid), "--out", out, "--epochs", "1", "--buffer-size", "5"]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line]
-    assert len(errors) == 5
+    assert len(errors) == 7
     assert all(line.startswith("xder-run sweep: error: ") for line in errors)
+    assert not Path(out).exists()  # no mistake leaves an --out folder behind
     assert sweep_module.SWEEP_JSON == "sweep.json"
 
 

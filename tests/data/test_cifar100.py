@@ -452,7 +452,7 @@ def test_download_rejects_a_checksum_mismatch(written, tmp_path: Path) -> None:
     message = _one_line(exc)
     assert f"md5 {md5} differs from the expected eb9058c3a382ffc7106e4002c42a8d85" in message
     assert archive.as_uri() in message
-    assert list(root.iterdir()) == []  # neither the partial download nor a folder is left
+    assert not root.exists()  # neither the partial download nor a folder, nor the root it made
 
 
 def test_download_failure_is_reported(tmp_path: Path) -> None:
@@ -460,7 +460,12 @@ def test_download_failure_is_reported(tmp_path: Path) -> None:
     with pytest.raises(DataNotFoundError, match="download failed") as exc:
         download_cifar100(tmp_path / "data", url, expected_md5="0" * 32)
     assert url in _one_line(exc)
-    assert list((tmp_path / "data").iterdir()) == []
+    assert not (tmp_path / "data").exists()  # no empty data root left behind
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    with pytest.raises(DataNotFoundError):
+        download_cifar100(kept, url, expected_md5="0" * 32)
+    assert kept.is_dir()  # a folder that was there stays
 
 
 def test_download_refuses_unsafe_members(written, tmp_path: Path) -> None:

@@ -13,11 +13,14 @@ from xder_cli.commands.common import Parser, add_plugin_argument, error_line, pl
 from xder_cli.errors import Interrupted, UsageError
 from xder_cli.runs.errors import RunError
 from xder_cli.runs.plugins import load_plugins
-from xder_data import DataError, DataNotFoundError, list_benchmarks
-from xder_methods import MethodError, list_methods
+from xder_data import DataError, DataNotFoundError, UnknownBenchmarkError, list_benchmarks
+from xder_methods import MethodError, UnknownMethodError, list_methods
 from xder_models import UnknownBackboneError, list_backbones
 
 __all__ = ["build_parser", "main"]
+
+UNKNOWN_NAMES = (UnknownMethodError, UnknownBenchmarkError, UnknownBackboneError)
+"""Errors naming a method, benchmark or backbone nothing registers: perhaps a plugin's."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = error_line(error)
         if isinstance(error, DataNotFoundError) and not ("--data-root" in message or "--source" in message):
             message += " (the data folder is --data-root, run.data_root; default: data)"
+        if isinstance(error, UNKNOWN_NAMES):
+            message += "; one a plugin registers? load it with --plugin MODULE_OR_FILE"
         print(f"xder-run {args.command}: error: {message}", file=sys.stderr)
         return 2
     except Interrupted as interrupted:  # a run's Ctrl-C: the message names the run to resume

@@ -119,8 +119,14 @@ def download_folder(
         BenchmarkFormatError: the md5 differs (nothing is kept), or the archive is unreadable,
             unsafe or lacks one of the ``required`` files of ``folder/``.
     """
+    created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     archive = root / archive_name
-    if not (archive.is_file() and md5_file(archive) == expected_md5):
-        _fetch(url, archive, expected_md5)
-    return _extract(archive, root, folder, required)
+    try:
+        if not (archive.is_file() and md5_file(archive) == expected_md5):
+            _fetch(url, archive, expected_md5)
+        return _extract(archive, root, folder, required)
+    except BaseException:
+        if created and not any(root.iterdir()):  # leave no empty data root behind (offline, Ctrl-C)
+            root.rmdir()
+        raise

@@ -79,10 +79,6 @@ def run(args: argparse.Namespace) -> int:
     flags = run_flag_settings(args) | ({"run.loggers": list(args.logger)} if args.logger else {})
     spec = sweep.with_settings(spec, flags, args.buffer_size)
     out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UsageError(f"cannot create the output folder {out}: {error.strerror}") from error
     n_seeds = len(spec.seeds)
     lines = OutcomeLines(
         lambda total, finished: (

@@ -49,7 +49,7 @@ from typing import Any
 
 from xder_cli.runs import rundir
 from xder_cli.runs._stats import fmt_stat, mean_std
-from xder_cli.runs.errors import SettingError, option
+from xder_cli.runs.errors import RunDirError, SettingError, option
 from xder_cli.runs.presets import preset_entry
 from xder_cli.runs.scheduler import (
     LogOutput,
@@ -425,10 +425,18 @@ def run_sweep(
             FAA as a progress line shows it (`` val FAA 61.25``).
         log_output: what each trial shows, into its ``log.txt``
             (:data:`xder_cli.runs.scheduler.LogOutput`).
+
+    Raises:
+        SettingError (and the packages' configuration errors): a trial that cannot be configured,
+            before ``out`` is made.
+        RunDirError: ``out`` cannot be made.
     """
-    trials = plan_trials(spec)
+    trials = plan_trials(spec)  # every mistake in the grid first: nothing made before it
     trial_root = out / TRIALS
-    trial_root.mkdir(parents=True, exist_ok=True)
+    try:
+        trial_root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunDirError(f"cannot create the output folder {out}: {error.strerror}") from error
 
     def started(outcomes: dict[str, dict[str, Any]], pending: list[RunToTrain]) -> None:
         on_start(len(trials), len(trials) - len(pending))
