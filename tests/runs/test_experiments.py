@@ -76,3 +76,11 @@ def test_table_with_nothing_published_plans_every_method_of_the_x_der_table() ->
     assert presets["xder-m200-s0"] == presets["derpp-m200-s0"] == "tuned"
     assert presets["er-m200-s0"] == presets["lwf_mc-s0"] == "none"
     assert [r.name for r in runs if "-m200-" not in r.name] == ["joint-s0", "sgd-s0", "lwf_mc-s0"]
+
+
+def test_one_runs_time_reads_in_seconds_under_a_minute() -> None:
+    from xder_cli.runs.experiments.table import _minutes
+
+    assert [_minutes(s) for s in (None, 0.4, 14.2, 59.4, 59.6, 90.0, 738.0)] == [
+        "-", "0 s", "14 s", "59 s", "1.0 min", "1.5 min", "12.3 min",
+    ]  # fmt: skip

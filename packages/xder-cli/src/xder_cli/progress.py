@@ -86,8 +86,9 @@ def on_terminal() -> RunDisplay:
 class OutcomeLines:
     """The ``on_start`` and ``on_done`` of a sweep (:func:`xder_cli.runs.sweep.run_sweep`) or an
     experiment (:func:`xder_cli.runs.experiments.run_experiment`) on the terminal: ``heading(total,
-    finished)`` once, then ``[done/total] name status<figures><note> | seconds`` as each run ends
-    (the note: :func:`xder_cli.runs.scheduler.outcome_note`; seconds since the start)."""
+    finished)`` once, then ``[done/total] name status<figures><note> | N s elapsed`` as each run
+    ends (the note: :func:`xder_cli.runs.scheduler.outcome_note`; N: seconds since the start, not
+    the run's own time, which its results.json gives)."""
 
     def __init__(self, heading: Callable[[int, int], str]) -> None:
         self.heading = heading
@@ -102,6 +103,6 @@ class OutcomeLines:
         self.done += 1
         print(
             f"[{self.done}/{self.total}] {name} {outcome['status']}{figures}{outcome_note(outcome)}"
-            f" | {time.perf_counter() - self.begin:.0f} s",
+            f" | {time.perf_counter() - self.begin:.0f} s elapsed",
             flush=True,
         )

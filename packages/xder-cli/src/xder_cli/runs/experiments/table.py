@@ -327,8 +327,10 @@ def _signed(value: float | None) -> str:
 
 
 def _minutes(seconds: float | None) -> str:
-    """``12.3 min``; ``-`` without a finished run."""
-    return "-" if seconds is None else f"{seconds / 60:.1f} min"
+    """``14 s`` under a minute, else ``12.3 min``; ``-`` without a finished run."""
+    if seconds is None:
+        return "-"
+    return f"{seconds:.0f} s" if seconds < 59.5 else f"{seconds / 60:.1f} min"
 
 
 def table_markdown(summary: dict[str, Any]) -> str:
