@@ -4,6 +4,7 @@ user mistake as a precise exception. Also :func:`benchmark_from_tensors`."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -111,6 +112,9 @@ def test_the_protocol_is_cifar_style_and_x_der_ready(tmp_path: Path) -> None:
     assert weak.shape == strong.shape == (12, 3, 8, 8)
     assert weak.dtype == strong.dtype == torch.float32
     assert repr(bench.train_transform).startswith("Compose(CropFlip(size=(8, 8), padding=1, flip=True)")
+    laptop = load_benchmark("folder", tmp_path, protocol="laptop").defaults  # a first look on a CPU
+    assert (laptop.epochs, laptop.backbone_options) == (5, {"width": 8, "in_channels": 3})
+    assert dataclasses.replace(laptop, epochs=50, backbone_options=defaults.backbone_options) == defaults
 
 
 def test_greyscale_and_rgba_images_become_rgb_and_other_files_are_ignored(tmp_path: Path) -> None:
