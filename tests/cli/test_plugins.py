@@ -235,3 +235,33 @@ def test_a_plugin_adds_an_experiment_that_plans_trains_and_tabulates(
     assert (out / "seeds.png").read_bytes() == b"plot"
     assert main(["experiment", "seeds", "--out", str(out)]) == 2  # without the plugin: unknown
     assert "invalid choice: 'seeds'" in capsys.readouterr().err
+
+
+def test_the_method_on_the_plugins_page_trains_and_resumes_as_written(tmp_path: Path, capsys) -> None:
+    # docs/plugins.md's "A method: what it implements" example, run as the page says to.
+    page = (Path(__file__).parents[2] / "docs" / "plugins.md").read_text()
+    section = page.split("## A method: what it implements", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert 15 <= len([line for line in code.splitlines() if line.strip()]) <= 30
+    plugin = tmp_path / "my_er.py"
+    plugin.write_text(code)
+    runs = tmp_path / "runs"
+    argv = [
+        "train",
+        "--plugin",
+        str(plugin),
+        "--method",
+        "my_er",
+        "--out",
+        str(runs),
+        *FAST,
+        "--set",
+        "backbone.width=4",
+    ]
+    assert main([*argv, "--buffer-size", "50"]) == 0
+    (run,) = runs.iterdir()
+    results = json.loads((run / "results.json").read_text())
+    assert results["complete"] is True
+    assert results["buffer_size"] == 50
+    assert len(results["accuracy_matrix"]) == 5
+    assert "training my_er on seq-digits (buffer 50" in capsys.readouterr().out

@@ -30,10 +30,22 @@ def frozen_batchnorm_stats(module: nn.Module) -> Iterator[None]:
 
 
 class MethodBase(nn.Module):
-    """Holds the network, the problem setting, the transforms, the config and the generator.
+    """Holds the network, the problem setting, the transforms, the config and the generator; a
+    method subclasses it and implements :meth:`observe` (and, where it needs them,
+    :meth:`begin_task` and :meth:`end_task`).
+
+    The training loop (:func:`xder_methods.fit`) calls, for each task ``t``: ``begin_task(t)``;
+    then, for each batch of the task's data, ``observe(batch)`` and back-propagates the returned
+    loss itself (it owns the optimiser: a method returns a loss, it does not step); then
+    ``end_task(t, data)`` with the whole task. Every random draw goes through
+    ``self.generator``, so that a seed repeats a run and a checkpoint resumes it.
 
     Being an ``nn.Module``, a method's ``state_dict`` holds everything it owns (network, replay
-    buffer, teacher, counters), so checkpoints and resume work for every method alike.
+    buffer, teacher, counters), so checkpoints and resume work for every method alike: keep state
+    in parameters, buffers or modules, or add it to :meth:`get_extra_state`.
+
+    A whole method, experience replay in 25 lines registered with :func:`register_method`, is on
+    the documentation's Plugins page ("A method: what it implements"; the tests train it).
     """
 
     training_data: Literal["task", "cumulative", "none"] = "task"
@@ -63,13 +75,23 @@ class MethodBase(nn.Module):
         return self.setting.class_range(self.current_task if task is None else task)[1]
 
     def begin_task(self, task: int) -> None:
+        """Called once before the first batch of ``task`` (0-based): sets :attr:`current_task`.
+        A method that prepares per task (a teacher's copy, a new head) overrides it and calls
+        ``super().begin_task(task)``."""
         self.current_task = task
 
     def observe(self, batch: Batch) -> StepOutput:
+        """One training step on ``batch`` (the stream's examples of the current task, augmented
+        in ``batch.x`` and as stored in ``batch.x_raw``): the loss to back-propagate and the
+        terms to log (:class:`StepOutput`). The loop zeroes the gradients, calls ``backward``
+        on the loss and steps the optimiser; the method only computes. Every method implements it.
+        """
         raise NotImplementedError
 
     def end_task(self, task: int, data: TaskData) -> None:
-        """Called once after the last epoch of ``task``; nothing by default."""
+        """Called once after the last epoch of ``task`` with all of its training data (``data``:
+        examples as stored, labels, on the training device); nothing by default. Methods that
+        fill or update a buffer at the task's end (X-DER, iCaRL, GDumb) override it."""
 
     def predict(self, x: Tensor) -> Tensor:
         """Logits over all classes, ``(B, num_classes)``; the loop restricts them for Class-IL."""
