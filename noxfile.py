@@ -12,6 +12,8 @@ Quickstart's main job and the ``seq-digits`` figures of ``docs/results.md``).
 * ``docs``: the documentation site (``mkdocs.yml``, ``docs/``, and the API reference read from the
   packages' sources) built with ``mkdocs build --strict`` into ``site/``: a broken link or anchor,
   a page left out of the nav or a docstring the reference cannot parse fails it.
+* ``site``: the documentation site, built as ``docs`` builds it, opened from disk in headless
+  Chromium (Playwright): every page of the navigation loads and the search answers.
 * ``slow``: every test marked ``slow`` (long end-to-end runs: the Quickstart's main job and the
   ``seq-digits`` table of ``docs/results.md``), all packages installed; selecting no test fails it.
 * ``gpu``: the GPU script of ``benchmarks/gpu`` (issue 37) in its smoke mode on the CPU, in an
@@ -28,7 +30,9 @@ Third-party versions are pinned to ``uv.lock`` through a constraints file.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import tempfile
 import tomllib
 from pathlib import Path
@@ -36,7 +40,9 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "uv"
-nox.options.sessions = ["lint", "docs", "tests", "runs", "integration", "gpu", "plugin_example", "slow"]
+nox.options.sessions = [
+    "lint", "docs", "site", "tests", "runs", "integration", "gpu", "plugin_example", "slow",
+]  # fmt: skip
 
 ROOT = Path(__file__).parent
 PACKAGES = {
@@ -174,6 +180,24 @@ def docs(session: nox.Session) -> None:
     env = {"NO_MKDOCS_2_WARNING": "1"}
     site_dir = [] if "--site-dir" in session.posargs else ["--site-dir", str(ROOT / "site")]
     session.run("mkdocs", "build", "--strict", *site_dir, *session.posargs, env=env)
+
+
+@nox.session
+def site(session: nox.Session) -> None:
+    """The documentation site built as ``docs`` builds it, then opened from disk in headless
+    Chromium (``tests/site/check_site.py``, Playwright): every page of the navigation, and the
+    search. Chromium is the system's (``$CHROMIUM``, else ``chromium`` on the PATH; installed with
+    apt-get where it is missing and this runs as root); Playwright is the ``site`` group's."""
+    session.install(*_constraints(session), "mkdocs-material", "mkdocstrings[python]", "playwright")
+    chromium = os.environ.get("CHROMIUM") or shutil.which("chromium")
+    if chromium is None and shutil.which("apt-get") and os.geteuid() == 0:
+        session.run("apt-get", "install", "-y", "-qq", "chromium", external=True, silent=True)
+        chromium = shutil.which("chromium")
+    if chromium is None:
+        session.error("the site check needs Chromium: install it (apt-get install chromium) or set CHROMIUM")
+    with tempfile.TemporaryDirectory(prefix="xder-site-") as folder:
+        session.run("mkdocs", "build", "--strict", "--site-dir", folder, env={"NO_MKDOCS_2_WARNING": "1"})
+        session.run("python", str(ROOT / "tests" / "site" / "check_site.py"), folder, chromium)
 
 
 @nox.session
