@@ -399,7 +399,7 @@ def test_a_buffer_larger_than_the_training_set_is_warned(tmp_path: Path, capsys)
     [
         (["--set", "train.tasks=abc"], "train.tasks = 'abc' is not valid: expected an integer, or unset"),
         (["--set", "method.buffer_size=1.5"], "method.buffer_size = 1.5 is not valid: expected an integer"),
-        (["--set", "train.milestones=3"], "expected a list of numbers"),
+        (["--set", "train.milestones=3"], "expected a list of numbers, e.g. [35, 45]"),
         (
             ["--benchmark", "seq-cifar10", "--data-root", "no-such-root"],
             "no-such-root/cifar-10-batches-py: CIFAR-10 folder not found: run "

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from xder_cli.runs.errors import RunDirError
-from xder_cli.runs.report import write_report
+from xder_cli.runs.report import find_run_dirs, write_report
 
 
 @pytest.mark.parametrize(
@@ -25,3 +25,12 @@ def test_bad_paths_are_usage_errors(make, message, tmp_path: Path) -> None:
         write_report([path], tmp_path / "out")
     assert "\n" not in str(caught.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_sweeps_or_an_experiments_folder_is_read_through_its_runs(tmp_path: Path) -> None:
+    for folder, inner in (("sweep", "trials"), ("experiment", "runs")):
+        run = tmp_path / folder / inner / "p0-s0"
+        run.mkdir(parents=True)
+        (run / "config.toml").write_text('[run]\nmethod = "er"\n')
+        (tmp_path / folder / "sweep.json").write_text("{}")
+        assert find_run_dirs([str(tmp_path / folder)]) == [run]

@@ -181,6 +181,14 @@ def test_the_commands_flags_fix_a_setting_of_every_trial(tmp_path: Path) -> None
         ),
         ('method = "er"\nbenchmark = "seq-digits"\nepochs = 3\n[grid]\n"train.lr" = [0.1]\n', "unknown key"),
         ("method = ", "not valid TOML"),
+        (
+            'method = "er"\nbenchmark = "seq-digits"\n[grid]\nmethod.alpha = [0.1]\n',
+            'quote the dotted key, "method.alpha" = ...',
+        ),
+        (
+            'method = "er"\nbenchmark = "seq-digits"\n[set]\ntrain.lr = 0.1\n[grid]\n"method.alpha" = [1]\n',
+            'train.lr: quote the dotted key, "train.lr" = ',
+        ),
     ],
 )
 def test_bad_grid_files_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:

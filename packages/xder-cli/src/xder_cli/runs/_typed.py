@@ -32,7 +32,11 @@ def _describe(hint: Any, *, plural: bool = False) -> str:
         return f"{words}, or unset" if type(None) in options else words
     if origin in (tuple, list):
         (item, *_) = typing.get_args(hint) or (Any,)
-        return f"a list of {_describe(item, plural=True)}"
+        union = typing.get_origin(item) in (typing.Union, types.UnionType)
+        kinds = typing.get_args(item) if union else (item,)
+        example = "[35, 45]" if {int, float} & set(kinds) else '["a", "b"]' if str in kinds else None
+        words = f"a list of {_describe(item, plural=True)}"
+        return words if plural or example is None else f"{words}, e.g. {example}"
     if hint in _WORDS:
         return _PLURALS[hint] if plural else _WORDS[hint]
     return getattr(hint, "__name__", str(hint))

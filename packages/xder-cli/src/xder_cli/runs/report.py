@@ -71,10 +71,18 @@ def _is_run_dir(path: Path) -> bool:
     return (path / rundir.CONFIG).is_file() or (path / rundir.RESULTS).is_file()
 
 
+def _run_folders() -> tuple[str, ...]:
+    from xder_cli.runs.experiments.common import RUNS
+    from xder_cli.runs.sweep import TRIALS
+
+    return (TRIALS, RUNS)
+
+
 def find_run_dirs(paths: list[str]) -> list[Path]:
     """The run directories named by ``paths``: each is a run directory (it holds config.toml or
-    results.json) or a folder whose direct subfolders are scanned for run directories. Order
-    is kept (subfolders by name); a run named twice is read once.
+    results.json) or a folder whose direct subfolders are scanned for run directories (a sweep's
+    or an experiment's folder: its ``trials/`` or ``runs/``). Order is kept (subfolders by name);
+    a run named twice is read once.
 
     Raises:
         RunDirError: a path that does not exist, is not a folder, or holds no run directory.
@@ -91,6 +99,9 @@ def find_run_dirs(paths: list[str]) -> list[Path]:
             candidates = [path]
         else:
             candidates = sorted(p for p in path.iterdir() if p.is_dir() and _is_run_dir(p))
+            for inner in _run_folders():  # a sweep's folder, an experiment's
+                if not candidates and (path / inner).is_dir():
+                    candidates = sorted(p for p in (path / inner).iterdir() if p.is_dir() and _is_run_dir(p))
             if not candidates:
                 raise RunDirError(
                     f"{path}: not a run directory and none in it (no {rundir.CONFIG} here or one level "

@@ -117,9 +117,22 @@ class Trial:
     config: dict[str, dict[str, Any]]
 
 
+def _check_quoted(table: dict[str, Any], section: str, where: str) -> None:
+    """A dotted key written without quotes (``method.alpha = ...``) is a nested table in TOML: say
+    to quote it."""
+    for key, value in table.items():
+        if isinstance(value, dict) and value:
+            inner = next(iter(value))
+            raise SettingError(
+                f'{where}: [{section}] {key}.{inner}: quote the dotted key, "{key}.{inner}" = ...; '
+                f"unquoted, TOML reads {key} as a table of its own"
+            )
+
+
 def _check_grid(grid: Any, where: str) -> dict[str, list[Any]]:
     if not isinstance(grid, dict) or not grid:
         raise SettingError(f'{where}: [grid] must map "section.key" to a non-empty list of values')
+    _check_quoted(grid, "grid", where)
     for key, values in grid.items():
         split_key(key)
         if not isinstance(values, list) or not values:
@@ -155,6 +168,7 @@ def load_spec(path: Path, *, seeds: tuple[int, ...] | None = None, protocol: str
     fixed = data.get("set", {})
     if not isinstance(fixed, dict):
         raise SettingError(f'{path}: [set] must map "section.key" to a value')
+    _check_quoted(fixed, "set", str(path))
     for key in fixed:
         split_key(key)
     buffer_size = data.get("buffer_size")
