@@ -59,3 +59,14 @@ def test_gpus_per_trial_is_the_old_spelling_of_gpus_per_run(tmp_path: Path, caps
         "(the same setting)",
         f"xder-run sweep: error: {missing}: no such grid file",
     ]
+
+
+def test_ctrl_c_says_how_to_continue(tmp_path: Path, capsys, monkeypatch) -> None:
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_module, "run_sweep", interrupted)
+    grid = tmp_path / "grid.toml"
+    grid.write_text(GRID)
+    assert main(["sweep", str(grid), "--out", str(tmp_path / "out")]) == 130
+    assert "interrupted: run the same command again; finished trials are kept" in capsys.readouterr().err

@@ -16,7 +16,7 @@ from xder_cli.commands.common import (
     int_list,
     run_flag_settings,
 )
-from xder_cli.errors import UsageError
+from xder_cli.errors import Interrupted, UsageError
 
 __all__ = ["add_parser", "run"]
 
@@ -86,16 +86,22 @@ def run(args: argparse.Namespace) -> int:
             f"{finished} already finished -> {out}"
         )
     )
-    summary = sweep.run_sweep(
-        spec,
-        out,
-        max_concurrent=args.max_concurrent,
-        address=args.address,
-        gpus_per_run=args.gpus_per_run,
-        on_start=lines.on_start,
-        on_done=lines.on_done,
-        log_output=on_terminal,
-    )
+    try:
+        summary = sweep.run_sweep(
+            spec,
+            out,
+            max_concurrent=args.max_concurrent,
+            address=args.address,
+            gpus_per_run=args.gpus_per_run,
+            on_start=lines.on_start,
+            on_done=lines.on_done,
+            log_output=on_terminal,
+        )
+    except KeyboardInterrupt:
+        raise Interrupted(
+            "interrupted: run the same command again; finished trials are kept and interrupted ones "
+            "resume from their checkpoints"
+        ) from None
     sys.stdout.write(sweep.sweep_markdown(summary))
     print(f"summary: {out / sweep.SWEEP_JSON}  report: {out / sweep.SWEEP_MD}")
     if summary["retries"]:
