@@ -204,3 +204,25 @@ def fresh_registries():
     forget_plugins()
     yield forget_plugins
     forget_plugins()
+
+
+# ---------------------------------------------------------------------------------------------
+# Files that would run code: an object whose unpickling runs a shell command (tests/runs/test_rundir.py,
+# tests/models/test_resnet_imagenet.py; the data pickles' own planted files are in tests/data).
+
+
+class Planted:
+    """Unpickles as ``os.system("touch <marker>")``: loading it ran code iff ``marker`` exists."""
+
+    def __init__(self, marker) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.fixture
+def planted(tmp_path):
+    """A :class:`Planted` object and the marker file its unpickling would create."""
+    marker = tmp_path / "ran"
+    return Planted(marker), marker

@@ -126,21 +126,9 @@ def test_wrong_shape(tmp_path: Path) -> None:
         create_backbone("resnet18", 200, weights=str(path))
 
 
-class _Planted:
-    """Unpickles as ``os.system("touch <marker>")``."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        import os
-
-        return os.system, (f"touch {self.marker}",)
-
-
-def test_a_weights_file_that_would_run_code_is_refused(tmp_path: Path) -> None:
-    marker, path = tmp_path / "ran", tmp_path / "planted.pth"
-    torch.save({"conv1.weight": torch.zeros(1), "hook": _Planted(marker)}, path)
+def test_a_weights_file_that_would_run_code_is_refused(tmp_path: Path, planted) -> None:
+    (payload, marker), path = planted, tmp_path / "planted.pth"
+    torch.save({"conv1.weight": torch.zeros(1), "hook": payload}, path)
     with pytest.raises(BackboneWeightsError, match=r"planted\.pth: not a readable torch file"):
         create_backbone("resnet18", 200, weights=str(path))
     assert not marker.exists()

@@ -46,19 +46,9 @@ def test_checkpoint_round_trip_is_weights_only(tmp_path: Path) -> None:
     assert torch.equal(loaded["w"], torch.arange(3))
 
 
-class _Planted:
-    """Unpickles as ``os.system("touch <marker>")``."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return os.system, (f"touch {self.marker}",)
-
-
-def test_a_checkpoint_that_would_run_code_is_refused(tmp_path: Path) -> None:
-    marker, path = tmp_path / "ran", tmp_path / "checkpoint.pt"
-    torch.save({"position": {"task": 0, "epoch": 1}, "method": _Planted(marker)}, path)
+def test_a_checkpoint_that_would_run_code_is_refused(tmp_path: Path, planted) -> None:
+    (payload, marker), path = planted, tmp_path / "checkpoint.pt"
+    torch.save({"position": {"task": 0, "epoch": 1}, "method": payload}, path)
     with pytest.raises(rundir.RunDirError, match=r"cannot load checkpoint .*checkpoint\.pt"):
         rundir.load_checkpoint(path, torch.device("cpu"))
     assert not marker.exists()

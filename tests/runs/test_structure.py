@@ -14,7 +14,7 @@ import xder_cli
 SOURCE = Path(xder_cli.__file__).parent
 LONGEST_MODULE = 600  # lines
 LONGEST_MAIN = 150
-COMMANDS_LINES = 1450  # all of xder_cli.commands (a command parses, calls and prints); the aim: about 1,200
+COMMANDS_LINES = 1445  # all of xder_cli.commands (a command parses, calls and prints); the aim: about 1,200
 
 
 def _modules() -> dict[str, Path]:

@@ -41,6 +41,7 @@ __all__ = [
     "plugin_arguments",
     "protocol_name",
     "run_flag_settings",
+    "scheduling",
 ]
 
 DEFAULT_METHOD = "xder"
@@ -292,6 +293,15 @@ class DeprecatedAlias(argparse.Action):
             file=sys.stderr,
         )
         setattr(namespace, self.dest, values)
+
+
+def scheduling(args: argparse.Namespace, lines: Any) -> dict[str, Any]:
+    """What ``sweep`` and ``experiment`` pass on to the scheduler: :func:`add_ray_arguments`'
+    values, and the terminal's progress lines (an ``OutcomeLines``) and run output."""
+    from xder_cli.progress import on_terminal
+
+    ray = {"max_concurrent": args.max_concurrent, "address": args.address, "gpus_per_run": args.gpus_per_run}
+    return ray | {"on_start": lines.on_start, "on_done": lines.on_done, "log_output": on_terminal}
 
 
 def add_ray_arguments(parser: argparse.ArgumentParser, unit: str) -> None:

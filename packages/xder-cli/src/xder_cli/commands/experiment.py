@@ -20,6 +20,7 @@ from xder_cli.commands.common import (
     int_list,
     name_list,
     run_flag_settings,
+    scheduling,
 )
 from xder_cli.errors import UsageError
 from xder_cli.runs.settings import parse_values
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``xder-run experiment NAME`` (``args`` from its parser): plan every run (any
     configuration mistake is a usage error before anything trains), train the unfinished ones, a
     line per run as it ends, then print the table; exit status 1 when every run failed."""
-    from xder_cli.progress import OutcomeLines, on_terminal, print_notice
+    from xder_cli.progress import OutcomeLines, print_notice
     from xder_cli.runs import experiments
     from xder_cli.runs.scheduler import RUNNING_ELSEWHERE, retry_note
     from xder_cli.runs.trackers import check_loggers
@@ -167,17 +168,7 @@ def run(args: argparse.Namespace) -> int:
             f"{total} runs, {finished} already finished; training {total - finished} {where}"
         )
     )
-    summary, outcomes = experiments.run_experiment(
-        planned,
-        out,
-        use_ray=use_ray,
-        max_concurrent=args.max_concurrent,
-        address=args.address,
-        gpus_per_run=args.gpus_per_run,
-        on_start=lines.on_start,
-        on_done=lines.on_done,
-        log_output=on_terminal,
-    )
+    summary, outcomes = experiments.run_experiment(planned, out, use_ray=use_ray, **scheduling(args, lines))
     sys.stdout.write("\n" + planned.markdown(summary))
     print(f"\nwrote {', '.join(planned.files)} to {out}")
     elsewhere = sum(outcome["status"] == RUNNING_ELSEWHERE for outcome in outcomes.values())

@@ -15,6 +15,7 @@ from xder_cli.commands.common import (
     add_run_flags,
     int_list,
     run_flag_settings,
+    scheduling,
 )
 from xder_cli.errors import Interrupted, UsageError
 
@@ -61,7 +62,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``xder-run sweep`` (``args`` from its parser): every trial of the grid, a line per
     trial as it ends, then the report; exit status 1 when every trial failed."""
-    from xder_cli.progress import OutcomeLines, on_terminal
+    from xder_cli.progress import OutcomeLines
     from xder_cli.runs import sweep
     from xder_cli.runs.scheduler import RUNNING_ELSEWHERE, retry_note
     from xder_cli.runs.trackers import check_loggers
@@ -87,16 +88,7 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     try:
-        summary = sweep.run_sweep(
-            spec,
-            out,
-            max_concurrent=args.max_concurrent,
-            address=args.address,
-            gpus_per_run=args.gpus_per_run,
-            on_start=lines.on_start,
-            on_done=lines.on_done,
-            log_output=on_terminal,
-        )
+        summary = sweep.run_sweep(spec, out, **scheduling(args, lines))
     except KeyboardInterrupt:
         raise Interrupted(
             "interrupted: run the same command again; finished trials are kept and interrupted ones "
