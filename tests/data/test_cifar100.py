@@ -570,3 +570,14 @@ def test_upsample_images_only_enlarges_uint8() -> None:
         cifar100_module.upsample_images(torch.zeros(1, 3, 32, 32, dtype=torch.uint8), 16)
     with pytest.raises(ValueError, match="expected uint8"):
         cifar100_module.upsample_images(torch.zeros(1, 3, 32, 32), 64)
+
+
+def test_an_archive_given_as_the_data_root_is_told_to_be_imported(tmp_path: Path) -> None:
+    archive = tmp_path / "cifar100-jpg.tar.gz"
+    archive.write_bytes(b"\x1f\x8b")
+    with pytest.raises(DataNotFoundError) as exc:
+        load_benchmark("seq-cifar100", archive)
+    message = _one_line(exc)
+    assert f"{archive} is a file, not a folder" in message
+    assert f"xder-run data prepare cifar100 --source {archive}" in message
+    assert "data download" not in message  # not: download into the archive

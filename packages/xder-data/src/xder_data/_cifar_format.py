@@ -57,7 +57,14 @@ class CifarFiles:
     prepare: str = ""
 
     def fix(self, root: Path) -> str:
-        """What the user should do to get the files under ``root``."""
+        """What the user should do to get the files under ``root`` (a file given as the root is
+        most often the image archive itself: it is imported, not downloaded into)."""
+        if root.is_file():
+            source = f"`xder-run data prepare {self.prepare} --source {root} --data-root data`"
+            return (
+                f"{root} is a file, not a folder: --data-root names the folder that holds {self.folder}/"
+                + (f"; import an image archive with {source}" if self.prepare else "")
+            )
         text = f"run `xder-run data download {self.download} --data-root {root}`"
         if self.prepare:
             text += (
