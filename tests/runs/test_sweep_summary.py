@@ -98,3 +98,22 @@ def test_selection_ignores_test_accuracy_and_unfinished_points() -> None:
     assert summary["best"]["val_faa_std"] == pytest.approx(statistics.stdev([70.0, 50.0]))
     assert summary["best"]["test_faa_mean"] == pytest.approx(10.0)
     assert [p["seeds_finished"] for p in summary["points"]] == [2, 2, 1]
+
+
+def test_a_trial_with_a_checkpoint_is_unfinished_not_unrun(tmp_path) -> None:
+    # An interrupted sweep's summary: one trial finished, one stopped after a checkpoint, one
+    # never started.
+    spec, trials = _trials((0,))
+    trials.append(Trial("p002-abc-s0", {"train.lr": 0.3}, 0, {}))
+    (tmp_path / "trials" / "p001-abc-s0").mkdir(parents=True)
+    (tmp_path / "trials" / "p001-abc-s0" / "checkpoint.pt").write_bytes(b"")
+    summary = select(spec, trials, {"p000-abc-s0": _finished(61.0, 50.0)}, tmp_path)
+    statuses = [t["status"] for t in summary["trials"]]
+    assert statuses == [
+        "finished",
+        "unfinished: resumes from its checkpoint when the sweep runs again",
+        "not run",
+    ]
+    text = sweep_markdown(summary)
+    assert "- trials/p001-abc-s0: unfinished: resumes from its checkpoint when the sweep runs again" in text
+    assert "- trials/p002-abc-s0: not run" in text

@@ -286,10 +286,20 @@ def plan_trials(spec: SweepSpec) -> list[Trial]:
     return trials
 
 
-def select(spec: SweepSpec, trials: list[Trial], outcomes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+UNFINISHED = {"status": "unfinished: resumes from its checkpoint when the sweep runs again"}
+"""A trial with no outcome yet whose run directory holds a checkpoint (training, or interrupted)."""
+
+
+def select(
+    spec: SweepSpec, trials: list[Trial], outcomes: dict[str, dict[str, Any]], out: Path | None = None
+) -> dict[str, Any]:
     """The sweep's summary: per point the mean +- std over seeds of validation and test FAA, and
     the best point by mean VALIDATION FAA among points whose every seed finished (ties: the
-    earlier point)."""
+    earlier point). A trial without an outcome is ``not run``, or :data:`UNFINISHED` where its
+    run directory under ``out`` holds a checkpoint."""
+    if out is not None:
+        started = {t.name for t in trials if (out / TRIALS / t.name / rundir.CHECKPOINT).exists()}
+        outcomes = {name: dict(UNFINISHED) for name in started - set(outcomes)} | outcomes
     points: dict[str, dict[str, Any]] = {}
     for trial in trials:
         key = trial.name.rsplit("-s", 1)[0]
@@ -454,11 +464,11 @@ def run_sweep(
 
     def started(outcomes: dict[str, dict[str, Any]], pending: list[RunToTrain]) -> None:
         on_start(len(trials), len(trials) - len(pending))
-        write_summary(out, select(spec, trials, outcomes))
+        write_summary(out, select(spec, trials, outcomes, out))
 
     def done(name: str, outcome: dict[str, Any], outcomes: dict[str, dict[str, Any]]) -> None:
         on_done(name, outcome, _val_faa(outcome))
-        write_summary(out, select(spec, trials, outcomes))
+        write_summary(out, select(spec, trials, outcomes, out))
 
     outcomes = train_runs(
         [RunToTrain(t.name, trial_root / t.name, t.config) for t in trials],
@@ -471,4 +481,4 @@ def run_sweep(
         cpus_per_run=cpus_per_run,
         log_output=log_output,
     )
-    return select(spec, trials, outcomes)
+    return select(spec, trials, outcomes, out)
