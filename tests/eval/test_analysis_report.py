@@ -162,3 +162,23 @@ def test_an_order_against_the_paper_and_equal_figures() -> None:
     same = [PublishedAnalysis("seq-cifar100", 500, e, e, {"ss_err": 0.6}) for e in ("er", "xder")]
     assert paper_orders(analysis_rows(report, report.columns[0], analyses, same), "ss_err") == []
     assert analysis_rows(report, report.columns[0], {}, PUBLISHED) == []  # no analysed run
+
+
+def test_the_newest_head_share_names_how_many_mistakes_it_is_a_share_of() -> None:
+    records = [_record("er", 0), _record("er", 1)]
+    report = build_report(records)
+    analyses = {}
+    for seed, (share, mistakes) in enumerate(((0.8, 15), (0.6, 25))):
+        value = _analyses(0.8, 2.5, 0.1, [0.5, share])
+        value["head_bias"]["mistakes"] = mistakes
+        analyses[f"runs/er-tuned-s{seed}"] = value
+    (row,) = analysis_rows(report, report.columns[0], analyses)
+    assert row.mistakes == 40  # 15 + 25 over the two seeds
+    assert "70.0 ± 14.1 (n 2), of 40 mistakes" in analyses_markdown(report.columns[0], [row])
+    del (
+        analyses["runs/er-tuned-s1"]["head_bias"]["mistakes"],
+        analyses["runs/er-tuned-s0"]["head_bias"]["mistakes"],
+    )
+    (row,) = analysis_rows(report, report.columns[0], analyses)  # analyses from before the count
+    assert row.mistakes is None
+    assert "70.0 ± 14.1 (n 2) |" in analyses_markdown(report.columns[0], [row])  # no count to give

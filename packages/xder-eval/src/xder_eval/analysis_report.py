@@ -163,6 +163,9 @@ class AnalysisRow:
     stats: Mapping[str, SeedStats]
     curve: Mapping[int, float] = field(default_factory=dict)
     published: PublishedAnalysis | None = None
+    mistakes: int | None = None
+    """The final models' mistakes on past tasks, summed over the seeds analysed: what the
+    newest-head share is a share of (None where the analyses predate the count)."""
 
     def mean(self, metric: str) -> float | None:
         stat = self.stats.get(metric)
@@ -196,7 +199,11 @@ def analysis_rows(
             (p for p in published if p.matches(k.benchmark, k.buffer_size, k.method, k.preset)), None
         )
         entry = preset_entry_name(k.method, k.preset)
-        out.append(AnalysisRow(row.name, entry, k, stats, curve, match))
+        counts = [a["head_bias"].get("mistakes") for a in per_run if isinstance(a.get("head_bias"), Mapping)]
+        mistakes = (
+            sum(c for c in counts if isinstance(c, int)) if any(isinstance(c, int) for c in counts) else None
+        )
+        out.append(AnalysisRow(row.name, entry, k, stats, curve, match, mistakes))
     return out
 
 
@@ -279,7 +286,9 @@ def analyses_markdown(column: ReportColumn, rows: Sequence[AnalysisRow]) -> str:
     for r in rows:
         cells = [r.name]
         for metric, spec in ANALYSIS_METRICS.items():
-            cells.append(_stat_text(r.stats.get(metric), spec.digits))
+            counted = metric == "newest_head_share" and r.mistakes and r.mean(metric) is not None
+            count = f", of {r.mistakes} mistakes" if counted else ""
+            cells.append(_stat_text(r.stats.get(metric), spec.digits) + count)
             if any(_paper(x, metric) is not None for x in rows):
                 cells.append(_number(_paper(r, metric), spec.digits))
         lines.append("| " + " | ".join(cells) + " |")
@@ -322,6 +331,7 @@ def analyses_dict(column: ReportColumn, rows: Sequence[AnalysisRow]) -> dict[str
                 "entry": r.entry,
                 "figures": {m: stat(s) for m, s in r.stats.items() if s.mean is not None},
                 "newest_head_curve": {str(t): v for t, v in r.curve.items()},
+                "mistakes": r.mistakes,
                 "published": None if r.published is None else dict(r.published.values),
                 "published_source": None if r.published is None else r.published.source,
             }
