@@ -10,6 +10,7 @@ used here).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
@@ -143,11 +144,17 @@ class Normalize:
 _GRAY_WEIGHTS = (0.299, 0.587, 0.114)  # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale
 
 
-def _constant(values: Sequence[float], device: torch.device, dtype: torch.dtype = torch.float32) -> Tensor:
-    """A small vector of constants made on ``device`` by fill kernels. Not
+@functools.lru_cache(maxsize=64)
+def _constant(values: tuple[float, ...], device: torch.device, dtype: torch.dtype = torch.float32) -> Tensor:
+    """A small read-only vector of constants on ``device``, made once per (values, device, dtype)
+    by fill kernels and then reused, so a training step launches nothing for it. Not
     ``torch.tensor(values, device=device)``: on a GPU that is a blocking copy from the host's
-    pageable memory, a host sync in every training step (seen on an H200, issue 37)."""
+    pageable memory, a host sync (seen in every X-DER step on an H200, issue 37)."""
     return torch.stack([torch.full((), float(v), dtype=dtype, device=device) for v in values])
+
+
+_CROSS = tuple(v * 3**-0.5 for v in (0.0, -1.0, 1.0, 1.0, 0.0, -1.0, -1.0, 1.0, 0.0))
+"""k x (.) for the unit grey axis k = (1, 1, 1) / sqrt 3, row by row."""
 
 
 def grayscale(x: Tensor) -> Tensor:
@@ -161,8 +168,7 @@ def hue_rotation(angle: Tensor) -> Tensor:
     shift of ``angle / (2 pi)`` of the colour wheel that keeps grey pixels grey (Rodrigues)."""
     k = torch.full((3,), 3**-0.5, device=angle.device)
     eye = torch.eye(3, device=angle.device)
-    shift = eye.roll(1, dims=0)  # the cyclic shift: shift @ (x0, x1, x2) = (x2, x0, x1)
-    cross = (shift - shift.T) * 3**-0.5  # [[0, -1, 1], [1, 0, -1], [-1, 1, 0]] / sqrt 3: k x (.)
+    cross = _constant(_CROSS, angle.device).view(3, 3)
     cos, sin = angle.cos()[:, None, None], angle.sin()[:, None, None]
     return cos * eye + sin * cross + (1 - cos) * torch.outer(k, k)
 
