@@ -406,3 +406,28 @@ def test_resume_mid_task_sets_the_same_per_step_lrs(
     assert len(resumed_log.steps) == 5 * 6  # task 1's last two epochs and task 2's three
     assert {lr for _, _, lr in resumed_log.steps} == {lr for _, _, lr in full_log.steps}  # all 3 lrs
     assert resumed.class_il == full.class_il
+
+
+def test_step_hooks_see_gradients_around_the_step(stream, transforms, tiny_net, setting_of) -> None:
+    """after_backward runs between backward and the step (zeroing the gradients there leaves the
+    network unchanged); after_step runs after the step, once per step, with the loop's optimiser."""
+    method, g = _method("sgd", stream, transforms, tiny_net, setting_of)
+    calls: list[tuple[str, bool]] = []
+    before = [p.detach().clone() for p in method.net.parameters()]
+
+    def after_backward() -> None:
+        grads = [p.grad for p in method.net.parameters()]
+        calls.append(("backward", all(gr is not None and bool(gr.abs().sum() > 0) for gr in grads[-1:])))
+        for gr in grads:
+            if gr is not None:
+                gr.zero_()
+
+    def after_step(optimizer: torch.optim.Optimizer) -> None:
+        unchanged = all(torch.equal(p, b) for p, b in zip(method.net.parameters(), before, strict=True))
+        calls.append(("step", unchanged and optimizer.param_groups[0]["lr"] == 0.1))
+
+    method.after_backward = after_backward  # type: ignore[method-assign]
+    method.after_step = after_step  # type: ignore[method-assign]
+    fit(method, stream, TrainingSchedule(epochs=1, batch_size=8, lr=0.1, tasks=1), generator=g)
+    # 24 rows, batch 8: 3 steps, each backward -> step; plain SGD on zero gradients moves nothing.
+    assert calls == [("backward", True), ("step", True)] * 3

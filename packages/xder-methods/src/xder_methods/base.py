@@ -88,6 +88,18 @@ class MethodBase(nn.Module):
         """
         raise NotImplementedError
 
+    def after_backward(self) -> None:
+        """Called after the loop back-propagates :meth:`observe`'s loss and before the optimiser
+        steps: the step's gradients are in the parameters' ``.grad``, and a method may change
+        them in place (GEM and A-GEM project them). Nothing by default; not called on a step
+        whose loss is None."""
+
+    def after_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Called right after the loop's optimiser step (``optimizer``: the loop's, for a method
+        that takes a further step of its own with it, as HAL does on its anchors). A method that
+        tracks the parameters' path (SI) or takes extra steps (FDR, HAL) overrides it; nothing by
+        default; not called on a step whose loss is None."""
+
     def end_task(self, task: int, data: TaskData) -> None:
         """Called once after the last epoch of ``task`` with all of its training data (``data``:
         examples as stored, labels, on the training device); nothing by default. Methods that

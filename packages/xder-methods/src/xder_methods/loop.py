@@ -41,6 +41,7 @@ __all__ = [
     "Loop",
     "TaskRecord",
     "TrainingSchedule",
+    "apply_step",
     "autocast",
     "batch_bounds",
     "evaluate",
@@ -587,6 +588,17 @@ def fit(
     return loop.history
 
 
+def apply_step(method: ContinualMethod, loss: Tensor, optimizer: torch.optim.Optimizer) -> None:
+    """The optimisation half of a training step, after ``method.observe`` returned ``loss``:
+    zero the gradients, back-propagate, ``method.after_backward()``, step the optimiser,
+    ``method.after_step(optimizer)``. The one owner of that order (the loop's and bench's)."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    method.after_backward()
+    optimizer.step()
+    method.after_step(optimizer)
+
+
 def _run_epoch(
     loop: Loop,
     task: int,
@@ -629,9 +641,7 @@ def _run_epoch(
                 norm_sums[name] = norm_sums.get(name, 0) + norm
                 norm_counts[name] = norm_counts.get(name, 0) + 1
         if out.loss is not None:
-            optimizer.zero_grad(set_to_none=True)
-            out.loss.backward()
-            optimizer.step()
+            apply_step(method, out.loss, optimizer)
             sums["loss"] = sums.get("loss", 0) + out.loss.detach()
         for name, value in out.terms.items():
             sums[name] = sums.get(name, 0) + value.detach()

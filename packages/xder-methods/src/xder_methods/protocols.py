@@ -194,7 +194,8 @@ class ContinualMethod(Protocol):
 
     The loop calls ``begin_task(t)``, then ``observe(batch)`` for every stream batch (and
     back-propagates ``StepOutput.loss`` itself), then ``end_task(t, data)``, then evaluates
-    ``predict``. ``training_data`` says whether a task's batches come from that task only
+    ``predict``. Around the optimiser step it calls ``after_backward()`` (gradients in place)
+    and ``after_step(optimizer)``. ``training_data`` says whether a task's batches come from that task only
     (``"task"``) or from every task so far (``"cumulative"``, joint training).
     """
 
@@ -204,6 +205,10 @@ class ContinualMethod(Protocol):
     def begin_task(self, task: int) -> None: ...
 
     def observe(self, batch: Batch) -> StepOutput: ...
+
+    def after_backward(self) -> None: ...
+
+    def after_step(self, optimizer: torch.optim.Optimizer) -> None: ...
 
     def end_task(self, task: int, data: TaskData) -> None: ...
 

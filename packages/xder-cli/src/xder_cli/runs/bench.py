@@ -60,6 +60,7 @@ from xder_methods import (
     OpCounter,
     TaskData,
     Transforms,
+    apply_step,
     autocast,
     batch_bounds,
     method_config_class,
@@ -214,9 +215,7 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
         with autocast(plan.schedule.precision, device):
             out = method.observe(Batch(transforms.train(x_raw, generator), y, x_raw, options.task))
         if out.loss is not None:
-            optimizer.zero_grad(set_to_none=True)
-            out.loss.backward()
-            optimizer.step()
+            apply_step(method, out.loss, optimizer)
 
     seen = []
     hook = net.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0].shape[0]))
