@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import xder_cli.runs
+from xder_cli.arguments import FLAGS, error_line, flag
 from xder_cli.commands import command_modules
-from xder_cli.commands.common import FLAGS, error_line, flag
 from xder_cli.main import build_parser, main
 from xder_cli.runs.errors import OPTIONS, RunError, SettingError, option
 from xder_data import benchmark as data_registry

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import xder_cli.runs.plugins as plugins
-from xder_cli.commands.common import plugin_arguments
+from xder_cli.arguments import plugin_arguments
 from xder_cli.main import main
 from xder_models import list_backbones
 

@@ -14,7 +14,7 @@ import xder_cli
 SOURCE = Path(xder_cli.__file__).parent
 LONGEST_MODULE = 600  # lines
 LONGEST_MAIN = 150
-COMMANDS_LINES = 1445  # all of xder_cli.commands (a command parses, calls and prints); the aim: about 1,200
+COMMANDS_LINES = 1250  # all of xder_cli.commands (a command parses, calls and prints; the argument vocabulary is xder_cli.arguments)
 
 
 def _modules() -> dict[str, Path]:
@@ -109,7 +109,7 @@ def test_no_module_of_xder_cli_imports_itself_back() -> None:
 
 
 def test_the_library_never_imports_the_command_line() -> None:
-    command_line = {"xder_cli.main", "xder_cli.errors", "xder_cli.progress"}
+    command_line = {"xder_cli.main", "xder_cli.errors", "xder_cli.progress", "xder_cli.arguments"}
     for module, imported in import_graph().items():
         if module.startswith("xder_cli.runs"):
             wrong = {m for m in imported if m in command_line or m.startswith("xder_cli.commands")}

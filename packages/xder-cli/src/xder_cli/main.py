@@ -8,8 +8,9 @@ import os
 import sys
 from collections.abc import Sequence
 
+from xder_cli.arguments import Parser, error_line, plugin_arguments
 from xder_cli.commands import command_modules
-from xder_cli.commands.common import Parser, add_plugin_argument, error_line, plugin_arguments
+from xder_cli.commands.common import add_plugin_argument
 from xder_cli.errors import Interrupted, UsageError
 from xder_cli.runs.errors import RunError
 from xder_cli.runs.plugins import load_plugins

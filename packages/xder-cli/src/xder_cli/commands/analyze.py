@@ -9,7 +9,8 @@ import json
 import sys
 from typing import Any
 
-from xder_cli.commands.common import add_plugin_argument, flag
+from xder_cli.arguments import flag
+from xder_cli.commands.common import add_plugin_argument
 from xder_cli.runs.analyses import ANALYSIS_FOLDER, AnalysisOptions
 from xder_cli.runs.run_analysis import ANALYSIS_JSON, analyze_run, summary_line
 from xder_cli.runs.rundir import json_safe

@@ -9,13 +9,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xder_cli.commands.common import (
-    add_plugin_argument,
-    add_protocol_argument,
-    at_least,
-    int_list,
-    name_list,
-)
+from xder_cli.arguments import at_least, int_list, name_list
+from xder_cli.commands.common import add_plugin_argument, add_protocol_argument
 
 if TYPE_CHECKING:
     from xder_cli.runs.bench import BenchOptions

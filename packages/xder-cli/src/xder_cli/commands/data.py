@@ -8,13 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from xder_cli.commands.common import (
-    Parser,
-    add_plugin_argument,
-    add_protocol_argument,
-    assignment,
-    class_order,
-)
+from xder_cli.arguments import Parser, assignment, class_order
+from xder_cli.commands.common import add_plugin_argument, add_protocol_argument
 from xder_cli.progress import progress_bar
 from xder_cli.runs.settings import benchmark_section, benchmark_settings
 from xder_data import (

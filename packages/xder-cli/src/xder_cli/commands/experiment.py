@@ -8,17 +8,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from xder_cli.arguments import ExamplesFormatter, assignment, int_list, name_list
 from xder_cli.commands.common import (
     DEFAULT_BENCHMARK,
-    ExamplesFormatter,
     add_logger_argument,
     add_plugin_argument,
     add_protocol_argument,
     add_ray_arguments,
     add_run_flags,
-    assignment,
-    int_list,
-    name_list,
     run_flag_settings,
     scheduling,
 )

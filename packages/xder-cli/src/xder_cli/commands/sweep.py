@@ -7,13 +7,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from xder_cli.arguments import int_list
 from xder_cli.commands.common import (
     add_logger_argument,
     add_plugin_argument,
     add_protocol_argument,
     add_ray_arguments,
     add_run_flags,
-    int_list,
     run_flag_settings,
     scheduling,
 )

@@ -9,18 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from xder_cli.arguments import ExamplesFormatter, assignment, class_order, fraction
 from xder_cli.commands.common import (
     DEFAULT_BENCHMARK,
     DEFAULT_METHOD,
     DEFAULT_OUT,
-    ExamplesFormatter,
     add_logger_argument,
     add_plugin_argument,
     add_protocol_argument,
     add_run_flags,
-    assignment,
-    class_order,
-    fraction,
     run_flag_settings,
 )
 from xder_cli.errors import Interrupted, UsageError

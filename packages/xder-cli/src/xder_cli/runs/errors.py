@@ -10,7 +10,7 @@ nothing of it:
 * ``str(error)`` writes every placeholder as the option's name:
   ``run.device 'cuda': no CUDA device is available here; use run.device cpu``;
 * ``error.render(spell)`` writes it as ``spell(name)``; the command line's
-  :func:`xder_cli.commands.common.flag` spells ``run.device`` as ``--device``:
+  :func:`xder_cli.arguments.flag` spells ``run.device`` as ``--device``:
   ``...; use --device cpu``.
 
 :func:`render` does the same for a template kept as text (:data:`xder_cli.runs.analyses.RECORD_HINT`).
@@ -78,7 +78,7 @@ def option(name: str) -> str:
 
     Raises:
         ValueError: ``name`` is not one of :data:`OPTIONS` (a bug: add it there, and to the
-            command line's :data:`xder_cli.commands.common.FLAGS`).
+            command line's :data:`xder_cli.arguments.FLAGS`).
     """
     if name not in OPTIONS:
         raise ValueError(f"{name!r} is not an option of xder_cli.runs.errors.OPTIONS")

@@ -1,0 +1,202 @@
+"""The command line's vocabulary, shared by ``main`` and every command: the parser that words a
+usage mistake in one line, the help formatter that keeps an ``examples:`` epilog as written, the
+argument types (comma lists, numbers with a bound, class orders, ``--set``'s assignments), an old
+flag spelling kept for a release, and the library's errors as the command line words them
+(:func:`flag`, :func:`error_line`). What a command's flags mean for a run is
+:mod:`xder_cli.commands.common`'s."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from xder_cli.runs.errors import OPTIONS, RunError
+from xder_cli.runs.settings import parse_assignment
+from xder_data import canonical_protocol
+
+__all__ = [
+    "FLAGS",
+    "DeprecatedAlias",
+    "ExamplesFormatter",
+    "Parser",
+    "assignment",
+    "at_least",
+    "class_order",
+    "error_line",
+    "flag",
+    "fraction",
+    "int_list",
+    "name_list",
+    "plugin_arguments",
+    "protocol_name",
+]
+
+
+_SPELT_OTHERWISE = {
+    "overrides": "--set",
+    "run.loggers": "--logger",
+    "params": "--param",
+    "train_run": "xder-run train",
+    "analyze_run": "xder-run analyze",
+}
+FLAGS = {
+    name: _SPELT_OTHERWISE.get(name, "--" + name.rsplit(".", 1)[-1].replace("_", "-")) for name in OPTIONS
+}
+"""The command line's spelling of each option the library's messages name
+(:data:`xder_cli.runs.errors.OPTIONS`): its flag, ``--`` and its last part with dashes unless
+spelt otherwise (``train_run``: the command)."""
+
+
+def flag(option: str) -> str:
+    """How the command line spells a library option: ``run.device`` -> ``--device``."""
+    return FLAGS[option]
+
+
+def error_line(error: BaseException) -> str:
+    """An error as ``xder-run`` prints it: one line, the library's options spelled as flags
+    (:mod:`xder_cli.runs.errors`)."""
+    text = error.render(flag) if isinstance(error, RunError) else str(error)
+    return " ".join(text.split())
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line on stderr and exit status 2, and a subcommand
+    refuses the flags it does not know itself (naming its own ``--help``, not ``xder-run``'s)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and " " in self.prog:  # a subcommand's parser: "xder-run experiment"
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
+def class_order(text: str) -> str | list[int]:
+    if text in ("natural", "reversed", "random"):
+        return text
+    try:
+        value = json.loads(text if text.lstrip().startswith("[") else f"[{text}]")
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not natural, reversed, random or a comma-separated permutation like 3,1,0,2"
+        )
+    return value
+
+
+def assignment(text: str) -> tuple[str, object]:
+    """``--set section.key=value`` -> ``("section.key", value)``."""
+    try:
+        return parse_assignment(text)
+    except RunError as error:
+        raise argparse.ArgumentTypeError(error_line(error)) from error
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """A flag's comma-separated integers (``0,1,2``): at least one, none repeated."""
+    try:
+        values = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated integers, e.g. 0,1,2") from error
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one value, e.g. 0,1,2")
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"{text!r} repeats a value")
+    return values
+
+
+def name_list(text: str) -> tuple[str, ...]:
+    """A flag's comma-separated names (``xder,derpp,er``): at least one, none repeated."""
+    values = tuple(s.strip() for s in text.split(",") if s.strip())
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one name, e.g. xder,derpp,er")
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"{text!r} repeats a name")
+    return values
+
+
+def at_least(low: float, kind: type = int) -> Any:
+    """A flag's number of type ``kind``, at least ``low`` (an argparse type)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'an integer' if kind is int else 'a number'}"
+            ) from error
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low:g}, got {text}")
+        return value
+
+    return parse
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from error
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not in [0, 1)")
+    return value
+
+
+def plugin_arguments(argv: Sequence[str]) -> list[str]:
+    """The values of ``--plugin X`` and ``--plugin=X`` anywhere in ``argv`` (before ``--``): the
+    plugins to load before the parser is built."""
+    name = flag("plugin")
+    specs = []
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == name and i + 1 < len(args):
+            specs.append(args[i + 1])
+        elif arg.startswith(name + "="):
+            specs.append(arg[len(name) + 1 :])
+    return specs
+
+
+class ExamplesFormatter(argparse.HelpFormatter):
+    """Wraps the description as usual; keeps an ``examples:`` epilog's lines as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def protocol_name(text: str) -> str:
+    """``--protocol NAME``; a former name (``paper``, now ``full``) still works, with a warning."""
+    name = canonical_protocol(text)
+    if name != text:
+        print(
+            f"warning: --protocol {text} is now called {name} (the same protocol); {text} goes in the next "
+            "release",
+            file=sys.stderr,
+        )
+    return name
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of a flag, kept for one release: it sets the new flag's value and says, on
+    stderr, to use the new one (``new``)."""
+
+    def __init__(self, *args: Any, new: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        print(
+            f"warning: {option_string} is deprecated and goes in the next release: use {self.new} "
+            "(the same setting)",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
