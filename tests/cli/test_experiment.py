@@ -289,6 +289,7 @@ def _write_run(run_dir: Path, config: dict, faa: float, ff: float | None, wall_t
         "task_il_accuracy_matrix": matrix,
         "faa": faa,
         "ff": ff,
+        "task_il_faa": faa,  # the same figure: the Task-IL column shows it
         "forgetting_defined": ff is not None,
         "wall_time_s": wall_time_s,
     }
@@ -386,15 +387,17 @@ def test_table_from_synthetic_run_directories_worked_out_by_hand(tmp_path: Path,
     table = (out / "table.md").read_text()
     assert table.startswith("# Table: seq-cifar100, buffer 500\n")
     assert (
-        "| method | preset | FAA | FAA published | Δ FAA | > 2 SE | FF | FF published | Δ FF | > 2 SE | n "
-        "| one run |" in table
+        "| method | preset | FAA | FAA published | Δ FAA | > 2 SE | FF | FF published | Δ FF | > 2 SE "
+        "| Task-IL | n | one run |" in table  # the X-DER paper prints no Task-IL: ours alone
     )
     # one run: the mean wall time of the finished seeds, 1, 2 and 3 min -> 2.0 min (JT: 1 and 2)
     assert (
-        "| derpp | paper | 31.00 ± 1.00 | 38.25 | -7.25 | yes | 52.00 ± 2.00 | 50.54 | +1.46 | no | 3/3 "
-        "| 2.0 min |" in table
+        "| derpp | paper | 31.00 ± 1.00 | 38.25 | -7.25 | yes | 52.00 ± 2.00 | 50.54 | +1.46 | no "
+        "| 31.00 ± 1.00 | 3/3 | 2.0 min |" in table
     )
-    assert "| joint | none | 72.00 ± 1.41 | 70.44 | +1.56 | no | - | - | - | - | 2/3 | 1.5 min |" in table
+    joint = "| joint | none | 72.00 ± 1.41 | 70.44 | +1.56 | no | - | - | - | - | 72.00 ± 1.41 | 2/3 "
+    joint += "| 1.5 min |"
+    assert joint in table
     assert (rows["derpp"]["wall_time_s"], rows["joint"]["wall_time_s"]) == (120.0, 90.0)
     assert "σ the published std where the paper gives one, else our sample std" in table
     assert "- runs/joint-s2: running elsewhere (held by process" in table
@@ -460,8 +463,10 @@ def test_table_on_another_protocol_is_for_orientation_only(tmp_path: Path, capsy
     table = (out / "table.md").read_text()
     assert table.startswith("# Table: seq-cifar10, protocol laptop (a quick table), buffer 200\n")
     assert "shown for orientation only" in table
-    assert "| method | preset | FAA | FAA published | FF | FF published | n |" in table
-    assert "| er | tuned | 40.00 | 44.79 | 30.00 | - | 1/1 |" in table  # the laptop entry of tuned.toml
+    header = "| method | preset | FAA | FAA published | FF | FF published | Task-IL | Task-IL published | n |"
+    assert header in table  # the DER paper prints Task-IL too
+    # the laptop entry of tuned.toml; the DER paper's ER at buffer 200: 44.79 ± 1.86 (Task-IL 91.19 ± 0.94)
+    assert "| er | tuned | 40.00 | 44.79 ± 1.86 | 30.00 | - | 40.00 | 91.19 ± 0.94 | 1/1 |" in table
     assert "Δ" not in table
     assert {r["mode"] for r in csv.DictReader(io.StringIO((out / "table.csv").read_text()))} == {
         "orientation"
@@ -476,11 +481,23 @@ def test_table_on_another_protocol_is_for_orientation_only(tmp_path: Path, capsy
 #   ft-lowest           sgd 19 against icarl 20: d = -1, SE 1.414, within 2 SE: not separated
 #   jt-highest          joint 51 against der 62: d = -11, 2 SE 2.83: does not hold (DER++'s -10 too;
 #                       der's margin -7.78 is the worst)
+#   regularisers-at-ft  ewc_on 19 - sgd 19 = 0, si 20 - 19 = +1 (SE 1.414 each: within 2 SE); lwf 23 -
+#                       19 = +4 > 2 SE 2.83, above FT beyond two standard errors: does not hold
+#   derpp-above-baselines  derpp 61 against gss 60: d = +1 within 2 SE 2.83 (every other baseline
+#                       at least 24 below): not separated
 CLAIM_ROWS = {
     "joint": [50.0, 52.0],
     "sgd": [18.0, 20.0],
+    "ewc_on": [18.0, 20.0],
+    "si": [19.0, 21.0],
+    "lwf": [22.0, 24.0],
     "er": [40.0, 44.0],
+    "gem": [30.0, 32.0],
+    "agem": [20.0, 22.0],
     "icarl": [19.0, 21.0],
+    "fdr": [25.0, 27.0],
+    "gss": [59.0, 61.0],
+    "hal": [35.0, 37.0],
     "der": [61.0, 63.0],
     "derpp": [60.0, 62.0],
 }
@@ -501,6 +518,8 @@ def test_table_checks_the_papers_claims_worked_out_by_hand(tmp_path: Path, capsy
         "der-above-er": "holds",
         "ft-lowest": "not separated",
         "jt-highest": "does not hold",
+        "regularisers-at-ft": "does not hold",
+        "derpp-above-baselines": "not separated",
     }
     deciding = {name: c["deciding"] for name, c in claims.items()}
     assert (
@@ -519,6 +538,8 @@ def test_table_checks_the_papers_claims_worked_out_by_hand(tmp_path: Path, capsy
         "der",
         pytest.approx(-11 / math.sqrt(2)),
     )
+    assert deciding["regularisers-at-ft"]["row"] == "lwf"
+    assert deciding["derpp-above-baselines"]["other"] == "gss"
     assert all(not c["missing"] for c in claims.values())
     line = (
         "- **does not hold**: JT (JOINT) has the highest FAA (DER paper, Table 2: JOINT is the upper bound). "
@@ -552,7 +573,7 @@ def test_table_on_seq_digits_trains_and_tabulates_with_nothing_published(tmp_pat
     assert rows["derpp"]["preset"] == "tuned"
     table = (out / "table.md").read_text()
     assert "No published results for seq-digits" in table
-    assert "| method | preset | FAA | FF | n |" in table
+    assert "| method | preset | FAA | FF | Task-IL | n |" in table
     # The overrides of every run (TINY's --set) are named: this is not the protocol's own table.
     # (run.device places the runs, it does not configure them: not named)
     assert table.startswith(
@@ -562,7 +583,8 @@ def test_table_on_seq_digits_trains_and_tabulates_with_nothing_published(tmp_pat
     lines = list(csv.DictReader(io.StringIO((out / "table.csv").read_text())))
     assert {line["overrides"] for line in lines} == {"train.epochs=1, backbone.width=4"}
     assert (
-        f"| sgd | none | {rows['sgd']['faa']['mean']:.2f} | {rows['sgd']['ff']['mean']:.2f} | 1/1 |" in table
+        f"| sgd | none | {rows['sgd']['faa']['mean']:.2f} | {rows['sgd']['ff']['mean']:.2f} "
+        f"| {rows['sgd']['task_il']['mean']:.2f} | 1/1 |" in table
     )
     assert (out / "table.png").read_bytes().startswith(PNG)
 
@@ -584,7 +606,8 @@ def test_table_usage_errors_are_one_line(tmp_path: Path, capsys) -> None:
         ),
         (
             ["--benchmark", "seq-cifar10", "--buffer-size", "200", "--methods", "xder"],
-            "the published table of seq-cifar10 at buffer 200 has no 'xder'; its rows are joint, sgd, er",
+            "the published table of seq-cifar10 at buffer 200 has no 'xder'; its rows are joint, sgd, "
+            "ewc_on, si, lwf, er",
         ),
         (
             ["--benchmark", "seq-cifar10", "--buffer-size", "5120", "--methods", "icarl"],

@@ -4,6 +4,7 @@ which groups a published cell matches, and the published column of reports."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -172,9 +173,27 @@ def test_the_report_shows_the_published_value_beside_matching_groups() -> None:
         "faa_std": None,
         "ff": 18.0,
         "ff_std": None,
+        "task_il": None,
+        "task_il_std": None,
         "seeds": None,
         "source": "Paper A, Table 1",
     }
+
+
+def test_the_task_il_view_shows_a_published_task_il_figure_where_the_paper_prints_one() -> None:
+    """The DER paper prints a Task-IL FAA beside the Class-IL one: the Task-IL view shows it (an
+    FAA, no FF) where an entry has one, and nothing where it has none (ER here)."""
+    with_task_il = (dataclasses.replace(PUBLISHED[1], task_il=61.02, task_il_std=3.33), *PUBLISHED[2:])
+    report = build_report(table_records(), (PUBLISHED[0], *with_task_il))
+    table = report_markdown(report, task_il=True)
+    sgd = report.cell(next(r for r in report.rows if r.method == "sgd"), report.columns[0])
+    assert sgd is not None
+    ours = f"{sgd.task_il.faa.mean:.2f} ± {sgd.task_il.faa.std:.2f}"
+    assert f"| sgd | none | {ours} (" in table
+    assert "n=2; published 61.02 ± 3.33 |" in table
+    assert "n=3; published" not in table  # ER's entry has no Task-IL figure
+    assert "\nPublished (the paper protocol, Task-IL FAA): Paper B, Table 2.\n" in table
+    assert report_dict(report)["groups"][0]["published"] is not None
 
 
 def test_runs_on_another_protocol_or_of_a_variant_match_only_their_own_cell() -> None:

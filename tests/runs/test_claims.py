@@ -37,8 +37,10 @@ def test_the_shipped_claims_name_rows_of_their_tables_and_hold_on_the_papers_fig
                         checked += 1
             assert {*claim.rows, *claim.than} <= named, (claim.id, benchmark)  # no misspelt entry
     # The X-DER paper: 5 columns (CIFAR-100 500, 2000; miniImageNet 2000, 5000; NTU-60 500) x 48
-    # pairs (9 + 1 + 2 + 4 + 16 + 16); the DER paper: 13 pairs at 200 and 500, 11 at 5120 (no iCaRL).
-    assert checked == 5 * 48 + 13 + 13 + 11
+    # pairs (9 + 1 + 2 + 4 + 16 + 16); the DER paper: 13 pairs at 200 and 500, 11 at 5120 (no iCaRL),
+    # plus its regularisers at FT's level (3 pairs in each of the 3 columns) and DER++ above the
+    # 8 other baselines (at 200 and 500).
+    assert checked == 5 * 48 + 13 + 13 + 11 + 3 * 3 + 2 * 8
 
 
 def test_the_analysis_claims_name_rows_of_the_papers_tables_and_hold_on_its_figures() -> None:
@@ -107,6 +109,8 @@ def test_the_claims_asked_for_are_there() -> None:
         "der-above-er",
         "ft-lowest",
         "jt-highest",
+        "regularisers-at-ft",
+        "derpp-above-baselines",
     ]
     assert table_claims("seq-digits", 200) == []
     # the DER paper's Seq-CIFAR-10 has no iCaRL at buffer 5120: the claims there leave it out

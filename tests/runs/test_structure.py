@@ -14,7 +14,8 @@ import xder_cli
 SOURCE = Path(xder_cli.__file__).parent
 LONGEST_MODULE = 600  # lines
 LONGEST_MAIN = 150
-COMMANDS_LINES = 1250  # all of xder_cli.commands (a command parses, calls and prints; the argument vocabulary is xder_cli.arguments)
+# All of xder_cli.commands (a command parses, calls and prints; its vocabulary is xder_cli.arguments).
+COMMANDS_LINES = 1250
 
 
 def _modules() -> dict[str, Path]:

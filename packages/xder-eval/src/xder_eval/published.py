@@ -50,6 +50,8 @@ class PublishedResult:
         faa: final average accuracy (%, Class-IL).
         ff: final forgetting (%, Class-IL); None where the paper gives none (JT, GDumb: "-").
         faa_std, ff_std: the paper's standard deviations over its runs; None where not given.
+        task_il, task_il_std: the Task-IL final average accuracy (%) and its std, where the paper
+            prints one (the DER paper's Table 2); else None.
         seeds: how many runs the paper's figures average, where it states it; else None.
         source: the paper and table, in words.
         row: the row's name in the paper (``"X-DER w/ RPC future heads"``).
@@ -63,6 +65,8 @@ class PublishedResult:
     ff: float | None = None
     faa_std: float | None = None
     ff_std: float | None = None
+    task_il: float | None = None
+    task_il_std: float | None = None
     seeds: int | None = None
     source: str = ""
     row: str = ""

@@ -736,10 +736,12 @@ def _cell(report: Report, group: GroupSummary | None, task_il: bool) -> str:
         return ""
     mode = group.setting(task_il)
     text = f"{_mean_std(mode.faa)} ({_mean_std(mode.ff)}) n={group.n}"
-    published = None if task_il else report.published_for(group)  # published figures are Class-IL
-    if published is not None:
+    published = report.published_for(group)
+    if published is not None and not task_il:
         text += f"; published {_published_stat(published.faa, published.faa_std)} "
         text += f"({_published_stat(published.ff, published.ff_std)})"
+    elif published is not None and published.task_il is not None:  # Task-IL: an FAA, no FF
+        text += f"; published {_published_stat(published.task_il, published.task_il_std)}"
     return text
 
 
@@ -749,8 +751,9 @@ def _published_stat(value: float | None, std: float | None) -> str:
     return _number(value) if std is None else f"{value:.2f} ± {std:.2f}"
 
 
-def _published_sources(report: Report) -> list[str]:
-    return list(dict.fromkeys(p.source for p in report.published.values() if p.source))
+def _published_sources(report: Report, task_il: bool = False) -> list[str]:
+    cells = [p for p in report.published.values() if not task_il or p.task_il is not None]
+    return list(dict.fromkeys(p.source for p in cells if p.source))
 
 
 def _md_escape(text: str) -> str:
@@ -786,9 +789,10 @@ def report_markdown(report: Report, *, task_il: bool = False) -> str:
             cells = [row.method, row.preset, *([row.settings] if with_settings else [])]
             cells += [_cell(report, report.cell(row, column), task_il) for column in report.columns]
             lines.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
-    sources = [] if task_il else _published_sources(report)
+    sources = _published_sources(report, task_il)
     if sources:
-        lines += ["", "Published (the paper protocol, Class-IL): " + "; ".join(sources) + "."]
+        setting = "Task-IL FAA" if task_il else "Class-IL"
+        lines += ["", f"Published (the paper protocol, {setting}): " + "; ".join(sources) + "."]
     if report.problems:
         lines += ["", "Missing or incomplete:", ""]
         lines += [f"- {problem.message}" for problem in report.problems]
@@ -869,6 +873,8 @@ def _published_dict(published: PublishedResult | None) -> dict[str, Any] | None:
         "faa_std": published.faa_std,
         "ff": published.ff,
         "ff_std": published.ff_std,
+        "task_il": published.task_il,
+        "task_il_std": published.task_il_std,
         "seeds": published.seeds,
         "source": published.source,
     }

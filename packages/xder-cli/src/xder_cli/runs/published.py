@@ -2,7 +2,7 @@
 published and claimed, beside ``presets/``).
 
 The file holds the X-DER paper's Table 1 (every row and column, JT and FT included) and the DER
-paper's Table 2 on Seq-CIFAR-10 (Class-IL FAA); its header comment gives the layout::
+paper's Table 2 on Seq-CIFAR-10 (Class-IL and Task-IL FAA); its header comment gives the layout::
 
     [sources.x-der]
     paper = "X-DER paper (Boschini et al., ...)"
@@ -51,7 +51,7 @@ XDER_TABLE = "x-der"
 published results (:func:`xder_table_methods`)."""
 
 _SOURCE_KEYS = {"paper", "table", "seeds"}
-_ENTRY_KEYS = {"row", "method", "faa", "ff", "faa_std", "ff_std", "seeds", "source"}
+_ENTRY_KEYS = {"row", "method", "faa", "ff", "faa_std", "ff_std", "task_il", "task_il_std", "seeds", "source"}
 
 
 def _number(value: Any, where: str, *, optional: bool = True) -> float | None:
@@ -101,6 +101,8 @@ def _parse(data: dict[str, Any]) -> tuple[dict[str, tuple[str, int | None]], tup
                 ff=_number(raw.get("ff"), f"{where}.ff"),
                 faa_std=_number(raw.get("faa_std"), f"{where}.faa_std"),
                 ff_std=_number(raw.get("ff_std"), f"{where}.ff_std"),
+                task_il=_number(raw.get("task_il"), f"{where}.task_il"),
+                task_il_std=_number(raw.get("task_il_std"), f"{where}.task_il_std"),
                 seeds=_seeds(raw.get("seeds"), where) or seeds,
                 source=text,
                 row=str(raw.get("row", name)),

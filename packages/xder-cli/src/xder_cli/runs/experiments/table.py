@@ -192,6 +192,10 @@ TWO_SE_RULE = (
     "run count where it states one, else the published value counts as exact (1/n_p left out); "
     "- where undefined (one seed of ours and no published std)"
 )
+METRICS = ("faa", "ff", "task_il")
+"""The table's metrics: Class-IL FAA and FF, and Task-IL FAA (the DER paper prints both settings)."""
+_LABELS = {"faa": "FAA", "ff": "FF", "task_il": "Task-IL"}
+
 TABLE_CSV_COLUMNS = (
     "entry",
     "method",
@@ -202,7 +206,7 @@ TABLE_CSV_COLUMNS = (
     "seeds",
     *(
         f"{metric}_{part}"
-        for metric in ("faa", "ff")
+        for metric in METRICS
         for part in (
             "mean",
             "std",
@@ -224,9 +228,11 @@ TABLE_CSV_COLUMNS = (
 
 
 def table_metrics(results: dict[str, Any] | None) -> dict[str, float | None]:
-    """``faa``, ``ff`` and ``wall_time_s`` (the run's training time, resumed parts summed) of a
-    results.json (None where it has none)."""
-    return faa_metrics(results) | {"wall_time_s": (results or {}).get("wall_time_s")}
+    """``faa``, ``ff``, ``task_il`` (the Task-IL FAA) and ``wall_time_s`` (the run's training time,
+    resumed parts summed) of a results.json (None where it has none)."""
+    results = results or {}
+    extra = {"task_il": results.get("task_il_faa"), "wall_time_s": results.get("wall_time_s")}
+    return faa_metrics(results) | extra
 
 
 def _metric_cell(
@@ -281,7 +287,7 @@ def summarize_table(
         mode = "judged" if common["protocol"] == DEFAULT_PROTOCOL else "orientation"
     presets = {run.tags["entry"]: run.config["run"]["preset"] for run in runs}
     rows = []
-    per_seed: dict[str, dict[str, list[float]]] = {"faa": {}, "ff": {}}
+    per_seed: dict[str, dict[str, list[float]]] = {metric: {} for metric in METRICS}
     # the claims are about the published table's rows (all of them, even where --methods trains some)
     table_rows = [p.entry for p in published_table(common["benchmark"], buffer_size)]
     for entry in entries:
@@ -298,8 +304,8 @@ def summarize_table(
             "published_seeds": entry.published.seeds if entry.published else None,
             "source": entry.published.source if entry.published else None,
         }
-        for metric in ("faa", "ff"):
-            values = [float(r[metric]) for r in done if r[metric] is not None]
+        for metric in METRICS:
+            values = [float(r[metric]) for r in done if r.get(metric) is not None]
             row[metric] = _metric_cell(values, entry.published, metric, judged=mode == "judged")
             per_seed[metric][entry.name] = values
         times = [float(r["wall_time_s"]) for r in done if r["wall_time_s"] is not None]
@@ -310,7 +316,7 @@ def summarize_table(
         "buffer_size": buffer_size,
         "mode": mode,
         "sources": list(dict.fromkeys(p.source for p in published)),
-        "metric": "FAA and FF (%, Class-IL, test); published: the paper protocol's",
+        "metric": "FAA and FF (%, Class-IL, test) and Task-IL FAA; published: the paper protocol's",
         "rule": TWO_SE_RULE if mode == "judged" else None,
         "rows": rows,
         "claims": check_table_claims(common["benchmark"], buffer_size, table_rows, per_seed),
@@ -341,35 +347,44 @@ def table_markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"# Table: {on}, buffer {summary['buffer_size']}",
         "",
-        "Ours: final average accuracy FAA and final forgetting FF (Class-IL, test split, %), mean ± sample "
-        f"std over the finished seeds of {seeds} (n); each method with its preset (the preset column); "
-        "one run: the mean wall time of a finished run (training and evaluation, resumed parts summed).",
+        "Ours: final average accuracy FAA and final forgetting FF (Class-IL, test split, %) and the Task-IL "
+        f"FAA, mean ± sample std over the finished seeds of {seeds} (n); each method with its preset (the "
+        "preset column); one run: the mean wall time of a finished run (training and evaluation, resumed "
+        "parts summed).",
     ]
     sources = "; ".join(summary["sources"])
     if mode == "ours only":
         lines.append(
             f"No published results for {benchmark}: ours alone, for the methods of the X-DER paper's Table 1."
         )
-        header = ["method", "preset", "FAA", "FF", "n", "one run"]
     elif mode == "orientation":
         lines.append(
             f"Published: {sources}, on the paper protocol: shown for orientation only, since protocol "
             f"{protocol} differs from the paper's; no difference is judged."
         )
-        header = ["method", "preset", "FAA", "FAA published", "FF", "FF published", "n", "one run"]
     else:
         lines.append(f"Published: {sources}. Δ = ours − published; {TWO_SE_RULE}.")
-        header = ["method", "preset", "FAA", "FAA published", "Δ FAA", "> 2 SE"]
-        header += ["FF", "FF published", "Δ FF", "> 2 SE", "n", "one run"]
+    # A metric's published columns where the table has published values of it (Task-IL: the DER
+    # paper's table only); Δ and the 2-SE judgement on the paper protocol.
+    rows = summary["rows"]
+    shown = {
+        m: mode != "ours only" and (m != "task_il" or any(r[m]["published"] is not None for r in rows))
+        for m in METRICS
+    }
+    header = ["method", "preset"]
+    for m in METRICS:
+        header += [_LABELS[m]] + ([f"{_LABELS[m]} published"] if shown[m] else [])
+        header += [f"Δ {_LABELS[m]}", "> 2 SE"] if shown[m] and mode == "judged" else []
+    header += ["n", "one run"]
     lines += ["", "| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
     for row in summary["rows"]:
         cells = [row["entry"], row["preset"] or "-"]
-        for metric in ("faa", "ff"):
+        for metric in METRICS:
             c = row[metric]
             cells.append(fmt_stat(c["mean"], c["std"]))
-            if mode != "ours only":
+            if shown[metric]:
                 cells.append(fmt_stat(c["published"], c["published_std"]))
-            if mode == "judged":
+            if shown[metric] and mode == "judged":
                 cells += [_signed(c["difference"]), _flag(c["exceeds_two_se"])]
         cells.append(f"{row['seeds_finished']}/{row['seeds']}")
         cells.append(_minutes(row.get("wall_time_s")))
@@ -399,7 +414,7 @@ def table_csv(summary: dict[str, Any]) -> str:
     for row in summary["rows"]:
         line = [row["entry"], row["method"], row["row"], row["preset"], summary["buffer_size"]]
         line += [row["seeds_finished"], ";".join(map(str, summary["seeds"]))]
-        line += [row[metric][part] for metric in ("faa", "ff") for part in parts]
+        line += [row[metric][part] for metric in METRICS for part in parts]
         line += [row["published_seeds"], row["source"], summary["mode"], overrides_text(summary["sets"])]
         line += [row.get("wall_time_s")]
         writer.writerow([_csv_value(v) for v in line])
@@ -429,7 +444,7 @@ def plot_table(summary: dict[str, Any], path: Path) -> None:
         ax.set_title(f"{where}: ours (no published results)", fontsize="medium")
         save_figure(fig, path, run=overrides_label(summary))
         return
-    metrics = [m for m in ("faa", "ff") if any(r[m]["published"] is not None for r in rows)]
+    metrics = [m for m in METRICS if any(r[m]["published"] is not None for r in rows)]
     fig = new_figure(5.0 * len(metrics), 5.0)
     for i, metric in enumerate(metrics):
         ax = fig.add_subplot(1, len(metrics), i + 1)
@@ -457,8 +472,8 @@ def plot_table(summary: dict[str, Any], path: Path) -> None:
         ax.plot([0, 100], [0, 100], color="0.6", linestyle="--", linewidth=1)
         ax.set_xlim(0, 100)
         ax.set_ylim(0, 100)
-        ax.set_xlabel(f"{metric.upper()} published (%)")
-        ax.set_ylabel(f"{metric.upper()} ours (%)")
+        ax.set_xlabel(f"{_LABELS[metric]} published (%)")
+        ax.set_ylabel(f"{_LABELS[metric]} ours (%)")
         ax.grid(alpha=0.3)
     title = f"{where}: ours against published"
     if summary["mode"] == "orientation":
