@@ -143,3 +143,12 @@ def test_bench_takes_width_batch_and_buffer_from_the_protocol(benchmark: str, bu
     assert (settings["protocol"], settings["width"], settings["batch_size"]) == ("laptop", 8, 32)
     assert (settings["buffer_size"], settings["protocol_epochs"]) == (buffer_size, 2)
     assert payload["methods"][0]["images_per_step"] == 64  # 32 stream + 32 replayed
+
+
+def test_methods_that_fill_their_memory_at_a_tasks_end_are_benched_with_it() -> None:
+    """GEM writes its episodic memory in end_task (buffer 40 over seq-digits' 5 tasks: 8 items a
+    task), so the bench brings it to task 1 through end_task: a step then passes the 8 stream
+    images and task 0's 8 memory items (16), where a memory left empty would give 8."""
+    payload = run_bench(_options(methods=("gem",), epoch=False))
+    (row,) = payload["methods"]
+    assert row["images_per_step"] == 16

@@ -50,6 +50,11 @@ class MethodBase(nn.Module):
 
     training_data: Literal["task", "cumulative", "none"] = "task"
 
+    fills_at_task_end: bool = False
+    """Whether :meth:`end_task` writes what later steps read (X-DER's, GEM's and FDR's buffers,
+    HAL's anchors), so that a method brought to a later task without training (``xder-run
+    bench``) must go through it; False where the buffer fills from the stream in :meth:`observe`."""
+
     def __init__(
         self,
         net: nn.Module,

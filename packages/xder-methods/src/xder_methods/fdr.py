@@ -121,6 +121,8 @@ class FDR(MethodBase):
       ``get_data(..., transform=self.transform)``).
     """
 
+    fills_at_task_end = True
+
     def __init__(
         self,
         net: nn.Module,

@@ -199,6 +199,8 @@ class HAL(MethodBase):
       ``self.loss``). Anchors are learned at the end of every task, the last included (mammoth).
     """
 
+    fills_at_task_end = True
+
     def __init__(
         self,
         net: nn.Module,

@@ -197,10 +197,10 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
     for t in range(options.task):  # bring the method to task T with a full buffer
         method.begin_task(t)
         labels = torch.arange(t * per_task, (t + 1) * per_task, device=device).repeat_interleave(per_class)
-        buffer = getattr(method, "buffer", None)
-        if name == "xder" or buffer is None:
+        buffer, at_end = getattr(method, "buffer", None), getattr(method, "fills_at_task_end", False)
+        if buffer is None or at_end:
             method.end_task(t, TaskData(task_x, labels, t))
-        else:
+        if buffer is not None and (not at_end or not len(buffer)):  # HAL: its anchors, then its buffer
             logits = torch.randn(n_items, num_classes, device=device) if buffer.logits is not None else None
             buffer.add_reservoir(task_x, labels, logits, task_labels=t, generator=generator)
     method.begin_task(options.task)
