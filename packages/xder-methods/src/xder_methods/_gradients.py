@@ -1,13 +1,20 @@
-"""Gradients as one flat vector: the form in which GEM and A-GEM compare and project them."""
+"""Parameters and gradients as one flat vector: the form in which GEM and A-GEM compare and
+project gradients, and oEWC and SI weigh and anchor parameters."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["assign_gradients", "flatten_gradients"]
+__all__ = ["assign_gradients", "flat_parameters", "flatten_gradients"]
+
+
+def flat_parameters(parameters: Iterable[Tensor]) -> Tensor:
+    """All of ``parameters`` as one (P,) vector, each in its logical (row-major) order, whatever
+    its memory format (a channels-last weight is copied, not viewed). Keeps the graph."""
+    return torch.cat([p.reshape(-1) for p in parameters])
 
 
 def flatten_gradients(parameters: Sequence[nn.Parameter], gradients: Sequence[Tensor | None]) -> Tensor:

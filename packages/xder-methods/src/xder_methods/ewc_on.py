@@ -4,7 +4,6 @@ catastrophic forgetting in neural networks", PNAS 2017)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +11,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
+from xder_methods._gradients import flat_parameters
 from xder_methods._registry import register_method
 from xder_methods.base import MethodBase
 from xder_methods.errors import check_settings
@@ -23,7 +23,6 @@ __all__ = [
     "OnlineEWCConfig",
     "ewc_penalty",
     "fisher_diagonal",
-    "flat_parameters",
     "per_example_log_likelihood_grads",
 ]
 
@@ -60,12 +59,6 @@ class OnlineEWCConfig:
 
 # ---------------------------------------------------------------------------------------------
 # Pure functions
-
-
-def flat_parameters(parameters: Iterable[Tensor]) -> Tensor:
-    """All of ``parameters`` as one (P,) vector, each in its logical (row-major) order, whatever
-    its memory format (a channels-last weight is copied, not viewed). Keeps the graph."""
-    return torch.cat([p.reshape(-1) for p in parameters])
 
 
 def fisher_diagonal(grads: Tensor, log_likelihoods: Tensor, count: int | None = None) -> Tensor:

@@ -9,17 +9,15 @@ sigmoid targets: here the old classes are distilled through a temperature-soften
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from xder_methods._registry import register_method
-from xder_methods.base import MethodBase
 from xder_methods.errors import check_settings
 from xder_methods.losses import seen_class_cross_entropy
-from xder_methods.lwf_mc import frozen_copy
-from xder_methods.protocols import Batch, ContinualSetting, StepOutput, Transforms
+from xder_methods.lwf_mc import PreviousModelTeacher
+from xder_methods.protocols import Batch, StepOutput
 
 __all__ = ["LwF", "LwFConfig", "distillation_loss", "smooth_probabilities"]
 
@@ -91,7 +89,7 @@ def distillation_loss(logits: Tensor, teacher_logits: Tensor, tau: float) -> Ten
 
 
 @register_method("lwf", LwFConfig)
-class LwF(MethodBase):
+class LwF(PreviousModelTeacher):
     """Learning without Forgetting (Li & Hoiem, ECCV 2016 / TPAMI 2017), no buffer.
 
     On a stream batch ``(x, y)`` of task t, with ``f`` the network, ``f_old`` the frozen network
@@ -145,28 +143,6 @@ class LwF(MethodBase):
       ``weight_decay = 0.001``; mammoth since 2022 passes ``optim_wd = 0.0005`` to SGD instead.
       Either is a schedule setting here (``train.weight_decay``), outside the logged loss.
     """
-
-    def __init__(
-        self,
-        net: nn.Module,
-        setting: ContinualSetting,
-        transforms: Transforms,
-        config: Any,
-        generator: torch.Generator | None = None,
-    ) -> None:
-        super().__init__(net, setting, transforms, config, generator)
-        # Registered from the start (same state_dict keys in every task); refreshed at begin_task.
-        self.teacher = frozen_copy(net)
-
-    def train(self, mode: bool = True) -> LwF:
-        super().train(mode)
-        self.teacher.train(False)
-        return self
-
-    def begin_task(self, task: int) -> None:
-        super().begin_task(task)
-        if task >= 1:
-            self.teacher.load_state_dict(self.net.state_dict())
 
     def observe(self, batch: Batch) -> StepOutput:
         num_old, num_seen = self.setting.class_range(batch.task)

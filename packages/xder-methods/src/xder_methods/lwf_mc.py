@@ -37,6 +37,7 @@ from xder_methods.protocols import Batch, ContinualSetting, StepOutput, Transfor
 __all__ = [
     "LwFMC",
     "LwFMCConfig",
+    "PreviousModelTeacher",
     "binary_cross_entropy_per_item",
     "distillation_targets",
     "frozen_copy",
@@ -87,10 +88,11 @@ def binary_cross_entropy_per_item(logits: Tensor, targets: Tensor) -> Tensor:
     return F.binary_cross_entropy_with_logits(logits, targets, reduction="none").mean(dim=1)
 
 
-@register_method("lwf_mc", LwFMCConfig)
-class LwFMC(MethodBase):
-    """LwF.MC: sigmoid cross-entropy on the new classes plus sigmoid distillation from the model
-    of the previous task on the old ones (see the module docstring)."""
+class PreviousModelTeacher(MethodBase):
+    """A method with a teacher: a frozen copy of the network as it was when the current task
+    began (LwF.MC, iCaRL, LwF). Registered from the start, so that every ``state_dict`` has the
+    same keys; refreshed at ``begin_task`` of every task t >= 1; in eval mode even while the
+    method trains."""
 
     def __init__(
         self,
@@ -101,10 +103,9 @@ class LwFMC(MethodBase):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
-        # Registered from the start (same keys in every state_dict); refreshed at begin_task.
         self.teacher = frozen_copy(net)
 
-    def train(self, mode: bool = True) -> LwFMC:
+    def train(self, mode: bool = True) -> PreviousModelTeacher:
         super().train(mode)
         self.teacher.train(False)
         return self
@@ -113,6 +114,12 @@ class LwFMC(MethodBase):
         super().begin_task(task)
         if task >= 1:
             self.teacher.load_state_dict(self.net.state_dict())
+
+
+@register_method("lwf_mc", LwFMCConfig)
+class LwFMC(PreviousModelTeacher):
+    """LwF.MC: sigmoid cross-entropy on the new classes plus sigmoid distillation from the model
+    of the previous task on the old ones (see the module docstring)."""
 
     @torch.no_grad()
     def teacher_logits(self, x: Tensor) -> Tensor:

@@ -4,13 +4,13 @@ Intelligence", ICML 2017)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
+from xder_methods._gradients import flat_parameters, flatten_gradients
 from xder_methods._registry import register_method
 from xder_methods.base import MethodBase
 from xder_methods.errors import check_settings
@@ -58,11 +58,6 @@ class SIConfig:
 
 # ---------------------------------------------------------------------------------------------
 # Pure functions
-
-
-def _flat(tensors: Iterable[Tensor]) -> Tensor:
-    """One (P,) vector of ``tensors``, each in its logical (row-major) order."""
-    return torch.cat([t.reshape(-1) for t in tensors])
 
 
 def path_contribution(gradient: Tensor, before: Tensor, after: Tensor) -> Tensor:
@@ -163,7 +158,7 @@ class SI(MethodBase):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
-        theta = _flat(net.parameters()).detach()
+        theta = flat_parameters(net.parameters()).detach()
         self.register_buffer("omega", torch.zeros_like(theta))
         self.register_buffer("importance", torch.zeros_like(theta))
         self.register_buffer("anchors", theta.clone())
@@ -180,16 +175,17 @@ class SI(MethodBase):
         ce = seen_class_cross_entropy(self.net(batch.x), batch.y, self.seen_classes(batch.task))
         if batch.task == 0:  # Omega is zero until the first task ends: the penalty would be 0
             return StepOutput(ce, {"ce": ce.detach()})
-        theta = _flat(self.net.parameters())
+        theta = flat_parameters(self.net.parameters())
         penalty = si_penalty(theta, self.anchors, self.importance, self.config.c)
         return StepOutput(ce + penalty, {"ce": ce.detach(), "penalty": penalty.detach()})
 
     def _gradient(self) -> Tensor:
-        return _flat(torch.zeros_like(p) if p.grad is None else p.grad for p in self.net.parameters())
+        params = list(self.net.parameters())
+        return flatten_gradients(params, [p.grad for p in params])
 
     @torch.no_grad()
     def after_backward(self) -> None:
-        theta = _flat(self.net.parameters())
+        theta = flat_parameters(self.net.parameters())
         task_gradient = None
         if self.config.path_gradient == "task":  # read before clipping: the task loss's own gradient
             task_gradient = self._gradient()
@@ -204,13 +200,13 @@ class SI(MethodBase):
     def after_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self._step_gradient is None or self._step_start is None:
             raise RuntimeError("SI.after_step without after_backward: the step's gradient is missing")
-        after = _flat(self.net.parameters())
+        after = flat_parameters(self.net.parameters())
         self.omega += path_contribution(self._step_gradient, self._step_start, after)
         self._step_gradient = self._step_start = None
 
     @torch.no_grad()
     def end_task(self, task: int, data: TaskData) -> None:
-        theta = _flat(self.net.parameters())
+        theta = flat_parameters(self.net.parameters())
         self.importance += si_importance(self.omega, theta - self.anchors, self.config.xi)
         self.anchors.copy_(theta)
         self.omega.zero_()
