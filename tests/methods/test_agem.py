@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xder_methods import Batch, OpCounter, TaskData, TrainingSchedule, Transforms, create_method, fit
+from xder_methods import Batch, OpCounter, TaskData, Transforms, create_method
 from xder_methods._gradients import flatten_gradients
 from xder_methods.agem import AGEM, AGEMConfig, project_agem
 
@@ -113,36 +113,6 @@ def test_projected_step_does_not_increase_the_memory_loss(stream, tiny_net, sett
     applied = flatten_gradients(params, [p.grad for p in params])
     assert float(applied @ memory_gradient) >= -1e-5 * float(raw.norm() * memory_gradient.norm())
     torch.testing.assert_close(applied, project_agem(raw, memory_gradient))
-
-
-def test_trains_to_75_percent_on_task_zero(stream, transforms, tiny_net, setting_of) -> None:
-    method = build(stream, tiny_net, setting_of, transforms, seed=1)
-    history = fit(
-        method, stream, TrainingSchedule(epochs=6, batch_size=8, lr=0.1), generator=torch.Generator()
-    )
-    assert history.class_il[0][0] >= 75.0, history.class_il
-
-
-@pytest.mark.parametrize("stop_after", [2, 3])  # a task boundary and mid-task (2 epochs per task)
-def test_resume_equals_uninterrupted(
-    stop_after, stream, transforms, tiny_net, setting_of, snapshot_after
-) -> None:
-    schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
-
-    def fresh(seed: int = 0) -> tuple[AGEM, torch.Generator]:
-        method = build(stream, tiny_net, setting_of, transforms, seed=seed)
-        assert method.generator is not None
-        return method, method.generator
-
-    method, g = fresh()
-    full = fit(method, stream, schedule, generator=g)
-    method, g = fresh()
-    snapshot = snapshot_after(method, stream, schedule, g, stop_after)
-    torch.manual_seed(123)  # the resumed process starts from a different global RNG state
-    method, g = fresh(seed=99)
-    resumed = fit(method, stream, schedule, generator=g, resume=snapshot)
-    assert resumed.class_il == full.class_il
-    assert resumed.task_il == full.task_il
 
 
 @pytest.mark.parametrize("task", [0, 2])

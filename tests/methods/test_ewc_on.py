@@ -184,37 +184,6 @@ def test_the_penalty_adds_its_gradient_and_holds_important_weights(
     torch.testing.assert_close(torch.cat([g.reshape(-1) for g in grads]), expected)
 
 
-def test_trains_task_0(stream, transforms, tiny_net, setting_of) -> None:
-    torch.manual_seed(1)  # the registry-wide test's untrained net: 50% on task 0
-    method = create_method(
-        "ewc_on",
-        net=tiny_net(6),
-        setting=setting_of(stream),
-        transforms=transforms,
-        generator=torch.Generator().manual_seed(0),
-    )
-    history = fit(
-        method, stream, TrainingSchedule(epochs=6, batch_size=8, lr=0.1), generator=torch.Generator()
-    )
-    assert history.random_init_task_il[0] == 50.0
-    assert history.class_il[0][0] >= 75.0
-    assert method.fisher.abs().sum() > 0  # two tasks' end passed: the Fisher is in place
-
-
-def test_resume_equals_uninterrupted(stream, transforms, tiny_net, setting_of, snapshot_after) -> None:
-    schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
-    method = build(stream, transforms, tiny_net, setting_of, batchnorm=True, lambda_=5.0)
-    full = fit(method, stream, schedule, generator=torch.Generator().manual_seed(0))
-    for stop_after in (1, 2, 3):  # mid task 0, at task 0's end (before end_task), mid task 1
-        method = build(stream, transforms, tiny_net, setting_of, batchnorm=True, lambda_=5.0)
-        snapshot = snapshot_after(method, stream, schedule, torch.Generator().manual_seed(0), stop_after)
-        torch.manual_seed(123)  # the resumed process starts from a different global RNG state
-        method = build(stream, transforms, tiny_net, setting_of, seed=99, batchnorm=True, lambda_=5.0)
-        resumed = fit(method, stream, schedule, generator=torch.Generator().manual_seed(99), resume=snapshot)
-        assert resumed.class_il == full.class_il, stop_after
-        assert resumed.task_il == full.task_il, stop_after
-
-
 def test_a_task_1_step_has_no_host_sync(stream, transforms, tiny_net, setting_of) -> None:
     method = build(stream, transforms, tiny_net, setting_of, batchnorm=True)
     method.end_task(0, task_data(stream, 0))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 import torch.nn.functional as F
 
@@ -168,26 +167,6 @@ def test_fdr_trains_task_zero(stream, transforms, tiny_net, setting_of) -> None:
     schedule = TrainingSchedule(epochs=6, batch_size=8, lr=0.1)
     history = fit(method, stream, schedule, generator=torch.Generator())
     assert history.class_il[0][0] >= 75.0, history.class_il
-
-
-@pytest.mark.parametrize("stop_after", [2, 3])  # mid-task and at a task boundary (2 epochs/task)
-def test_resume_equals_uninterrupted(
-    stop_after, stream, transforms, tiny_net, setting_of, snapshot_after
-) -> None:
-    """The method's generator is the loop's (as ``xder-run train`` builds them), so the snapshot
-    holds every random state; the buffer, its per-task counts and the loop's optimiser (both
-    steps' momentum) are in it too."""
-    schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
-    method = build(stream, tiny_net, setting_of, transforms)
-    full = fit(method, stream, schedule, generator=method.generator)
-    method = build(stream, tiny_net, setting_of, transforms)
-    snapshot = snapshot_after(method, stream, schedule, method.generator, stop_after)
-    torch.manual_seed(123)
-    method = build(stream, tiny_net, setting_of, transforms, seed=99)
-    resumed = fit(method, stream, schedule, generator=method.generator, resume=snapshot)
-    assert resumed.class_il == full.class_il
-    assert resumed.task_il == full.task_il
-    assert method.task_counts == [3, 3, 3]
 
 
 def test_a_step_has_no_host_sync(stream, transforms, tiny_net, setting_of) -> None:

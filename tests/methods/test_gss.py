@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xder_methods import Batch, OpCounter, TrainingSchedule, create_method, fit
+from xder_methods import Batch, OpCounter, create_method
 from xder_methods.buffer import Buffer
 from xder_methods.errors import MethodConfigError
 from xder_methods.gss import (
@@ -239,38 +239,6 @@ def test_extra_iterations_walk_one_permutation_and_step_each_time(
 
 
 # ------------------------------------------------------------------------------- training, resume
-
-
-def test_trains_task_zero(stream, transforms, tiny_net, setting_of) -> None:
-    method = build(stream, transforms, tiny_net, setting_of, seed=1)
-    history = fit(
-        method, stream, TrainingSchedule(epochs=6, batch_size=8, lr=0.1), generator=torch.Generator()
-    )
-    assert history.class_il[0][0] >= 75.0, history.class_il
-    assert len(method.buffer) == 10
-    assert method.buffer.num_seen == 3 * 6 * 24
-    state = method.state_dict()
-    assert {"buffer.scores", "buffer.examples", "buffer.labels"} <= set(state)
-    clone = build(stream, transforms, tiny_net, setting_of, seed=5)
-    clone.load_state_dict(state)
-    torch.testing.assert_close(clone.buffer.scores, method.buffer.scores)
-    assert (len(clone.buffer), clone.buffer.num_seen) == (10, 3 * 6 * 24)
-
-
-@pytest.mark.parametrize("stop_after", [2, 3])  # at the task boundary and mid-task (2 epochs a task)
-def test_resume_equals_uninterrupted(
-    stop_after, stream, transforms, tiny_net, setting_of, snapshot_after
-) -> None:
-    schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9, tasks=2)
-    method = build(stream, transforms, tiny_net, setting_of, batchnorm=True)
-    full = fit(method, stream, schedule, generator=torch.Generator().manual_seed(7))
-    method = build(stream, transforms, tiny_net, setting_of, batchnorm=True)
-    snapshot = snapshot_after(method, stream, schedule, torch.Generator().manual_seed(7), stop_after)
-    torch.manual_seed(123)
-    method = build(stream, transforms, tiny_net, setting_of, batchnorm=True, seed=99)
-    resumed = fit(method, stream, schedule, generator=torch.Generator(), resume=snapshot)
-    assert resumed.class_il == full.class_il
-    assert resumed.task_il == full.task_il
 
 
 def test_a_step_has_no_host_sync(stream, transforms, tiny_net, setting_of) -> None:

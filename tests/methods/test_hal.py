@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
@@ -236,24 +235,6 @@ def test_hal_trains_task_zero(stream, transforms, tiny_net, setting_of) -> None:
         method, stream, TrainingSchedule(epochs=6, batch_size=8, lr=0.1), generator=torch.Generator()
     )
     assert history.class_il[0][0] >= 75.0, history.class_il
-
-
-@pytest.mark.parametrize("stop_after", [2, 3])  # mid-task and at a task boundary (2 epochs/task)
-def test_resume_equals_uninterrupted(
-    stop_after, stream, transforms, tiny_net, setting_of, snapshot_after
-) -> None:
-    schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
-    method = build(stream, tiny_net, setting_of, transforms)
-    full = fit(method, stream, schedule, generator=method.generator)
-    full_anchors = method.anchors.clone()
-    method = build(stream, tiny_net, setting_of, transforms)
-    snapshot = snapshot_after(method, stream, schedule, method.generator, stop_after)
-    torch.manual_seed(123)
-    method = build(stream, tiny_net, setting_of, transforms, seed=99)
-    resumed = fit(method, stream, schedule, generator=method.generator, resume=snapshot)
-    assert resumed.class_il == full.class_il
-    assert resumed.task_il == full.task_il
-    torch.testing.assert_close(method.anchors, full_anchors, rtol=0, atol=0)
 
 
 def test_a_step_has_no_host_sync(stream, transforms, tiny_net, setting_of) -> None:

@@ -221,45 +221,6 @@ def test_teacher_lives_in_the_state_dict(stream, transforms, tiny_net, setting_o
     torch.testing.assert_close(clone.observe(step).loss, method.observe(step).loss)
 
 
-def test_trains_task_zero_through_fit(stream, transforms, tiny_net, setting_of) -> None:
-    torch.manual_seed(1)  # the registry-wide test's untrained net (50% on task 0)
-    method = create_method(
-        "lwf",
-        net=tiny_net(6),
-        setting=setting_of(stream),
-        transforms=transforms,
-        generator=torch.Generator().manual_seed(0),
-    )
-    history = fit(
-        method, stream, TrainingSchedule(epochs=6, batch_size=8, lr=0.1), generator=torch.Generator()
-    )
-    assert history.random_init_task_il[0] == 50.0
-    assert history.class_il[0][0] >= 75.0, history.class_il
-    assert [len(row) for row in history.class_il] == [1, 2, 3]
-
-
-@pytest.mark.parametrize("stop_after", [2, 3])  # at a task boundary and mid-task 1 (2 epochs per task)
-def test_resume_equals_uninterrupted(
-    stream, transforms, tiny_net, setting_of, snapshot_after, stop_after
-) -> None:
-    schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9, weight_decay=5e-4)
-
-    def run(seed: int) -> tuple[LwF, torch.Generator]:
-        return make(
-            stream, transforms, tiny_net, setting_of, seed=seed, batchnorm=True
-        ), torch.Generator().manual_seed(0)
-
-    method, g = run(0)
-    full = fit(method, stream, schedule, generator=g)
-    method, g = run(0)
-    snapshot = snapshot_after(method, stream, schedule, g, stop_after)
-    torch.manual_seed(123)  # the resumed process starts from a different global RNG state
-    method, g = run(99)  # and from another network: everything must come from the snapshot
-    resumed = fit(method, stream, schedule, generator=g, resume=snapshot)
-    assert resumed.class_il == full.class_il
-    assert resumed.task_il == full.task_il
-
-
 def test_a_step_has_no_host_synchronisation(stream, transforms, tiny_net, setting_of) -> None:
     method = make(stream, transforms, tiny_net, setting_of, batchnorm=True)
     method.begin_task(1)

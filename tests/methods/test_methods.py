@@ -100,6 +100,33 @@ def test_every_method_trains_evaluates_and_round_trips(
 
 
 @pytest.mark.parametrize("name", list_methods())
+@pytest.mark.parametrize("stop_after", [2, 3])  # a task boundary and mid-task (2 epochs per task)
+def test_every_method_resumes_to_the_uninterrupted_run(
+    name, stop_after, stream, transforms, tiny_net, setting_of, snapshot_after
+) -> None:
+    """Fit interrupted after ``stop_after`` epochs (what a checkpoint holds), then resumed by a
+    fresh method in a process whose global random state differs: the same accuracy matrices as an
+    uninterrupted fit. BatchNorm (running statistics) and momentum (optimiser state) included, so
+    everything a method keeps (buffers, teachers, importances, anchors) must be in its state."""
+    schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
+
+    def fresh(seed: int = 0):
+        method = build(name, stream, transforms, lambda n: tiny_net(n, batchnorm=True), setting_of)
+        generator = torch.Generator().manual_seed(seed)
+        method.generator = generator
+        return method, generator
+
+    method, g = fresh()
+    full = fit(method, stream, schedule, generator=g)
+    method, g = fresh()
+    snapshot = snapshot_after(method, stream, schedule, g, stop_after)
+    torch.manual_seed(123)
+    method, g = fresh(seed=99)
+    resumed = fit(method, stream, schedule, generator=g, resume=snapshot)
+    assert (resumed.class_il, resumed.task_il) == (full.class_il, full.task_il)
+
+
+@pytest.mark.parametrize("name", list_methods())
 def test_every_config_documents_paper_defaults_and_is_frozen(name) -> None:
     cls = method_config_class(name)
     config = cls()

@@ -196,39 +196,6 @@ def test_the_path_integral_adds_up_to_the_loss_decrease(stream, transforms, tiny
     assert method.omega.sum().item() == pytest.approx(start - end, rel=0.01)
 
 
-def test_trains_task_0(stream, transforms, tiny_net, setting_of) -> None:
-    torch.manual_seed(1)  # the registry-wide test's untrained net: 50% on task 0
-    method = create_method(
-        "si",
-        net=tiny_net(6),
-        setting=setting_of(stream),
-        transforms=transforms,
-        generator=torch.Generator().manual_seed(0),
-    )
-    history = fit(
-        method, stream, TrainingSchedule(epochs=6, batch_size=8, lr=0.1), generator=torch.Generator()
-    )
-    assert history.random_init_task_il[0] == 50.0
-    assert history.class_il[0][0] >= 75.0
-    assert method.importance.abs().sum() > 0
-
-
-def test_resume_equals_uninterrupted(stream, transforms, tiny_net, setting_of, snapshot_after) -> None:
-    schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
-    method = build(stream, transforms, tiny_net, setting_of, batchnorm=True, c=5.0)
-    full = fit(method, stream, schedule, generator=torch.Generator().manual_seed(0))
-    for stop_after in (1, 2, 3):  # mid task 0, at task 0's end (before end_task), mid task 1
-        method = build(stream, transforms, tiny_net, setting_of, batchnorm=True, c=5.0)
-        snapshot = snapshot_after(method, stream, schedule, torch.Generator().manual_seed(0), stop_after)
-        if stop_after == 1:  # mid-task: the path integral so far is part of the state
-            assert snapshot["method"]["omega"].abs().sum() > 0
-        torch.manual_seed(123)  # the resumed process starts from a different global RNG state
-        method = build(stream, transforms, tiny_net, setting_of, seed=99, batchnorm=True, c=5.0)
-        resumed = fit(method, stream, schedule, generator=torch.Generator().manual_seed(99), resume=snapshot)
-        assert resumed.class_il == full.class_il, stop_after
-        assert resumed.task_il == full.task_il, stop_after
-
-
 @pytest.mark.parametrize("path_gradient", ["total", "task"])
 def test_a_task_1_step_has_no_host_sync(path_gradient, stream, transforms, tiny_net, setting_of) -> None:
     method = build(stream, transforms, tiny_net, setting_of, batchnorm=True, path_gradient=path_gradient)
