@@ -249,3 +249,21 @@ def test_a_step_has_no_host_sync(stream, transforms, tiny_net, setting_of) -> No
         out = method.observe(batch)
         apply_step(method, out.loss, optimizer)  # the replay step, the anchoring step, phi
     assert counter.host_syncs == 0, counter.syncs
+
+
+def test_the_anchors_take_the_training_lr_unless_given_one(stream, transforms, tiny_net, setting_of) -> None:
+    """mammoth fine-tunes and learns the anchors at its training lr: unset, ``anchor_lr`` follows
+    the lr of the last step (0.03, the DER paper's, before any step); given, it is used."""
+    method = build(stream, tiny_net, setting_of, transforms)
+    assert method.anchor_lr() == 0.03
+    fit(
+        method,
+        stream,
+        TrainingSchedule(epochs=1, batch_size=8, lr=0.07, tasks=1),
+        generator=torch.Generator(),
+    )
+    assert method.anchor_lr() == 0.07
+    clone = build(stream, tiny_net, setting_of, transforms)
+    clone.load_state_dict(method.state_dict())  # a resumed run keeps it
+    assert clone.anchor_lr() == 0.07
+    assert build(stream, tiny_net, setting_of, transforms, anchor_lr=0.2).anchor_lr() == 0.2

@@ -20,7 +20,10 @@ from xder_methods.errors import check_settings
 from xder_methods.lwf_mc import frozen_copy
 from xder_methods.protocols import Backbone, Batch, ContinualSetting, StepOutput, TaskData, Transforms
 
-__all__ = ["HAL", "HALConfig", "anchor_loss", "anchor_objective", "ring_slots"]
+__all__ = ["ANCHOR_LR_BEFORE_TRAINING", "HAL", "HALConfig", "anchor_loss", "anchor_objective", "ring_slots"]
+
+ANCHOR_LR_BEFORE_TRAINING = 0.03
+"""The anchors' lr where no training step preceded them (the DER paper's Split CIFAR-10 lr)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,9 +41,9 @@ class HALConfig(ReplayConfig):
     finetuning_epochs: SGD steps of the memory fine-tuning that estimates forgetting; as in
         mammoth, each is ONE step on one batch of ``finetuning_batch_size`` buffer items (1).
     finetuning_batch_size: items of each fine-tuning step (mammoth: its stream batch size, 32).
-    anchor_lr: learning rate of the fine-tuning and of the anchors' optimisation (mammoth: its
-        training lr ``args.lr``, 0.03 for seq-cifar10 at both buffer sizes; set it with
-        ``train.lr`` when that changes).
+    anchor_lr: learning rate of the fine-tuning and of the anchors' optimisation; None
+        (default): the training lr of the task's last step, as mammoth takes its ``args.lr``
+        (:data:`ANCHOR_LR_BEFORE_TRAINING`, the DER paper's 0.03, where no step was taken).
     """
 
     buffer_size: int = 200
@@ -51,7 +54,7 @@ class HALConfig(ReplayConfig):
     steps_on_anchors: int = 100
     finetuning_epochs: int = 1
     finetuning_batch_size: int = 32
-    anchor_lr: float = 0.03
+    anchor_lr: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -62,7 +65,7 @@ class HALConfig(ReplayConfig):
             (self.steps_on_anchors >= 0, f"steps_on_anchors must be >= 0, got {self.steps_on_anchors}"),
             (self.finetuning_epochs >= 0, f"finetuning_epochs must be >= 0, got {self.finetuning_epochs}"),
             (self.finetuning_batch_size >= 1, "finetuning_batch_size must be >= 1"),
-            (self.anchor_lr > 0, f"anchor_lr must be > 0, got {self.anchor_lr}"),
+            (self.anchor_lr is None or self.anchor_lr > 0, f"anchor_lr must be > 0, got {self.anchor_lr}"),
         ]
         check_settings(checks, prefix="method.")
 
@@ -214,6 +217,7 @@ class HAL(MethodBase):
         self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=device)
         self.portion = config.buffer_size // setting.n_tasks
         self.seen_in_task = 0
+        self.training_lr: float | None = None  # the lr of the last step (after_step)
         self.anchors: Tensor
         self.phi: Tensor
         # Row c: the anchor of class c, learned at the end of c's task; zero until then.
@@ -257,6 +261,7 @@ class HAL(MethodBase):
         self.buffer.set_size(batch.task * self.portion + min(self.seen_in_task, self.portion))
 
     def after_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.training_lr = float(optimizer.param_groups[0]["lr"])  # a Python float: no sync
         if self._pre_step is not None:
             anchors = self.active_anchors(self.current_task)
             with torch.no_grad():
@@ -283,7 +288,7 @@ class HAL(MethodBase):
         anchors = torch.rand(
             (end - start, *self.setting.input_shape), generator=self.generator, device=self.anchors.device
         ).requires_grad_(True)
-        optimizer = torch.optim.SGD([anchors], lr=self.config.anchor_lr)
+        optimizer = torch.optim.SGD([anchors], lr=self.anchor_lr())
         labels = torch.arange(start, end, device=self.anchors.device)
         for _ in range(self.config.steps_on_anchors):
             optimizer.zero_grad(set_to_none=True)
@@ -300,7 +305,7 @@ class HAL(MethodBase):
         """A copy of the network after ``finetuning_epochs`` SGD steps on buffer batches (train
         mode), returned in eval mode without gradients: the estimate of the future network."""
         model = copy.deepcopy(self.net).train(True)
-        optimizer = torch.optim.SGD(model.parameters(), lr=self.config.anchor_lr)
+        optimizer = torch.optim.SGD(model.parameters(), lr=self.anchor_lr())
         for _ in range(self.config.finetuning_epochs if len(self.buffer) else 0):
             sample = self.buffer.sample(self.config.finetuning_batch_size, self.generator)
             x = self.transforms.train(sample.examples, self.generator)
@@ -310,9 +315,17 @@ class HAL(MethodBase):
         model.requires_grad_(False)
         return model.train(False)
 
+    def anchor_lr(self) -> float:
+        """The lr of the fine-tuning and of the anchors: ``anchor_lr``, else the training lr."""
+        if self.config.anchor_lr is not None:
+            return float(self.config.anchor_lr)
+        return ANCHOR_LR_BEFORE_TRAINING if self.training_lr is None else self.training_lr
+
     def get_extra_state(self) -> dict[str, Any]:
-        return {**super().get_extra_state(), "seen_in_task": self.seen_in_task}
+        state = {"seen_in_task": self.seen_in_task, "training_lr": self.training_lr}
+        return {**super().get_extra_state(), **state}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         super().set_extra_state(state)
         self.seen_in_task = int(state["seen_in_task"])
+        self.training_lr = state["training_lr"]
