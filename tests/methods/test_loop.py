@@ -431,3 +431,31 @@ def test_step_hooks_see_gradients_around_the_step(stream, transforms, tiny_net, 
     fit(method, stream, TrainingSchedule(epochs=1, batch_size=8, lr=0.1, tasks=1), generator=g)
     # 24 rows, batch 8: 3 steps, each backward -> step; plain SGD on zero gradients moves nothing.
     assert calls == [("backward", True), ("step", True)] * 3
+
+
+def test_a_term_after_step_adds_is_logged_with_the_step(stream, transforms, tiny_net, setting_of) -> None:
+    """FDR and HAL log their extra step's loss by adding it to the terms observe returned: the
+    loop reads the terms after after_step, so the epoch's mean holds it (2.0 on every step)."""
+    method, g = _method("sgd", stream, transforms, tiny_net, setting_of)
+    observe, outputs = method.observe, []
+
+    def observed(batch):
+        outputs.append(observe(batch))
+        return outputs[-1]
+
+    def after_step(optimizer: torch.optim.Optimizer) -> None:
+        outputs[-1].terms["extra"] = torch.tensor(2.0)
+
+    method.observe = observed  # type: ignore[method-assign]
+    method.after_step = after_step  # type: ignore[method-assign]
+    recorder = Recorder()
+    records = []
+    recorder.on_epoch_end = lambda loop, record: records.append(record)  # type: ignore[method-assign]
+    fit(
+        method,
+        stream,
+        TrainingSchedule(epochs=1, batch_size=8, lr=0.1, tasks=1),
+        generator=g,
+        callbacks=[recorder],
+    )
+    assert records[0].losses["extra"] == pytest.approx(2.0)

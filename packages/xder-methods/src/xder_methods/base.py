@@ -103,7 +103,9 @@ class MethodBase(nn.Module):
         """Called right after the loop's optimiser step (``optimizer``: the loop's, for a method
         that takes a further step of its own with it, as HAL does on its anchors). A method that
         tracks the parameters' path (SI) or takes extra steps (FDR, HAL) overrides it; nothing by
-        default; not called on a step whose loss is None."""
+        default; not called on a step whose loss is None. A term it adds to the ``terms`` of the
+        :class:`StepOutput` that :meth:`observe` returned (a detached scalar: the extra step's
+        loss) is logged with the step's: the loop reads the terms after this call."""
 
     def end_task(self, task: int, data: TaskData) -> None:
         """Called once after the last epoch of ``task`` with all of its training data (``data``:

@@ -643,7 +643,7 @@ def _run_epoch(
         if out.loss is not None:
             apply_step(method, out.loss, optimizer)
             sums["loss"] = sums.get("loss", 0) + out.loss.detach()
-        for name, value in out.terms.items():
+        for name, value in out.terms.items():  # after the step: after_step may add its own terms
             sums[name] = sums.get(name, 0) + value.detach()
         for callback in calls:
             callback.on_step(loop)
