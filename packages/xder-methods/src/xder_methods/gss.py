@@ -103,7 +103,8 @@ def gss_replacement(
     Args:
         buffer_scores: (M,) the stored scores ``C`` of a full buffer (>= 0).
         candidate_scores: (K,) the candidates' scores ``c``.
-        choice_draws, accept_draws: (K,) uniform draws on [0, 1).
+        choice_draws: (K,) uniform draws on [0, 1): which slot each candidate may replace.
+        accept_draws: (K,) uniform draws on [0, 1): whether it replaces it.
 
     Returns:
         ``(slots, scores)``: (K,) int64 slot of each candidate, ``M`` where it does not enter

@@ -111,8 +111,8 @@ def anchor_objective(
         CE(f_finetuned(e), c) - CE(f_current(e), c) - gamma * || phi(e) - phi_t ||^2
 
     Args:
-        finetuned_logits, current_logits: (K, C) logits of the K anchors under the fine-tuned copy
-            and the current network.
+        finetuned_logits: (K, C) logits of the K anchors under the fine-tuned copy.
+        current_logits: (K, C) their logits under the current network.
         current_features: (K, F) the current network's features of the anchors.
         labels: (K,) the class of each anchor.
         phi: (F,) the running mean of the task's stream features.
