@@ -210,7 +210,12 @@ def test_table_plot(mode: str, tmp_path: Path, saved_figures, readable) -> None:
         }
 
     rows = [
-        {"entry": e, "faa": cell(20 + 6 * i, 22 + 6 * i), "ff": cell(60 - 4 * i, 58 - 4 * i)}
+        {
+            "entry": e,
+            "faa": cell(20 + 6 * i, 22 + 6 * i),
+            "ff": cell(60 - 4 * i, 58 - 4 * i),
+            "task_il": cell(60 + 3 * i, 62 + 3 * i),  # a third panel where published (DER paper)
+        }
         for i, e in enumerate(entries)
     ]
     summary = {
