@@ -459,3 +459,76 @@ def test_a_term_after_step_adds_is_logged_with_the_step(stream, transforms, tiny
         callbacks=[recorder],
     )
     assert records[0].losses["extra"] == pytest.approx(2.0)
+
+
+class _StopAtTaskEnd(Callback):
+    """Snapshots the loop at the end of task 0 (position: task 1, epoch 0) and stops the run."""
+
+    def __init__(self) -> None:
+        self.snapshot: dict | None = None
+
+    def on_task_end(self, loop, record) -> None:
+        self.snapshot = loop.snapshot()
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("stop", [None, "mid-task", "after-epochs", "task-end"])
+def test_prepare_task_runs_once_per_task_before_its_first_step(
+    stop, stream, transforms, tiny_net, setting_of, snapshot_after
+) -> None:
+    """After begin_task, before the task's first observe, with the task's own training rows and
+    the schedule. A run resumed inside a task (2 epochs per task: 3 epochs done, or 4, when only
+    task 1's end is left) does not prepare that task again: its work is in the checkpoint; one
+    resumed from a snapshot at a task's end prepares the next task as the uninterrupted run."""
+    schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1)
+
+    def recording(seed: int):
+        method, g = _method("sgd", stream, transforms, tiny_net, setting_of, seed=seed)
+        calls: list[tuple] = []
+        begin, observe = method.begin_task, method.observe
+
+        def begin_task(task: int) -> None:
+            calls.append(("begin", task))
+            begin(task)
+
+        def prepare_task(task: int, data, given) -> None:
+            rows = stream.task(task).train
+            same = torch.equal(data.x_raw, stream.train_x[rows]) and torch.equal(data.y, stream.train_y[rows])
+            calls.append(("prepare", task, data.task, same, given is schedule))
+
+        def observed(batch):
+            if not calls or calls[-1][0] != "observe":
+                calls.append(("observe", batch.task))
+            return observe(batch)
+
+        method.begin_task = begin_task  # type: ignore[method-assign]
+        method.prepare_task = prepare_task  # type: ignore[method-assign]
+        method.observe = observed  # type: ignore[method-assign]
+        return method, g, calls
+
+    def task_calls(task: int) -> list[tuple]:
+        return [("begin", task), ("prepare", task, task, True, True), ("observe", task)]
+
+    if stop is None:
+        method, g, calls = recording(0)
+        fit(method, stream, schedule, generator=g)
+        assert calls == task_calls(0) + task_calls(1) + task_calls(2)
+        return
+    method, g = _method("sgd", stream, transforms, tiny_net, setting_of)
+    if stop == "task-end":
+        stopper = _StopAtTaskEnd()
+        with pytest.raises(KeyboardInterrupt):
+            fit(method, stream, schedule, generator=g, callbacks=[stopper])
+        assert stopper.snapshot is not None
+        assert stopper.snapshot["position"] == {"task": 1, "epoch": 0}
+        snapshot = stopper.snapshot
+    else:
+        snapshot = snapshot_after(method, stream, schedule, g, 3 if stop == "mid-task" else 4)
+    method, g, calls = recording(99)
+    fit(method, stream, schedule, generator=g, resume=snapshot)
+    expected = {
+        "mid-task": [("begin", 1), ("observe", 1), *task_calls(2)],
+        "after-epochs": [("begin", 1), *task_calls(2)],
+        "task-end": task_calls(1) + task_calls(2),
+    }
+    assert calls == expected[stop]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -9,8 +10,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from xder_methods import Batch, MethodConfigError, OpCounter, TrainingSchedule, create_method, fit
-from xder_methods.lwf import LwF, LwFConfig, distillation_loss, smooth_probabilities
+from xder_methods import (
+    Batch,
+    MethodConfigError,
+    OpCounter,
+    TaskData,
+    TrainingSchedule,
+    batch_bounds,
+    create_method,
+    fit,
+)
+from xder_methods.lwf import LwF, LwFConfig, distillation_loss, smooth_probabilities, warm_up_head
 
 
 def make(stream, transforms, tiny_net, setting_of, *, seed=0, batchnorm=False, **config) -> LwF:
@@ -105,11 +115,13 @@ def test_distillation_loss_is_finite_where_the_literal_formula_is_not_and_spares
 
 
 def test_config_defaults_and_checks() -> None:
-    assert (LwFConfig().alpha, LwFConfig().tau) == (3.0, 2.0)
+    assert (LwFConfig().alpha, LwFConfig().tau, LwFConfig().warmup_epochs) == (3.0, 2.0, None)
     with pytest.raises(MethodConfigError, match=r"method\.alpha"):
         LwFConfig(alpha=-1.0)
     with pytest.raises(MethodConfigError, match=r"method\.tau"):
         LwFConfig(tau=0.0)
+    with pytest.raises(MethodConfigError, match=r"method\.warmup_epochs"):
+        LwFConfig(warmup_epochs=-1)
 
 
 # ------------------------------------------------------------------------------ the method
@@ -230,13 +242,14 @@ def test_a_step_has_no_host_synchronisation(stream, transforms, tiny_net, settin
     assert counter.host_syncs == 0, counter.syncs
 
 
-def test_without_distillation_it_is_fine_tuning(stream, transforms, tiny_net, setting_of) -> None:
-    # alpha 0 leaves the seen-class cross-entropy alone: the same run as FT (``sgd``), step for step.
+def test_without_distillation_and_warm_up_it_is_fine_tuning(stream, transforms, tiny_net, setting_of) -> None:
+    # alpha 0 and no warm-up leave the seen-class cross-entropy alone: the same run as FT (``sgd``),
+    # step for step.
     import xder_methods.sgd  # noqa: F401  (registers sgd)
 
     schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1)
     histories = []
-    for name, config in (("lwf", LwFConfig(alpha=0.0)), ("sgd", None)):
+    for name, config in (("lwf", LwFConfig(alpha=0.0, warmup_epochs=0)), ("sgd", None)):
         torch.manual_seed(0)
         method = create_method(
             name,
@@ -249,3 +262,112 @@ def test_without_distillation_it_is_fine_tuning(stream, transforms, tiny_net, se
         histories.append(fit(method, stream, schedule, generator=torch.Generator().manual_seed(0)))
     assert histories[0].class_il == histories[1].class_il
     assert histories[0].task_il == histories[1].task_il
+
+
+# ------------------------------------------------------------------------------ the warm-up
+
+
+def float64_warm_up(
+    net, data: TaskData, new_classes, *, epochs, batch_size, lr, seed
+) -> tuple[Tensor, Tensor]:
+    """An independent replica of the warm-up: the features once (eval mode, no augmentation:
+    the test transform draws nothing), then plain SGD on the head's new-class rows in float64,
+    with the softmax cross-entropy's gradient written out, ``dL/dz = (softmax(z) - onehot) / B``,
+    over the batches of one ``randperm`` per epoch from a generator seeded as the method's."""
+    start, end = new_classes
+    net.eval()
+    with torch.no_grad():
+        features = net.forward_features(data.x_raw.float() / 255).double()
+    weight = net.classifier.weight.detach().double().clone()
+    bias = net.classifier.bias.detach().double().clone()
+    targets = F.one_hot(data.y - start, end - start).double()
+    g = torch.Generator().manual_seed(seed)
+    n = data.y.shape[0]
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=g)
+        for begin, stop in batch_bounds(n, batch_size, drop_last=False):
+            rows = order[begin:stop]
+            f = features[rows]
+            z = f @ weight[start:end].T + bias[start:end]
+            dz = (z.softmax(1) - targets[rows]) / rows.shape[0]
+            weight[start:end] -= lr * dz.T @ f
+            bias[start:end] -= lr * dz.sum(0)
+    return weight, bias
+
+
+@pytest.mark.parametrize("batch_size", [24, 5])  # one batch per epoch; five, the last of four rows
+def test_warm_up_head_matches_a_float64_replica_and_moves_nothing_else(
+    batch_size, stream, transforms, tiny_net, setting_of
+) -> None:
+    torch.manual_seed(0)
+    net = tiny_net(6, batchnorm=True)
+    perturb(net)
+    with torch.no_grad():  # BatchNorm's running statistics away from their initial values
+        net.body[2].running_mean.uniform_(-0.5, 0.5, generator=torch.Generator().manual_seed(3))
+        net.body[2].running_var.uniform_(0.5, 2.0, generator=torch.Generator().manual_seed(4))
+    net.train()
+    rows = stream.task(1).train
+    data = TaskData(stream.train_x[rows], stream.train_y[rows], 1)
+    expected_weight, expected_bias = float64_warm_up(
+        copy.deepcopy(net), data, (2, 4), epochs=3, batch_size=batch_size, lr=0.5, seed=5
+    )
+    before = copy.deepcopy(net.state_dict())
+    warm_up_head(
+        net,
+        data,
+        transforms.test,
+        (2, 4),
+        epochs=3,
+        batch_size=batch_size,
+        lr=0.5,
+        drop_last=False,
+        generator=torch.Generator().manual_seed(5),
+    )
+    assert net.training  # the mode is restored
+    after = net.state_dict()
+    torch.testing.assert_close(after["classifier.weight"].double(), expected_weight, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(after["classifier.bias"].double(), expected_bias, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(after["classifier.weight"][2:4], before["classifier.weight"][2:4])
+    for name, value in before.items():  # the backbone, BatchNorm's statistics, the other classes
+        if name.startswith("classifier."):
+            assert torch.equal(after[name][:2], value[:2])
+            assert torch.equal(after[name][4:], value[4:])
+        else:
+            assert torch.equal(after[name], value), name
+
+
+def test_prepare_task_warms_up_later_tasks_for_the_task_epochs(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1)
+    rows = stream.task(1).train
+    data = TaskData(stream.train_x[rows], stream.train_y[rows], 1)
+
+    method = make(stream, transforms, tiny_net, setting_of, batchnorm=True)
+    untouched = copy.deepcopy(method.state_dict())
+    method.begin_task(0)
+    method.prepare_task(0, TaskData(stream.train_x[:0], stream.train_y[:0], 0), schedule)  # task 0: none
+    method.begin_task(1)
+    method.prepare_task(1, data, schedule)
+
+    by_hand = make(stream, transforms, tiny_net, setting_of, batchnorm=True)
+    warm_up_head(
+        by_hand.net,
+        data,
+        transforms.train,
+        (2, 4),
+        epochs=2,  # warmup_epochs None: the schedule's
+        batch_size=8,
+        lr=0.1,
+        drop_last=False,
+        generator=torch.Generator().manual_seed(0),  # the method's generator, as make seeds it
+    )
+    for name, value in by_hand.net.state_dict().items():
+        assert torch.equal(method.net.state_dict()[name], value), name
+    assert not torch.equal(method.net.classifier.weight, untouched["net.classifier.weight"])
+
+    off = make(stream, transforms, tiny_net, setting_of, batchnorm=True, warmup_epochs=0)
+    off.begin_task(1)
+    off.prepare_task(1, data, schedule)
+    for name, value in off.net.state_dict().items():
+        assert torch.equal(value, untouched["net." + name]), name

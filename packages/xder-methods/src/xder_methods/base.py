@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
 
 from xder_methods.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
+
+if TYPE_CHECKING:
+    from xder_methods.loop import TrainingSchedule
 
 __all__ = ["MethodBase", "frozen_batchnorm_stats"]
 
@@ -35,8 +38,9 @@ class MethodBase(nn.Module):
     :meth:`begin_task` and :meth:`end_task`).
 
     The training loop (:func:`xder_methods.fit`) calls, for each task ``t``: ``begin_task(t)``;
-    then, for each batch of the task's data, ``observe(batch)`` and back-propagates the returned
-    loss itself (it owns the optimiser: a method returns a loss, it does not step); then
+    ``prepare_task(t, data, schedule)`` with the task's training rows; then, for each batch of
+    the task's data, ``observe(batch)`` and back-propagates the returned loss itself (it owns the
+    optimiser: a method returns a loss, it does not step); then
     ``end_task(t, data)`` with the whole task. Every random draw goes through
     ``self.generator``, so that a seed repeats a run and a checkpoint resumes it.
 
@@ -84,6 +88,15 @@ class MethodBase(nn.Module):
         A method that prepares per task (a teacher's copy, a new head) overrides it and calls
         ``super().begin_task(task)``."""
         self.current_task = task
+
+    def prepare_task(self, task: int, data: TaskData, schedule: TrainingSchedule) -> None:
+        """Called once per task after :meth:`begin_task` and before the task's first epoch, with
+        the task's training rows (``data``: as :meth:`end_task` receives them) and the loop's
+        schedule (epochs, batch size, lr); nothing by default. A method that trains on the task's
+        data before the loop does (LwF's warm-up of the new head) overrides it; its random draws
+        go through ``self.generator``. A run resumed in the middle of the task does not call it
+        again (what it did is in the checkpoint); one resumed at the task's start does, from the
+        same random state, so resuming gives the uninterrupted run's numbers."""
 
     def observe(self, batch: Batch) -> StepOutput:
         """One training step on ``batch`` (the stream's examples of the current task, augmented

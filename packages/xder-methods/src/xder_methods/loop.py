@@ -1,8 +1,9 @@
 """The class-incremental training loop: tasks, epochs, evaluation, callbacks, resume.
 
-``fit`` follows the paper's protocol (Sec. 5.1): tasks arrive one at a time; for each, a fresh SGD
-optimizer is built (the per-task lr schedule restarts), the method observes shuffled stream
-batches for the benchmark's number of epochs, ``end_task`` runs, and every task is evaluated:
+``fit`` follows the paper's protocol (Sec. 5.1): tasks arrive one at a time; for each, the method's
+``begin_task`` and ``prepare_task`` run, a fresh SGD optimizer is built (the per-task lr schedule
+restarts), the method observes shuffled stream batches for the benchmark's number of epochs,
+``end_task`` runs, and every task is evaluated:
 Class-IL (argmax over the classes seen so far; optionally over all outputs) and Task-IL (argmax
 inside the task's own classes). Batches are drawn by index from device-resident tensors and
 augmented on the device; loss terms are read back once per epoch, never per step.
@@ -539,8 +540,15 @@ def fit(
     for task in range(start_task, loop.n_tasks):
         task_started = time.perf_counter()
         resumed_mid_task = resume is not None and task == start_task and start_epoch > 0
+        task_rows = stream.task(task).train
+        data = TaskData(
+            stream.train_x[task_rows].to(generator.device),
+            stream.train_y[task_rows].to(generator.device),
+            task,
+        )
         if not resumed_mid_task:
             method.begin_task(task)
+            method.prepare_task(task, data, schedule)
             loop.task, loop.epoch = task, 0
         loop.optimizer = _make_optimizer(method, schedule)
         if resumed_mid_task and resume is not None and resume["optimizer"] is not None:
@@ -555,12 +563,6 @@ def fit(
             loop.epoch = epoch + 1
             for callback in calls:
                 callback.on_epoch_end(loop, epoch_record)
-        task_rows = stream.task(task).train
-        data = TaskData(
-            stream.train_x[task_rows].to(generator.device),
-            stream.train_y[task_rows].to(generator.device),
-            task,
-        )
         method.end_task(task, data)
         test, val = _evaluate_all(loop, task + 1)
         history = loop.history

@@ -9,17 +9,23 @@ sigmoid targets: here the old classes are distilled through a temperature-soften
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from xder_methods._registry import register_method
 from xder_methods.errors import check_settings
+from xder_methods.loop import batch_bounds
 from xder_methods.losses import seen_class_cross_entropy
 from xder_methods.lwf_mc import PreviousModelTeacher
-from xder_methods.protocols import Batch, StepOutput
+from xder_methods.protocols import Backbone, Batch, StepOutput, TaskData, Transform
 
-__all__ = ["LwF", "LwFConfig", "distillation_loss", "smooth_probabilities"]
+if TYPE_CHECKING:
+    from xder_methods.loop import TrainingSchedule
+
+__all__ = ["LwF", "LwFConfig", "distillation_loss", "smooth_probabilities", "warm_up_head"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,6 +36,9 @@ class LwFConfig:
         CIFAR-10 row (Li & Hoiem use 1).
     tau: distillation temperature T. 2.0: Li & Hoiem Sec. 3 ("T = 2"); mammoth's best_args give
         ``softmax_temp = 2.0`` (and its ``lwf.py`` hard-codes 2).
+    warmup_epochs: epochs of the warm-up of the new task's head before each task t >= 1 (Li &
+        Hoiem's warm-up step; see :func:`warm_up_head`). None (default): as many as the task's
+        own (``train.epochs``), as mammoth; 0: no warm-up.
 
     The training schedule of that row, which belongs to the benchmark's presets and not to this
     config: lr 0.01, batch 32, 50 epochs, no momentum, and an L2 penalty (see :class:`LwF`).
@@ -37,12 +46,17 @@ class LwFConfig:
 
     alpha: float = 3.0
     tau: float = 2.0
+    warmup_epochs: int | None = None
 
     def __post_init__(self) -> None:
         check_settings(
             [
                 (self.alpha >= 0, f"alpha must be >= 0, got {self.alpha}"),
                 (self.tau > 0, f"tau must be > 0, got {self.tau}"),
+                (
+                    self.warmup_epochs is None or self.warmup_epochs >= 0,
+                    f"warmup_epochs must be >= 0 or unset, got {self.warmup_epochs}",
+                ),
             ],
             prefix="method.",
         )
@@ -86,6 +100,63 @@ def distillation_loss(logits: Tensor, teacher_logits: Tensor, tau: float) -> Ten
     """
     targets = smooth_probabilities(teacher_logits.detach().softmax(dim=1), tau)
     return -(targets * (logits / tau).log_softmax(dim=1)).sum(dim=1).mean()
+
+
+def warm_up_head(
+    net: nn.Module,
+    data: TaskData,
+    transform: Transform,
+    new_classes: tuple[int, int],
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    drop_last: bool,
+    generator: torch.Generator | None,
+) -> None:
+    """Li & Hoiem's warm-up step: train the head on the new classes alone, the rest frozen.
+
+    For each of ``epochs`` epochs, over the task's rows in a fresh random order, in batches of
+    ``batch_size`` (:func:`~xder_methods.loop.batch_bounds`): augment the batch (``transform``),
+    take the features with the network in eval mode and without gradient, and take one plain
+    SGD step (no momentum, no weight decay) on ``CE(softmax(head(features)[:, start:end]),
+    y - start)``, the cross-entropy over the new classes ``[start, end)`` only. Only the head's
+    new-class rows have a gradient, so the backbone, BatchNorm's statistics and the old classes'
+    rows are left exactly as they were. As mammoth's ``LwF.begin_task`` (there: the
+    classifier's parameters, its own SGD, the training loader).
+
+    Args:
+        net: a :class:`~xder_methods.protocols.Backbone` (``forward_features``,
+            ``forward_head``); trained in place, its train/eval mode restored.
+        data: the task's training rows (examples as stored, labels), on the network's device.
+        transform: the training augmentation (``transforms.train``).
+        new_classes: ``[start, end)``, the task's classes.
+        epochs, batch_size, lr, drop_last: the warm-up's schedule (mammoth: the task's own).
+        generator: the source of the batch order and the augmentation.
+    """
+    start, end = new_classes
+    backbone = cast(Backbone, net)
+    was_training = net.training
+    net.train(False)
+    # Every parameter is handed over, but only the head's receive a gradient (the features are
+    # taken without one), and SGD leaves a parameter whose gradient is None as it is.
+    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
+    n = data.y.shape[0]
+    bounds = batch_bounds(n, batch_size, drop_last=drop_last)
+    try:
+        for _ in range(epochs):
+            order = torch.randperm(n, generator=generator, device=data.y.device)
+            for begin, stop in bounds:
+                index = order[begin:stop]
+                with torch.no_grad():
+                    features = backbone.forward_features(transform(data.x_raw[index], generator))
+                logits = backbone.forward_head(features)[:, start:end].float()
+                loss = F.cross_entropy(logits, data.y[index] - start)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+    finally:
+        net.train(was_training)
 
 
 @register_method("lwf", LwFConfig)
@@ -134,15 +205,32 @@ class LwF(PreviousModelTeacher):
       the beginning of every task t >= 1, trains the classifier (``net.classifier``, plain SGD at
       the task's lr, no weight decay) for as many epochs as the task itself, on the task's
       augmented training data, with the network in eval mode and a cross-entropy over the new
-      task's classes only. NOT done here: ``begin_task`` receives no data in this loop (a task's
-      data reach a method only at ``end_task``), so the new head starts each task from its
-      initialisation, as under fine-tuning. Reproducing it needs the loop to hand the task's
-      training rows to the method before its first epoch.
+      task's classes only. Same here (:meth:`prepare_task`, :func:`warm_up_head`), with the
+      loop's batch size and ``drop_last``; ``warmup_epochs`` sets its length (default: the
+      task's epochs). The teacher is copied before it, which changes nothing distilled: the
+      warm-up moves only the new classes' rows.
     * Weight decay: mammoth of 2020 (the DER paper) adds ``wd_reg * sum(theta ** 2)`` over every
       parameter to the loss (``wd_reg = 0.0005``), whose gradient ``2 * wd_reg * theta`` is SGD's
       ``weight_decay = 0.001``; mammoth since 2022 passes ``optim_wd = 0.0005`` to SGD instead.
       Either is a schedule setting here (``train.weight_decay``), outside the logged loss.
     """
+
+    def prepare_task(self, task: int, data: TaskData, schedule: TrainingSchedule) -> None:
+        """The warm-up of the new head before every task t >= 1 (:func:`warm_up_head`)."""
+        epochs = schedule.epochs if self.config.warmup_epochs is None else self.config.warmup_epochs
+        if task == 0 or epochs == 0:
+            return
+        warm_up_head(
+            self.net,
+            data,
+            self.transforms.train,
+            self.setting.class_range(task),
+            epochs=epochs,
+            batch_size=schedule.batch_size,
+            lr=schedule.lr,
+            drop_last=schedule.drop_last,
+            generator=self.generator,
+        )
 
     def observe(self, batch: Batch) -> StepOutput:
         num_old, num_seen = self.setting.class_range(batch.task)

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from xder_methods.loop import TrainingSchedule
 
 __all__ = [
     "Backbone",
@@ -192,7 +195,8 @@ class TaskStream(Protocol):
 class ContinualMethod(Protocol):
     """A continual learner, driven by :func:`xder_methods.fit`.
 
-    The loop calls ``begin_task(t)``, then ``observe(batch)`` for every stream batch (and
+    The loop calls ``begin_task(t)``, then ``prepare_task(t, data, schedule)`` with the task's
+    training rows, then ``observe(batch)`` for every stream batch (and
     back-propagates ``StepOutput.loss`` itself), then ``end_task(t, data)``, then evaluates
     ``predict``. Around the optimiser step it calls ``after_backward()`` (gradients in place)
     and ``after_step(optimizer)``. ``training_data`` says whether a task's batches come from that task only
@@ -203,6 +207,8 @@ class ContinualMethod(Protocol):
     transforms: Transforms
 
     def begin_task(self, task: int) -> None: ...
+
+    def prepare_task(self, task: int, data: TaskData, schedule: TrainingSchedule) -> None: ...
 
     def observe(self, batch: Batch) -> StepOutput: ...
 
