@@ -183,7 +183,15 @@ def test_seq_cifar100_laptop_tuned_entries_changed_only_their_grids_keys_with_an
 
 
 # Re-selected on seq-cifar10 with the equal budget -> the preset each grid starts from.
-SELECTED_ON_CIFAR10_LAPTOP = {"er": "paper", "derpp": "paper", "xder": "none", "agem": "paper", "fdr": "paper", "hal": "paper", "gem": "paper"}
+SELECTED_ON_CIFAR10_LAPTOP = {
+    "er": "paper",
+    "derpp": "paper",
+    "xder": "none",
+    "agem": "paper",
+    "fdr": "paper",
+    "hal": "paper",
+    "gem": "paper",
+}
 
 
 def test_seq_cifar10_laptop_tuned_entries_changed_only_their_grids_keys_with_an_equal_budget() -> None:
