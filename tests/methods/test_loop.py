@@ -20,6 +20,7 @@ from xder_methods import (
     evaluate,
     fit,
     learning_rate,
+    shuffled_batches,
 )
 
 
@@ -87,6 +88,27 @@ def test_batch_bounds() -> None:
     assert batch_bounds(10, 4, drop_last=False) == [(0, 4), (4, 8), (8, 10)]
     assert batch_bounds(9, 4, drop_last=False) == [(0, 4), (4, 9)]  # a last batch of one joins
     assert batch_bounds(1, 4, drop_last=False) == [(0, 1)]
+
+
+def test_shuffled_batches_cut_one_permutation_and_draw_it_before_the_first_batch() -> None:
+    cpu = torch.device("cpu")
+    generator = torch.Generator().manual_seed(5)
+    batches = shuffled_batches(9, 4, drop_last=False, generator=generator, device=cpu)
+    untouched = generator.get_state()
+    first = next(batches)
+    # Drawn when the first batch is asked for: a draw made now (augmentation) comes after it.
+    assert not torch.equal(generator.get_state(), untouched)
+    after = torch.rand(1, generator=generator)
+    rest = list(batches)
+    expected = torch.randperm(9, generator=torch.Generator().manual_seed(5))
+    assert [b.tolist() for b in [first, *rest]] == [expected[:4].tolist(), expected[4:].tolist()]
+    reference = torch.Generator().manual_seed(5)
+    torch.randperm(9, generator=reference)
+    assert torch.equal(after, torch.rand(1, generator=reference))
+    # drop_last drops the partial batch; no rows, no batch.
+    dropped = list(shuffled_batches(9, 4, drop_last=True, generator=generator, device=cpu))
+    assert [b.shape[0] for b in dropped] == [4, 4]
+    assert list(shuffled_batches(0, 4, drop_last=False, generator=generator, device=cpu)) == []
 
 
 def test_schedule_validation() -> None:

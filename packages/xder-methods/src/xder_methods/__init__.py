@@ -78,6 +78,7 @@ from xder_methods.loop import (
     evaluate,
     fit,
     learning_rate,
+    shuffled_batches,
 )
 from xder_methods.lucir import LUCIR, LUCIRConfig
 from xder_methods.lwf import LwF, LwFConfig, distillation_loss
@@ -203,6 +204,7 @@ __all__ = [
     "register_method",
     "regular_simplex",
     "reservoir_slots",
+    "shuffled_batches",
     "si_importance",
     "si_penalty",
 ]

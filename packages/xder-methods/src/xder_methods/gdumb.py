@@ -61,7 +61,7 @@ from xder_methods._registry import register_method
 from xder_methods.base import MethodBase
 from xder_methods.buffer import Buffer
 from xder_methods.errors import MethodConfigError, check_settings
-from xder_methods.loop import TrainingSchedule, batch_bounds
+from xder_methods.loop import TrainingSchedule, shuffled_batches
 from xder_methods.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
 
 __all__ = [
@@ -432,16 +432,15 @@ class GDumb(MethodBase):
         optimizer = torch.optim.SGD(
             self.net.parameters(), lr=cfg.lr_max, momentum=cfg.momentum, weight_decay=cfg.weight_decay
         )
-        bounds = batch_bounds(n, cfg.batch_size, drop_last=False)
         was_training = self.net.training
         self.net.train(True)
         with torch.enable_grad():
             for epoch in range(cfg.epochs_fitting):
                 for group in optimizer.param_groups:
                     group["lr"] = gdumb_learning_rate(epoch, cfg.lr_max, cfg.lr_min)
-                order = torch.randperm(n, generator=self.generator, device=labels.device)
-                for start, end in bounds:
-                    index = order[start:end]
+                for index in shuffled_batches(
+                    n, cfg.batch_size, drop_last=False, generator=self.generator, device=labels.device
+                ):
                     x = self.transforms.train(examples[index], self.generator)
                     x, y, y_partner, weight = cutmix(
                         x,

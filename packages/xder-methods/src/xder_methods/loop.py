@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal, NamedTuple
@@ -48,6 +48,7 @@ __all__ = [
     "evaluate",
     "fit",
     "learning_rate",
+    "shuffled_batches",
 ]
 
 CHECKPOINT_FORMAT = "xder-checkpoint-v1"
@@ -231,6 +232,27 @@ def batch_bounds(n: int, batch_size: int, *, drop_last: bool) -> list[tuple[int,
         bounds[-2] = (bounds[-2][0], n)
         bounds.pop()
     return bounds
+
+
+def shuffled_batches(
+    n: int,
+    batch_size: int,
+    *,
+    drop_last: bool,
+    generator: torch.Generator | None,
+    device: torch.device,
+) -> Iterator[Tensor]:
+    """The row indices of each batch of one epoch over n rows: a fresh permutation drawn from
+    ``generator`` (None: torch's global one) on ``device``, cut by :func:`batch_bounds`.
+
+    The permutation is drawn when the first batch is asked for, so a caller that draws from the
+    same generator inside its loop (augmentation) keeps the order of draws: permutation, then
+    the batches' own. Used by the methods' extra passes over a task or a buffer (LwF's warm-up,
+    GDumb's and LUCIR's fitting); the main loop keeps its own (it indexes rows held elsewhere).
+    """
+    order = torch.randperm(n, generator=generator, device=device)
+    for start, end in batch_bounds(n, batch_size, drop_last=drop_last):
+        yield order[start:end]
 
 
 class Evaluation(NamedTuple):

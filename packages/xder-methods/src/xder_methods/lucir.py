@@ -68,7 +68,7 @@ from xder_methods.er import ReplayConfig, join_replay
 from xder_methods.errors import check_settings
 from xder_methods.heads import CosineHead
 from xder_methods.icarl import class_mean_features, eval_features, update_herding_buffer
-from xder_methods.loop import batch_bounds
+from xder_methods.loop import shuffled_batches
 from xder_methods.lwf_mc import frozen_copy
 from xder_methods.protocols import Backbone, Batch, ContinualSetting, StepOutput, TaskData, Transforms
 
@@ -310,14 +310,17 @@ class LUCIR(MethodBase):
             [self.head.weights[task], self.head.sigma], lr=cfg.lr_fitting, momentum=cfg.momentum_fitting
         )
         items = self.buffer.all()
-        bounds = batch_bounds(len(self.buffer), cfg.fitting_batch_size, drop_last=False)
         was_training = self.training
         self.train(True)
         with frozen_batchnorm_stats(self.net):
             for _ in range(cfg.epochs_fitting):
-                order = torch.randperm(len(self.buffer), generator=self.generator, device=self.device)
-                for start, end in bounds:
-                    rows = order[start:end]
+                for rows in shuffled_batches(
+                    len(self.buffer),
+                    cfg.fitting_batch_size,
+                    drop_last=False,
+                    generator=self.generator,
+                    device=self.device,
+                ):
                     with torch.no_grad():
                         x = self.transforms.train(items.examples[rows], self.generator)
                         features = cast(Backbone, self.net).forward_features(x).flatten(1)

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from xder_methods._registry import register_method
 from xder_methods.errors import check_settings
-from xder_methods.loop import batch_bounds
+from xder_methods.loop import shuffled_batches
 from xder_methods.losses import seen_class_cross_entropy
 from xder_methods.lwf_mc import PreviousModelTeacher
 from xder_methods.protocols import Backbone, Batch, StepOutput, TaskData, Transform
@@ -117,7 +117,7 @@ def warm_up_head(
     """Li & Hoiem's warm-up step: train the head on the new classes alone, the rest frozen.
 
     For each of ``epochs`` epochs, over the task's rows in a fresh random order, in batches of
-    ``batch_size`` (:func:`~xder_methods.loop.batch_bounds`): augment the batch (``transform``),
+    ``batch_size`` (:func:`~xder_methods.loop.shuffled_batches`): augment the batch (``transform``),
     take the features with the network in eval mode and without gradient, and take one plain
     SGD step (no momentum, no weight decay) on ``CE(softmax(head(features)[:, start:end]),
     y - start)``, the cross-entropy over the new classes ``[start, end)`` only. Only the head's
@@ -142,12 +142,11 @@ def warm_up_head(
     # taken without one), and SGD leaves a parameter whose gradient is None as it is.
     optimizer = torch.optim.SGD(net.parameters(), lr=lr)
     n = data.y.shape[0]
-    bounds = batch_bounds(n, batch_size, drop_last=drop_last)
     try:
         for _ in range(epochs):
-            order = torch.randperm(n, generator=generator, device=data.y.device)
-            for begin, stop in bounds:
-                index = order[begin:stop]
+            for index in shuffled_batches(
+                n, batch_size, drop_last=drop_last, generator=generator, device=data.y.device
+            ):
                 with torch.no_grad():
                     features = backbone.forward_features(transform(data.x_raw[index], generator))
                 logits = backbone.forward_head(features)[:, start:end].float()
