@@ -191,6 +191,7 @@ SELECTED_ON_CIFAR10_LAPTOP = {
     "fdr": "paper",
     "hal": "paper",
     "gem": "paper",
+    "gss": "paper",
 }
 
 
