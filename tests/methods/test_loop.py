@@ -123,6 +123,26 @@ def test_schedule_validation() -> None:
             TrainingSchedule(milestones=bad)
     # Past the epochs is allowed (never reached): ``epochs`` alone shortens a protocol.
     assert TrainingSchedule(epochs=1, milestones=(35, 45)).milestones == (35, 45)
+    with pytest.raises(ValueError, match="compile_mode must be default or reduce-overhead"):
+        TrainingSchedule(compile_mode="max-autotune")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("compile", "mode", "marks"),
+    [(True, "reduce-overhead", 9), (True, "default", 0), (False, "reduce-overhead", 0)],
+)
+def test_the_loop_marks_every_step_for_cuda_graphs_only(
+    compile, mode, marks, stream, transforms, tiny_net, setting_of, monkeypatch
+) -> None:
+    """3 tasks x 1 epoch x 3 steps (24 rows, batch 8): a step mark per training step, only for a
+    network compiled into CUDA graphs (the net itself is not compiled here: the loop reads only the
+    schedule)."""
+    calls = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: calls.append(1))
+    method, g = _method("sgd", stream, transforms, tiny_net, setting_of)
+    schedule = TrainingSchedule(epochs=1, batch_size=8, lr=0.1, compile=compile, compile_mode=mode)
+    fit(method, stream, schedule, generator=g)
+    assert len(calls) == marks
 
 
 class FixedLogits(nn.Module):

@@ -5,6 +5,7 @@ width, batch and buffer a protocol gives."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from xder_cli.runs import bench
 from xder_cli.runs.bench import BenchOptions, run_bench, with_protocol
@@ -25,6 +26,7 @@ def _options(**overrides) -> BenchOptions:
         "precision": "fp32",
         "channels_last": False,
         "compile": False,
+        "compile_mode": "default",
         "epoch": True,
     }
     return BenchOptions(**(base | overrides))
@@ -152,3 +154,17 @@ def test_methods_that_fill_their_memory_at_a_tasks_end_are_benched_with_it() -> 
     payload = run_bench(_options(methods=("gem",), epoch=False))
     (row,) = payload["methods"]
     assert row["images_per_step"] == 16
+
+
+@pytest.mark.parametrize(("compile", "mode"), [(False, "default"), (True, "default"), (True, "reduce-overhead")])
+def test_the_backbone_is_compiled_in_the_asked_mode(compile: bool, mode: str, monkeypatch) -> None:
+    """``train.compile`` and ``train.compile_mode`` reach ``nn.Module.compile`` (recorded, not run:
+    compiling takes minutes on a CPU)."""
+    from xder_cli.runs.build import build_network
+
+    modes = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: modes.append(kw.get("mode")))
+    plan = bench.bench_plan("derpp", _options(compile=compile, compile_mode=mode))
+    assert (plan.schedule.compile, plan.schedule.compile_mode) == (compile, mode)
+    build_network(plan, 10, torch.device("cpu"))
+    assert modes == ([mode] if compile else [])

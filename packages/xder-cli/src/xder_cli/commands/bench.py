@@ -67,6 +67,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="autocast (fp32)")
     bench.add_argument("--channels-last", action="store_true", help="channels-last memory format")
     bench.add_argument("--compile", action="store_true", help="nn.Module.compile the backbone")
+    bench.add_argument(
+        "--compile-mode",
+        choices=("default", "reduce-overhead"),
+        default="default",
+        help="torch.compile mode with --compile (default; reduce-overhead: CUDA graphs)",
+    )
     bench.add_argument("--no-epoch", dest="epoch", action="store_false", help="skip the synthetic epoch")
     bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     bench.add_argument(
@@ -114,6 +120,7 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
         precision=args.precision,
         channels_last=args.channels_last,
         compile=args.compile,
+        compile_mode=args.compile_mode,
         epoch=args.epoch,
         rounds=args.rounds,
         plugins=tuple(args.plugin or ()),

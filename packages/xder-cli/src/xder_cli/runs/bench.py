@@ -63,6 +63,7 @@ from xder_methods import (
     apply_step,
     autocast,
     batch_bounds,
+    begin_step,
     method_config_class,
 )
 
@@ -100,6 +101,8 @@ class BenchOptions:
         precision: the autocast precision, ``fp32`` or ``bf16``.
         channels_last: the backbones in the channels-last memory format.
         compile: the backbones ``nn.Module.compile``-d.
+        compile_mode: their ``torch.compile`` mode, ``default`` or ``reduce-overhead`` (CUDA
+            graphs).
         epoch: also time one synthetic epoch of task ``task`` per method.
         rounds: the fair-share benchmark (:func:`~xder_cli.runs.bench_share.run_share_bench`):
             its rounds, medians taken.
@@ -123,6 +126,7 @@ class BenchOptions:
     precision: str = "fp32"
     channels_last: bool = False
     compile: bool = False
+    compile_mode: str = "default"
     epoch: bool = True
     rounds: int = 3
     start_after: Path | None = None
@@ -160,6 +164,7 @@ def bench_plan(name: str, options: BenchOptions) -> RunPlan:
         "train.precision": options.precision,
         "train.channels_last": options.channels_last,
         "train.compile": options.compile,
+        "train.compile_mode": options.compile_mode,
     }
     if options.backbone == "resnet18-cifar":
         overrides["backbone.width"] = options.width
@@ -212,6 +217,7 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
 
     def step(rows: torch.Tensor = batch_rows) -> None:
         x_raw, y = task_x[rows], task_y[rows]
+        begin_step(plan.schedule)
         with autocast(plan.schedule.precision, device):
             out = method.observe(Batch(transforms.train(x_raw, generator), y, x_raw, options.task))
         if out.loss is not None:
@@ -398,6 +404,7 @@ def _payload(
             "precision": options.precision,
             "channels_last": options.channels_last,
             "compile": options.compile,
+            "compile_mode": options.compile_mode,
             "steps": options.steps,
             "warmup": options.warmup,
             "protocol_epochs": defaults.epochs,

@@ -102,8 +102,8 @@ def load_data(
 
 def build_network(plan: RunPlan, num_classes: int, device: torch.device) -> nn.Module:
     """The plan's backbone with ``num_classes`` outputs, initialised from the run's seed, on
-    ``device``, in the memory format and compiled as ``train.channels_last`` and
-    ``train.compile`` say (compiled in place: parameter names, and so checkpoints, stay those of
+    ``device``, in the memory format and compiled as ``train.channels_last``, ``train.compile``
+    and ``train.compile_mode`` say (compiled in place: parameter names, and so checkpoints, stay those of
     the network)."""
     options = {k: v for k, v in plan.backbone.items() if k != "name"}
     torch.manual_seed(plan.settings.seed)
@@ -116,7 +116,7 @@ def build_network(plan: RunPlan, num_classes: int, device: torch.device) -> nn.M
         import torch._functorch.config as functorch_config
 
         functorch_config.donated_buffer = False
-        net.compile()
+        net.compile(mode=plan.schedule.compile_mode)
     return net
 
 
