@@ -26,12 +26,14 @@ Phases:
    resumed, against an uninterrupted run of the same seed (deterministic algorithms on): the
    accuracy matrices compared exactly.
 6. ``bench``: ``xder-run bench`` (FT, ER, DER++, X-DER) at the papers' shapes on ``seq-cifar10``
-   and ``seq-cifar100`` in float32 and bf16 + channels-last (:data:`BENCH_PLAN`); seconds per
-   step, the floor, peak memory, the projected full protocol.
+   and ``seq-cifar100`` in the modes of :data:`MODES` that :data:`BENCH_PLAN` (or
+   ``--bench-plan``) names: float32, bf16 + channels-last, and ``graphs`` (those two with the
+   backbone compiled into CUDA graphs, DER++ and X-DER only, torch's recompile and CUDA-graph
+   notes in ``bench.log``); seconds per step, the floor, peak memory, the projected full protocol.
 7. ``full_run``: ``--full-run`` (:data:`FULL_RUNS`: DER++ on Split CIFAR-10, buffer 200, by
-   default; X-DER on Split CIFAR-100, buffer 500) at its paper's protocol and preset, in the
-   fastest mode the bench found, as many epochs per task as the time left allows (``--bench-from``
-   takes the bench figures of an earlier call instead).
+   default; X-DER on Split CIFAR-100, buffer 500) at its paper's protocol and preset, in the mode
+   of the fastest training-loop epoch, as many epochs per task as the time left allows, or
+   ``--full-run-epochs`` (``--bench-from`` takes the bench figures of an earlier call instead).
 8. ``compile``: the bench again with ``--compile`` (DER++ and X-DER), when time is left.
 """
 
@@ -67,8 +69,13 @@ FULL_RUNS: dict[str, dict[str, Any]] = {
     },
 }  # fmt: skip
 # The training loop's epoch over the bench's synthetic one (8.2 s against 5.4 s for DER++ in bf16 +
-# channels-last on an H200, two machines of that kind): the full run's epochs are planned with it.
+# channels-last on an H200, two machines of that kind): the full run's epochs are planned with it,
+# unless the loop's own epoch was measured (LOOP_EPOCH_SECONDS).
 LOOP_OVER_BENCH = 1.55
+# The training loop's epoch where measured (seconds, mean after the first, on an H200): DER++ on Split
+# CIFAR-10 with CUDA graphs, 3.13 s (results/h200-2026-11-26-graphs); the bench, its calls then
+# interleaved, had 7.8 s.
+LOOP_EPOCH_SECONDS = {("derpp-cifar10", "graphs"): 3.13}
 # Tolerances of the correctness phase against the CPU's float32 step: the loss's relative
 # difference, and the gradient's relative L2 difference (fp32) or its cosine to the reference
 # (TF32, bf16). Strict float32 on CUDA is not the CPU's arithmetic: cuDNN picks its convolution
@@ -79,13 +86,14 @@ LOSS_TOLERANCE = {"fp32": 1e-4, "tf32": 1e-3, "bf16": 1e-2}
 FP32_GRAD_TOLERANCE = 1e-2
 MIN_COSINE = {"tf32": 0.99, "bf16": 0.95}
 PHASES = ("data", "correctness", "syncs", "resume", "bench", "full_run", "compile")
-# bf16 alone was slower than float32 on the H200 (more cast kernels in a launch-bound step) and
-# is left out, so that the full run gets the time.
+# bf16 alone was slower than float32 on the H200 (more cast kernels in a launch-bound step), and
+# Split CIFAR-100 in float32 and bf16 + channels-last was measured there once: left out, so that
+# the full run gets the time. The compiled modes run on CUDA only (on a CPU compiling takes minutes).
 BENCH_PLAN = [
     ("seq-cifar10", "fp32"),
     ("seq-cifar10", "bf16-cl"),
-    ("seq-cifar100", "fp32"),
-    ("seq-cifar100", "bf16-cl"),
+    ("seq-cifar10", "graphs"),
+    ("seq-cifar100", "graphs"),
 ]
 COMPILE_SECONDS = 100.0  # kept back for the compiled bench (DER++ and X-DER) after the full run
 
@@ -134,13 +142,26 @@ class Script:
 
 
 def xder_run(
-    args: list[str], log: Path, *, timeout: float, launch: tuple[str, ...] = ()
+    args: list[str],
+    log: Path,
+    *,
+    timeout: float,
+    launch: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``xder-run ARGS`` through ``launch.py``; stdout and stderr appended to ``log``."""
+    """``xder-run ARGS`` through ``launch.py``, ``env`` added to the environment; stdout and stderr
+    appended to ``log``."""
     command = [*LAUNCH, *launch, "--", *args]
     started = time.monotonic()
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=max(timeout, 1), check=False)
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=max(timeout, 1),
+            check=False,
+            env={**os.environ, **(env or {})},
+        )
     except subprocess.TimeoutExpired as expired:
         with log.open("a") as file:
             file.write(f"$ {' '.join(command)}\n(timed out after {timeout:.0f} s)\n{expired.stdout or ''}\n")
@@ -480,7 +501,25 @@ def resume_check(script: Script, device: torch.device, smoke: bool) -> dict[str,
 # 6-8: speed and the full run
 
 
-MODES = {"fp32": [], "bf16": ["--precision", "bf16"], "bf16-cl": ["--precision", "bf16", "--channels-last"]}
+MODES = {
+    "fp32": [],
+    "bf16": ["--precision", "bf16"],
+    "bf16-cl": ["--precision", "bf16", "--channels-last"],
+    # the backbone compiled into CUDA graphs (torch.compile's reduce-overhead mode), bf16 + channels-last
+    "graphs": ["--precision", "bf16", "--channels-last", "--compile", "--compile-mode", "reduce-overhead"],
+}
+# The same modes as the settings of a training run (the full run).
+MODE_SETTINGS = {
+    "fp32": [],
+    "bf16": ["train.precision=bf16"],
+    "bf16-cl": ["train.precision=bf16", "train.channels_last=true"],
+    "graphs": [
+        "train.precision=bf16", "train.channels_last=true", "train.compile=true",
+        "train.compile_mode=reduce-overhead",
+    ],
+}  # fmt: skip
+# Compiling costs tens of seconds a network on the GPU: those modes bench DER++ and X-DER only.
+COMPILED_MODES = {"compile", "graphs"}
 
 
 def bench(
@@ -493,12 +532,19 @@ def bench(
     ]  # fmt: skip
     if mode == "compile":
         args += ["--precision", "bf16", "--compile"]
+    if mode in COMPILED_MODES:
+        methods = tuple(m for m in methods if m in ("derpp", "xder"))
+        args[args.index("--methods") + 1] = ",".join(methods)
     if smoke:
         args += ["--width", "8", "--steps", "2", "--warmup", "1", "--no-epoch"]
     else:
         args += ["--steps", "20", "--warmup", "5"]
-    limit = script.left() - (0 if mode != "compile" else 5)
-    checked(xder_run(args, script.out / "bench.log", timeout=min(150, limit)), f"bench {benchmark} {mode}")
+    limit = script.left() - (5 if mode in COMPILED_MODES else 0)
+    cap = 180 if mode in COMPILED_MODES else 150
+    # torch's reasons for recompiling or not running a CUDA graph, into the log
+    env = {"TORCH_LOGS": "recompiles,perf_hints"} if mode in COMPILED_MODES else {}
+    result = xder_run(args, script.out / "bench.log", timeout=min(cap, limit), env=env)
+    checked(result, f"bench {benchmark} {mode}")
     return json.loads(path.read_text())
 
 
@@ -509,38 +555,39 @@ def full_run(
     benches: dict[Any, Any],
     reserve: float,
     which: str,
+    epochs: int | None = None,
 ) -> dict[str, Any]:
-    """One of :data:`FULL_RUNS` in the fastest mode the bench measured for its method, as many
-    epochs per task (at most the protocol's) as fit in the time left less ``reserve`` seconds. A
-    run the time cuts short still reports the tasks it finished (``results.json`` is rewritten
-    after every task)."""
+    """One of :data:`FULL_RUNS` in the mode of the fastest training-loop epoch (the loop's own
+    where measured, :data:`LOOP_EPOCH_SECONDS`, else the bench's times :data:`LOOP_OVER_BENCH`) among
+    the modes the bench measured, as many epochs per task (at most the protocol's) as fit in the
+    time left less ``reserve`` seconds (``epochs``: that many). A run the time cuts short still
+    reports the tasks it finished (``results.json`` is rewritten after every task)."""
     spec = FULL_RUNS[which]
     timings = {}
-    for mode in MODES:
+    for mode in MODE_SETTINGS:
         payload = benches.get((spec["benchmark"], mode))
         if payload is not None:
             (row,) = [r for r in payload["methods"] if r["method"] == spec["method"]]
-            timings[mode] = row["epoch_seconds"]
-    known = {m: s for m, s in timings.items() if s is not None}
-    mode = min(known, key=known.__getitem__) if known else "fp32"
-    epoch_s = known.get(mode)
-    if smoke or epoch_s is None:
+            if row["epoch_seconds"] is not None:
+                timings[mode] = LOOP_EPOCH_SECONDS.get((which, mode), row["epoch_seconds"] * LOOP_OVER_BENCH)
+    mode = min(timings, key=timings.__getitem__) if timings else "fp32"
+    loop_epoch_s = timings.get(mode)
+    if epochs is None and (smoke or loop_epoch_s is None):
         epochs = 1
-    else:  # 20 s for start-up, evaluations and plots
-        per_epoch = spec["tasks"] * epoch_s * LOOP_OVER_BENCH
-        epochs = min(spec["epochs"], int(max(0.0, script.left() - reserve - 20) / per_epoch))
+    elif epochs is None:  # 20 s for start-up, evaluations and plots (and 60 s for compiling)
+        per_epoch = spec["tasks"] * loop_epoch_s
+        fixed = 20 + (60 if mode in COMPILED_MODES else 0)
+        epochs = min(spec["epochs"], int(max(0.0, script.left() - reserve - fixed) / per_epoch))
     if epochs < 1:
         raise RuntimeError(
-            f"no time for one epoch per task ({script.left():.0f} s left, {epoch_s} s an epoch)"
+            f"no time for one epoch per task ({script.left():.0f} s left, {loop_epoch_s} s an epoch)"
         )
-    settings = {"fp32": [], "bf16": ["--set", "train.precision=bf16"]}
-    settings["bf16-cl"] = [*settings["bf16"], "--set", "train.channels_last=true"]
     out = script.out / "full-run"
     args = [
         "train", "--method", spec["method"], "--benchmark", spec["benchmark"], "--protocol", "full",
         "--buffer-size", str(spec["buffer_size"]), "--preset", "paper", "--seed", "0",
         "--data-root", str(script.out / "data"), "--device", str(device), "--epochs", str(epochs),
-        "--out", str(out), *settings[mode],
+        "--out", str(out), *(a for setting in MODE_SETTINGS[mode] for a in ("--set", setting)),
     ]  # fmt: skip
     if smoke:
         args += ["--set", "backbone.width=8"]
@@ -562,8 +609,8 @@ def full_run(
         "faa": results["faa"],
         "wall_seconds": seconds,
         "projected_full_protocol_seconds": None
-        if epoch_s is None
-        else epoch_s * spec["epochs"] * spec["tasks"] * LOOP_OVER_BENCH,
+        if loop_epoch_s is None
+        else loop_epoch_s * spec["epochs"] * spec["tasks"],
         "accuracy_matrix": results["accuracy_matrix"],
     }
 
@@ -638,11 +685,23 @@ def main() -> int:
         help="bench-*.json of an earlier call, for the full run's mode",
     )
     parser.add_argument(
+        "--bench-plan",
+        default=",".join(f"{b}:{m}" for b, m in BENCH_PLAN),
+        help="the bench phase's benchmark:mode pairs, comma-separated (modes: "
+        f"{', '.join(MODES)}; default: {','.join(f'{b}:{m}' for b, m in BENCH_PLAN)})",
+    )
+    parser.add_argument(
         "--full-run",
         choices=tuple(FULL_RUNS),
         default="derpp-cifar10",
         help="the full run: DER++ on Split CIFAR-10, buffer 200 (default), or X-DER on Split CIFAR-100, "
         "buffer 500 (needs data/cifar100-jpg.tar.gz)",
+    )
+    parser.add_argument(
+        "--full-run-epochs",
+        type=int,
+        metavar="N",
+        help="epochs per task of the full run (default: as many as the time left allows)",
     )
     args = parser.parse_args()
     phases = set(args.phases.split(","))
@@ -671,7 +730,12 @@ def main() -> int:
         mode = path.stem.removeprefix(f"bench-{payload['settings']['benchmark']}-")
         benches[(payload["settings"]["benchmark"], mode)] = payload
     if "bench" in phases:
-        for benchmark, mode in BENCH_PLAN:
+        plan = [tuple(pair.split(":", 1)) for pair in args.bench_plan.split(",")]
+        for benchmark, mode in plan:
+            if mode in COMPILED_MODES and not cuda:
+                skipped = {"status": "skipped", "reason": "compiled: CUDA only"}
+                script.phases[f"bench-{benchmark}-{mode}"] = skipped
+                continue
             payload = script.phase(
                 f"bench-{benchmark}-{mode}",
                 lambda b=benchmark, m=mode: bench(script, device, args.smoke, b, m),
@@ -684,7 +748,9 @@ def main() -> int:
         reserve = COMPILE_SECONDS if compiling else 0.0
         script.phase(
             "full_run",
-            lambda: full_run(script, device, args.smoke, benches, reserve, args.full_run),
+            lambda: full_run(
+                script, device, args.smoke, benches, reserve, args.full_run, args.full_run_epochs
+            ),
             needs=0 if args.smoke else 40,
         )
     if compiling:

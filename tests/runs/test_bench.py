@@ -156,7 +156,9 @@ def test_methods_that_fill_their_memory_at_a_tasks_end_are_benched_with_it() -> 
     assert row["images_per_step"] == 16
 
 
-@pytest.mark.parametrize(("compile", "mode"), [(False, "default"), (True, "default"), (True, "reduce-overhead")])
+@pytest.mark.parametrize(
+    ("compile", "mode"), [(False, "default"), (True, "default"), (True, "reduce-overhead")]
+)
 def test_the_backbone_is_compiled_in_the_asked_mode(compile: bool, mode: str, monkeypatch) -> None:
     """``train.compile`` and ``train.compile_mode`` reach ``nn.Module.compile`` (recorded, not run:
     compiling takes minutes on a CPU)."""
@@ -168,3 +170,20 @@ def test_the_backbone_is_compiled_in_the_asked_mode(compile: bool, mode: str, mo
     assert (plan.schedule.compile, plan.schedule.compile_mode) == (compile, mode)
     build_network(plan, 10, torch.device("cpu"))
     assert modes == ([mode] if compile else [])
+
+
+def test_timing_order_interleaves_rounds_or_blocks_each_network() -> None:
+    """By hand, two methods, one warm-up round and two timed ones: round by round by default; for
+    CUDA graphs each method's steps in a row, then its floor's (warm-up first, then timed)."""
+    interleaved = bench.timing_order(["er", "xder"], 1, 2, blocked=False)
+    round_ = [("er", "step"), ("er", "floor"), ("xder", "step"), ("xder", "floor")]
+    assert interleaved == [(timed, *call) for timed in (False, True, True) for call in round_]
+    blocked = bench.timing_order(["er", "xder"], 1, 2, blocked=True)
+    assert blocked == [
+        (False, "er", "step"), (False, "er", "floor"), (False, "xder", "step"), (False, "xder", "floor"),
+        (True, "er", "step"), (True, "er", "step"), (True, "er", "floor"), (True, "er", "floor"),
+        (True, "xder", "step"), (True, "xder", "step"), (True, "xder", "floor"), (True, "xder", "floor"),
+    ]  # fmt: skip
+    assert bench.graphs(_options(compile=True, compile_mode="reduce-overhead"))
+    assert not bench.graphs(_options(compile=True))
+    assert not bench.graphs(_options(compile_mode="reduce-overhead"))
