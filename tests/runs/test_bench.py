@@ -165,11 +165,41 @@ def test_the_backbone_is_compiled_in_the_asked_mode(compile: bool, mode: str, mo
     from xder_cli.runs.build import build_network
 
     modes = []
-    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: modes.append(kw.get("mode")))
+
+    def compile_(self, **kw) -> None:  # recorded, and the call left as it is
+        modes.append(kw.get("mode"))
+        self._compiled_call_impl = self._call_impl
+
+    monkeypatch.setattr(torch.nn.Module, "compile", compile_)
     plan = bench.bench_plan("derpp", _options(compile=compile, compile_mode=mode))
     assert (plan.schedule.compile, plan.schedule.compile_mode) == (compile, mode)
     build_network(plan, 10, torch.device("cpu"))
     assert modes == ([mode] if compile else [])
+
+
+def test_a_network_run_as_cuda_graphs_hands_out_copies_of_outputs_made_without_grad(monkeypatch) -> None:
+    """A stand-in for the compiled call returns one fixed tensor, as a CUDA graph returns its
+    static output memory: without gradients each call gets its own copy (equal, not the same
+    memory), with them the graph's tensor itself."""
+    from xder_cli.runs.build import build_network
+
+    static = torch.arange(6.0).reshape(2, 3)
+    monkeypatch.setattr(
+        torch.nn.Module, "compile", lambda self, **kw: setattr(self, "_compiled_call_impl", lambda *a: static)
+    )
+    plan = bench.bench_plan("derpp", _options(compile=True, compile_mode="reduce-overhead"))
+    net = build_network(plan, 10, torch.device("cpu"))
+    x = torch.zeros(2, 3, 32, 32)
+    with torch.no_grad():
+        first, second = net(x), net(x)
+    assert torch.equal(first, static)
+    assert torch.equal(second, static)
+    assert len({t.data_ptr() for t in (first, second, static)}) == 3
+    assert net(x) is static
+    plan = bench.bench_plan("derpp", _options(compile=True))  # default mode: torch's outputs as they are
+    net = build_network(plan, 10, torch.device("cpu"))
+    with torch.no_grad():
+        assert net(x) is static
 
 
 def test_timing_order_interleaves_rounds_or_blocks_each_network() -> None:

@@ -302,9 +302,9 @@ def timing_order(names: list[str], warmup: int, steps: int, *, blocked: bool) ->
     method alike. ``blocked``: within the warm-up and the timed part, each method's steps in a row,
     then its floor's, for networks run as CUDA graphs: every method's network and every floor's
     share one compiled function, whose graphs are recorded with one network's parameters, so that
-    a call with another's must record again; interleaved, the bench would time re-recordings, not
-    replays (the likely reason why, on an H200, DER++'s step took 24.6 ms interleaved where the
-    training loop's took 10 ms)."""
+    a call with another's records again; interleaved, the bench would time those re-recordings.
+    (On an H200 this was not why the bench's CUDA-graph steps were slow: DER++'s took 24.6 ms
+    interleaved and 28.8 ms blocked, where the training loop's took 10 ms.)"""
     calls = []
     for timed, rounds in ((False, warmup), (True, steps)):
         if blocked:

@@ -5,7 +5,7 @@ the step-time benchmark all build them here."""
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -103,8 +103,8 @@ def load_data(
 def build_network(plan: RunPlan, num_classes: int, device: torch.device) -> nn.Module:
     """The plan's backbone with ``num_classes`` outputs, initialised from the run's seed, on
     ``device``, in the memory format and compiled as ``train.channels_last``, ``train.compile``
-    and ``train.compile_mode`` say (compiled in place: parameter names, and so checkpoints, stay those of
-    the network)."""
+    and ``train.compile_mode`` say (compiled in place: parameter names, and so checkpoints, stay
+    those of the network; into CUDA graphs: :func:`copy_outputs_without_grad`)."""
     options = {k: v for k, v in plan.backbone.items() if k != "name"}
     torch.manual_seed(plan.settings.seed)
     net = create_backbone(plan.backbone["name"], num_classes, **options).to(device)
@@ -117,7 +117,33 @@ def build_network(plan: RunPlan, num_classes: int, device: torch.device) -> nn.M
 
         functorch_config.donated_buffer = False
         net.compile(mode=plan.schedule.compile_mode)
+        if plan.schedule.compile_mode == "reduce-overhead":
+            copy_outputs_without_grad(net)
     return net
+
+
+def copy_outputs_without_grad(net: nn.Module) -> None:
+    """Give the callers of a network compiled into CUDA graphs a copy of each output of a call
+    made without gradients (evaluation, X-DER's logits of the buffer at a task's end, chunk by
+    chunk), and the graph's own output otherwise.
+
+    A graph's outputs live in memory that its next replay writes over. In training torch keeps a
+    step's outputs until their backward pass; a call without gradients starts a new replay, so
+    that a list of such outputs (a chunked forward pass) would be overwritten: torch then raises
+    "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run" (seen on
+    an H200 in X-DER's ``end_task``). The copy is one kernel per call."""
+    compiled = net._compiled_call_impl
+    assert compiled is not None, "copy_outputs_without_grad needs a compiled network"
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        out = compiled(*args, **kwargs)
+        if torch.is_grad_enabled():
+            return out
+        if isinstance(out, torch.Tensor):
+            return out.clone()
+        return type(out)(o.clone() if isinstance(o, torch.Tensor) else o for o in out)
+
+    net._compiled_call_impl = call
 
 
 def run_generator(plan: RunPlan, device: torch.device) -> torch.Generator:
