@@ -542,7 +542,7 @@ def bench(
     limit = script.left() - (5 if mode in COMPILED_MODES else 0)
     cap = 180 if mode in COMPILED_MODES else 150
     # torch's reasons for recompiling or not running a CUDA graph, into the log
-    env = {"TORCH_LOGS": "recompiles,perf_hints"} if mode in COMPILED_MODES else {}
+    env = {"TORCH_LOGS": "recompiles,perf_hints,cudagraphs"} if mode in COMPILED_MODES else {}
     result = xder_run(args, script.out / "bench.log", timeout=min(cap, limit), env=env)
     checked(result, f"bench {benchmark} {mode}")
     return json.loads(path.read_text())

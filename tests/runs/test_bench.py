@@ -73,7 +73,9 @@ def test_bench_reports_every_figure(monkeypatch) -> None:
     monkeypatch.setattr(bench, "_subject", scripted)
     monkeypatch.setattr(bench, "time", clock)
     payload = run_bench(_options(steps=3))
-    assert set(payload) == {"device", "threads", "torch", "settings", "methods", "ratios"}
+    figures = {"device", "threads", "torch", "settings", "methods", "ratios", "cudagraph_counters"}
+    assert set(payload) == figures
+    assert payload["cudagraph_counters"] is None  # no CUDA graphs
     rows = {r["method"]: r for r in payload["methods"]}
     assert set(rows) == {"er", "derpp", "xder"}
     b = 8
@@ -217,3 +219,30 @@ def test_timing_order_interleaves_rounds_or_blocks_each_network() -> None:
     assert bench.graphs(_options(compile=True, compile_mode="reduce-overhead"))
     assert not bench.graphs(_options(compile=True))
     assert not bench.graphs(_options(compile_mode="reduce-overhead"))
+
+
+def test_a_compiled_step_is_counted_on_an_eager_twin_and_runs_under_no_op_counter(monkeypatch) -> None:
+    """With ``compile`` (stood in for by a call that checks it runs under no dispatch mode and
+    no hook), the images, ops and host syncs of a step are those of the eager step."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    calls = []
+
+    def compile_(self, **kw) -> None:
+        def call(*args, **kwargs):
+            assert _get_current_dispatch_mode() is None
+            assert not self._forward_pre_hooks
+            calls.append(1)
+            return self._call_impl(*args, **kwargs)
+
+        self._compiled_call_impl = call
+
+    monkeypatch.setattr(torch.nn.Module, "compile", compile_)
+    eager = run_bench(_options(methods=("derpp",), epoch=False))
+    graphs = _options(methods=("derpp",), epoch=False, compile=True, compile_mode="reduce-overhead")
+    compiled = run_bench(graphs)
+    assert calls  # the compiled call was timed
+    keys = ("images_per_step", "ops_per_step", "host_syncs_per_step")
+    assert [compiled["methods"][0][k] for k in keys] == [eager["methods"][0][k] for k in keys]
+    assert eager["methods"][0]["ops_per_step"] > 0
+    assert isinstance(compiled["cudagraph_counters"], dict)

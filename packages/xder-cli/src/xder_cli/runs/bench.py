@@ -3,7 +3,8 @@
 turns its arguments into those options and prints the figures).
 
 PERFORMANCE.md, "How it is measured": in one process, methods interleaved round by round so that
-machine drift hits all of them alike, each method is brought to task T on synthetic data shaped
+machine drift hits all of them alike (for CUDA graphs one network after the other:
+:func:`timing_order`), each method is brought to task T on synthetic data shaped
 like the benchmark (its buffer full), then:
 
 * ``seconds_per_step``: median wall time of one training step (augmentation, ``observe``,
@@ -12,7 +13,9 @@ like the benchmark (its buffer full), then:
 * ``floor_seconds``: median time of ONE forward+backward+step of the same backbone over that many
   images (the step's arithmetic in one batch), timed in the same rounds;
 * ``host_syncs_per_step`` and ``ops_per_step``: dispatched ATen ops of one step, and those that
-  make the host wait (:class:`xder_methods.OpCounter`; exact on any hardware);
+  make the host wait (:class:`xder_methods.OpCounter`; exact on any hardware); with a compiled
+  backbone, of the same step on an eager twin (the images too), so that the compiled network
+  runs under no hook and no op counter;
 * ``peak_memory_bytes`` (CUDA, with the epoch): the peak of allocated device memory during the
   method's synthetic epoch (every method's network, buffer and data stay resident throughout, so
   it counts them all), and ``step_memory_bytes`` that peak above what was allocated before it;
@@ -20,7 +23,9 @@ like the benchmark (its buffer full), then:
 * ``epoch_seconds``: one synthetic epoch of task T end to end (batch gathering from device-resident
   data, augmentation, steps), and ``projected_protocol_seconds``: that epoch time times the
   benchmark's epochs and tasks (the step time of task T taken for every task; evaluation and
-  end-of-task work left out).
+  end-of-task work left out);
+* ``cudagraph_counters`` (backbones compiled into CUDA graphs): torch's counters of the graphs it
+  did not run as CUDA graphs (``cudagraph_skips``; the reason goes to its ``cudagraphs`` log).
 
 The process takes its CPU threads as a training run does (:mod:`xder_cli.runs.cpushare`: all cores
 alone, a fair share beside other runs, or a fixed ``OMP_NUM_THREADS``); ``threads`` lists the
@@ -40,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch._dynamo.utils import counters
 
 from xder_cli.runs.build import build_method, build_network, resolve_device, run_generator
 from xder_cli.runs.cpushare import ThreadPolicy
@@ -223,13 +229,21 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
         if out.loss is not None:
             apply_step(method, out.loss, optimizer)
 
-    seen = []
-    hook = net.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0].shape[0]))
-    step()
-    hook.remove()
-    images = sum(seen)
-    with OpCounter() as counter:
+    if options.compile:
+        # Counted on an eager twin: a compiled network is neither hooked nor run under the op
+        # counter (a dispatch mode), so that what is timed is torch's compiled code alone.
+        twin = _subject(name, replace(options, compile=False), device, defaults)
+        images, ops, syncs, sync_names = twin.images, twin.ops, twin.syncs, twin.sync_names
+        del twin
+    else:
+        seen = []
+        hook = net.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0].shape[0]))
         step()
+        hook.remove()
+        images = sum(seen)
+        with OpCounter() as counter:
+            step()
+        ops, syncs, sync_names = counter.total, counter.host_syncs, dict(counter.syncs)
     floor_net = build_network(plan, num_classes, device)
     floor_opt = torch.optim.SGD(floor_net.parameters(), lr=0.01)
     floor_x = torch.randn(images, *shape, device=device)
@@ -248,7 +262,7 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
             step(order[start:end])
         return len(bounds)
 
-    return _Subject(name, step, floor, images, counter.total, counter.host_syncs, dict(counter.syncs), epoch)
+    return _Subject(name, step, floor, images, ops, syncs, sync_names, epoch)
 
 
 def wait_for_start(folder: Path, timeout: float = 600.0) -> None:
@@ -438,4 +452,9 @@ def _payload(
         },
         "methods": rows,
         "ratios": ratios,
+        # torch's count of the compiled graphs it did not run as CUDA graphs (and why, in its
+        # "cudagraphs" log), and of the inputs a graph recorded that were not static
+        "cudagraph_counters": {k: v for k, v in counters["inductor"].items() if k.startswith("cudagraph")}
+        if graphs(options)
+        else None,
     }
