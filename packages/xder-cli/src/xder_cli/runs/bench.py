@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch._dynamo.utils import counters
 
 from xder_cli.runs.build import build_method, build_network, resolve_device, run_generator
 from xder_cli.runs.cpushare import ThreadPolicy
@@ -452,9 +451,14 @@ def _payload(
         },
         "methods": rows,
         "ratios": ratios,
-        # torch's count of the compiled graphs it did not run as CUDA graphs (and why, in its
-        # "cudagraphs" log), and of the inputs a graph recorded that were not static
-        "cudagraph_counters": {k: v for k, v in counters["inductor"].items() if k.startswith("cudagraph")}
-        if graphs(options)
-        else None,
+        "cudagraph_counters": _cudagraph_counters() if graphs(options) else None,
     }
+
+
+def _cudagraph_counters() -> dict[str, int]:
+    """torch's counters of the compiled graphs it did not run as CUDA graphs (``cudagraph_skips``;
+    the reasons go to its ``cudagraphs`` log) and of the inputs a recorded graph did not take as
+    static."""
+    from torch._dynamo.utils import counters  # torch's compiler, imported only when it ran
+
+    return {k: v for k, v in counters["inductor"].items() if k.startswith("cudagraph")}
