@@ -246,3 +246,19 @@ def test_a_compiled_step_is_counted_on_an_eager_twin_and_runs_under_no_op_counte
     assert [compiled["methods"][0][k] for k in keys] == [eager["methods"][0][k] for k in keys]
     assert eager["methods"][0]["ops_per_step"] > 0
     assert isinstance(compiled["cudagraph_counters"], dict)
+
+
+def test_the_synthetic_epoch_is_the_training_loops_own(monkeypatch) -> None:
+    """The bench's epoch runs :func:`xder_methods.run_epoch` (the loop's), once per method, on
+    task T's rows with the run's schedule (gradient-norm probes off, as a run without analyses)."""
+    calls = []
+    real = bench.run_epoch
+
+    def recorded(loop, task, epoch, rows, bounds, calls_=()):
+        calls.append((task, epoch, rows.shape[0], len(bounds), loop.schedule.record_every))
+        return real(loop, task, epoch, rows, bounds, calls_)
+
+    monkeypatch.setattr(bench, "run_epoch", recorded)
+    payload = run_bench(_options(methods=("er", "derpp"), steps=1))
+    assert calls == [(1, 0, 288, 36, 0)] * 2  # 144 items per class x 2 classes, batch 8
+    assert [r["epoch_steps"] for r in payload["methods"]] == [36, 36]

@@ -288,3 +288,14 @@ def test_start_notes_say_an_empty_buffer_and_a_preset_that_fell_back() -> None:
     assert notes("xder", None) == []  # the protocol's buffer: the tuned preset
     assert notes("xder", 0, preset="none") == ["note: buffer 0: xder keeps nothing to replay"]
     assert notes("sgd", None) == []  # no buffer to speak of
+
+
+@pytest.mark.parametrize("record", [False, True])
+def test_a_run_probes_gradient_norms_only_when_it_records_its_analyses(record: bool) -> None:
+    from xder_cli.runs.settings import resolve_run
+
+    overrides = {"run.record_analyses": record, "train.record_every": 7}
+    plan = resolve_run("derpp", "seq-digits", overrides=overrides)
+    assert plan.schedule.record_every == 7
+    assert plan.fit_schedule.record_every == (7 if record else 0)
+    assert dataclasses.replace(plan.fit_schedule, record_every=7) == plan.schedule

@@ -79,6 +79,7 @@ from xder_methods.loop import (
     evaluate,
     fit,
     learning_rate,
+    run_epoch,
     shuffled_batches,
 )
 from xder_methods.lucir import LUCIR, LUCIRConfig
@@ -206,6 +207,7 @@ __all__ = [
     "register_method",
     "regular_simplex",
     "reservoir_slots",
+    "run_epoch",
     "shuffled_batches",
     "si_importance",
     "si_penalty",

@@ -598,7 +598,7 @@ def fit(
         for callback in calls:
             callback.on_task_start(loop)
         for epoch in range(loop.epoch, schedule.epochs):
-            epoch_record = _run_epoch(loop, task, epoch, rows, bounds, calls)
+            epoch_record = run_epoch(loop, task, epoch, rows, bounds, calls)
             loop.epoch = epoch + 1
             for callback in calls:
                 callback.on_epoch_end(loop, epoch_record)
@@ -640,14 +640,25 @@ def apply_step(method: ContinualMethod, loss: Tensor, optimizer: torch.optim.Opt
     method.after_step(optimizer)
 
 
-def _run_epoch(
+def run_epoch(
     loop: Loop,
     task: int,
     epoch: int,
     rows: Tensor,
     bounds: list[tuple[int, int]],
-    calls: Iterable[Callback],
+    calls: Iterable[Callback] = (),
 ) -> EpochRecord:
+    """One training epoch of ``task`` as :func:`fit` runs it (the one owner of a step's order):
+    the lr of ``epoch`` and its in-epoch changes, ``rows`` of the stream (indices into
+    ``loop.stream.train_x``) shuffled on the generator's device and cut at ``bounds``, and for
+    each batch: :func:`begin_step`, the stream augmentation and ``observe`` under
+    :func:`autocast`, the sampled gradient-norm probes, :func:`apply_step`, the callbacks'
+    ``on_step``; then the epoch's one read-back of its loss sums. ``loop.optimizer`` must be set.
+    ``xder-run bench`` times its synthetic epoch with it.
+
+    Raises:
+        NonFiniteLossError: a loss term of the epoch is NaN or infinite.
+    """
     method, stream, generator = loop.method, loop.stream, loop.generator
     optimizer = loop.optimizer
     assert optimizer is not None

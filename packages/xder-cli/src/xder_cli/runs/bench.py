@@ -20,8 +20,9 @@ like the benchmark (its buffer full), then:
   method's synthetic epoch (every method's network, buffer and data stay resident throughout, so
   it counts them all), and ``step_memory_bytes`` that peak above what was allocated before it;
 * ``timed_seconds``: the wall time of all the timed rounds (every method's steps and floors);
-* ``epoch_seconds``: one synthetic epoch of task T end to end (batch gathering from device-resident
-  data, augmentation, steps), and ``projected_protocol_seconds``: that epoch time times the
+* ``epoch_seconds``: one synthetic epoch of task T end to end, by the training loop's own epoch
+  (:func:`xder_methods.run_epoch`: batch gathering from device-resident data, augmentation, steps,
+  the epoch's read-back of its losses), and ``projected_protocol_seconds``: that epoch time times the
   benchmark's epochs and tasks (the step time of task T taken for every task; evaluation and
   end-of-task work left out);
 * ``cudagraph_counters`` (backbones compiled into CUDA graphs): torch's counters of the graphs it
@@ -35,6 +36,7 @@ counts it used. ``--concurrent N,...`` measures several such processes at once i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import platform
@@ -42,7 +44,7 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -62,14 +64,18 @@ from xder_data import (
 from xder_methods import (
     Batch,
     ContinualSetting,
+    Loop,
+    NonFiniteLossError,
     OpCounter,
     TaskData,
+    TaskStream,
     Transforms,
     apply_step,
     autocast,
     batch_bounds,
     begin_step,
     method_config_class,
+    run_epoch,
 )
 
 __all__ = ["BENCH_SHAPES", "BenchOptions", "bench_plan", "run_bench", "wait_for_start", "with_protocol"]
@@ -182,6 +188,16 @@ def bench_plan(name: str, options: BenchOptions) -> RunPlan:
     return resolve_run(name, options.benchmark, preset="none", protocol=protocol, overrides=overrides)
 
 
+@dataclass(frozen=True)
+class _SyntheticTask:
+    """The bench's one task as the training loop's epoch reads a stream (``train_x``,
+    ``train_y``; ``classes_per_task`` for :class:`xder_methods.Loop`'s setting)."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    classes_per_task: tuple[int, ...]
+
+
 def _subject(name: str, options: BenchOptions, device: torch.device, defaults: BenchmarkDefaults) -> _Subject:
     """``name`` brought to task ``options.task``; ``options`` with the protocol's values filled in.
     Its network and method are built from its plan (:func:`bench_plan`) as training builds them."""
@@ -254,11 +270,15 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
         loss.backward()
         floor_opt.step()
 
+    # The epoch is the training loop's own (xder_methods.run_epoch) over the synthetic task.
+    stream = _SyntheticTask(task_x, task_y, (per_task,) * n_tasks)
+    loop = Loop(method, cast(TaskStream, stream), plan.fit_schedule, generator)
+    loop.optimizer = optimizer
+
     def epoch() -> int:
-        order = torch.randperm(n_items, generator=generator, device=device)
         bounds = batch_bounds(n_items, plan.schedule.batch_size, drop_last=plan.schedule.drop_last)
-        for start, end in bounds:
-            step(order[start:end])
+        with contextlib.suppress(NonFiniteLossError):  # random data may diverge: the time stands
+            run_epoch(loop, options.task, 0, torch.arange(n_items, device=device), bounds)
         return len(bounds)
 
     return _Subject(name, step, floor, images, ops, syncs, sync_names, epoch)

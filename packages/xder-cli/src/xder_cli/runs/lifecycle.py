@@ -21,7 +21,6 @@ Its steps, in order:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import enum
 import shutil
 import time
@@ -309,11 +308,7 @@ def _train(
     net = build_network(plan, bench.num_classes, device)
     generator = run_generator(plan, device)
     method = build_method(plan, net, *benchmark_setting(bench), generator)
-    # The gradient-norm probes are analyses too: only when the run records them.
-    schedule = (
-        plan.schedule if plan.settings.record_analyses else dataclasses.replace(plan.schedule, record_every=0)
-    )
-    fit(method, bench, schedule, generator=generator, callbacks=callbacks, resume=state)
+    fit(method, bench, plan.fit_schedule, generator=generator, callbacks=callbacks, resume=state)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -328,6 +328,15 @@ class RunPlan:
     def buffer_size(self) -> int:
         return int(getattr(self.method_config, "buffer_size", 0))
 
+    @property
+    def fit_schedule(self) -> TrainingSchedule:
+        """The schedule a run trains with: ``schedule`` with its gradient-norm probes
+        (``record_every``) off unless the run records its analyses (``run.record_analyses``),
+        as they are analyses too."""
+        if self.settings.record_analyses:
+            return self.schedule
+        return dataclasses.replace(self.schedule, record_every=0)
+
 
 def start_notes(plan: RunPlan, *, preset_named: bool) -> list[str]:
     """What a new run's first lines say beyond its settings: a replay method with an empty buffer,
