@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from xder_methods import OpCounter, is_host_sync
+from xder_methods import OpCounter, is_host_sync, is_view
 
 aten = torch.ops.aten
 
@@ -36,3 +36,22 @@ def test_copies_between_host_and_device() -> None:
     meta = torch.empty(2, device="meta")
     assert is_host_sync(aten._to_copy.default, (meta,), {"device": torch.device("cpu")})  # device -> host
     assert is_host_sync(aten.copy_.default, (cpu, meta), {})
+
+
+def test_views_launch_nothing_and_are_told_apart() -> None:
+    """By hand: a view, a permutation, an expansion and a select alias their input (no kernel);
+    an add, a sum, an in-place add and a copy write memory (one kernel each)."""
+    x = torch.arange(6.0)
+    with OpCounter() as counter:
+        y = x.view(2, 3).t().unsqueeze(0)
+        y[0].expand(2, 3, 2)
+        z = x + 1
+        z.sum()
+        z.add_(1)
+        z.clone()
+    assert counter.views == {"view": 1, "t": 1, "unsqueeze": 1, "select": 1, "expand": 1}
+    assert counter.total == 9
+    assert counter.launches == 4
+    assert is_view(aten.permute.default)
+    assert not is_view(aten.add_.Tensor)  # writes its input: not a view
+    assert not is_view(aten.mul.Tensor)

@@ -90,7 +90,7 @@ def test_bench_reports_every_figure(monkeypatch) -> None:
     for name, row in rows.items():
         step, over_floor, epoch, protocol = expected[name]
         assert row["host_syncs_per_step"] == 0
-        assert row["ops_per_step"] > 0
+        assert row["ops_per_step"] > row["launches_per_step"] > 0  # views launch nothing
         assert (row["seconds_per_step"], row["floor_seconds"]) == (step, 0.5)
         assert row["step_over_floor"] == over_floor
         assert row["epoch_steps"] == 36  # 144 items per class x 2 classes / batch 8
@@ -242,7 +242,7 @@ def test_a_compiled_step_is_counted_on_an_eager_twin_and_runs_under_no_op_counte
     graphs = _options(methods=("derpp",), epoch=False, compile=True, compile_mode="reduce-overhead")
     compiled = run_bench(graphs)
     assert calls  # the compiled call was timed
-    keys = ("images_per_step", "ops_per_step", "host_syncs_per_step")
+    keys = ("images_per_step", "ops_per_step", "launches_per_step", "host_syncs_per_step")
     assert [compiled["methods"][0][k] for k in keys] == [eager["methods"][0][k] for k in keys]
     assert eager["methods"][0]["ops_per_step"] > 0
     assert isinstance(compiled["cudagraph_counters"], dict)

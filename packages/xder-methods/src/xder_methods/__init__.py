@@ -85,7 +85,7 @@ from xder_methods.loop import (
 from xder_methods.lucir import LUCIR, LUCIRConfig
 from xder_methods.lwf import LwF, LwFConfig, distillation_loss
 from xder_methods.lwf_mc import LwFMC, LwFMCConfig
-from xder_methods.profiling import OpCounter, is_host_sync
+from xder_methods.profiling import OpCounter, is_host_sync, is_view
 from xder_methods.protocols import (
     Backbone,
     Batch,
@@ -196,6 +196,7 @@ __all__ = [
     "gss_replacement",
     "gss_scores",
     "is_host_sync",
+    "is_view",
     "learning_rate",
     "list_methods",
     "local_flatness",

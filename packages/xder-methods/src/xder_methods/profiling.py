@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["OpCounter", "is_host_sync"]
+__all__ = ["OpCounter", "is_host_sync", "is_view"]
 
 _aten = torch.ops.aten
 # Op packets whose result (or output size) the host must read from the device before going on.
@@ -64,11 +64,20 @@ def is_host_sync(func: Any, args: tuple, kwargs: dict) -> bool:
     return False
 
 
+def is_view(func: Any) -> bool:
+    """Whether a dispatched op only makes a view of its input (``view``, ``permute``,
+    ``unsqueeze``, ``select``, ``expand``...): its result aliases an input without being written,
+    so it changes metadata and launches no kernel."""
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
+
+
 class OpCounter(TorchDispatchMode):
-    """Context manager counting every dispatched ATen op and the host-synchronising ones.
+    """Context manager counting every dispatched ATen op, the views among them and the
+    host-synchronising ones.
 
     Attributes:
         ops: Counter of op names.
+        views: Counter of the names of view ops (:func:`is_view`): no kernel launch.
         syncs: Counter of the names of host-synchronising ops.
 
     Example::
@@ -81,11 +90,18 @@ class OpCounter(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.ops: Counter[str] = Counter()
+        self.views: Counter[str] = Counter()
         self.syncs: Counter[str] = Counter()
 
     @property
     def total(self) -> int:
         return sum(self.ops.values())
+
+    @property
+    def launches(self) -> int:
+        """The ops that are not views: on a GPU, about one kernel launch each (an upper bound
+        for ops that some backends fuse or skip, e.g. a copy onto itself)."""
+        return self.total - sum(self.views.values())
 
     @property
     def host_syncs(self) -> int:
@@ -95,6 +111,8 @@ class OpCounter(TorchDispatchMode):
         kwargs = kwargs or {}
         name = str(func.overloadpacket.__name__)
         self.ops[name] += 1
+        if is_view(func):
+            self.views[name] += 1
         if is_host_sync(func, args, kwargs):
             self.syncs[name] += 1
         return func(*args, **kwargs)

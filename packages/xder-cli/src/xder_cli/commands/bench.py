@@ -161,7 +161,10 @@ def run(args: argparse.Namespace) -> int:
 
     payload = run_bench(options)
     print(f"device: {payload['device']}, torch {payload['torch']}, {json.dumps(payload['settings'])}")
-    header = ("method", "s/step", "images", "floor s", "x floor", "syncs", "ops", "epoch s", "protocol")
+    header = (
+        *("method", "s/step", "images", "floor s", "x floor"),
+        *("syncs", "ops", "launches", "epoch s", "protocol"),
+    )
     print(f"{header[0]:8} " + " ".join(f"{h:>9}" for h in header[1:]))
     for row in payload["methods"]:
         epoch = "-" if row["epoch_seconds"] is None else f"{row['epoch_seconds']:.1f}"
@@ -173,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{row['method']:8} {row['seconds_per_step']:9.4f} {row['images_per_step']:9d} "
             f"{row['floor_seconds']:9.4f} {row['step_over_floor']:9.2f} {row['host_syncs_per_step']:9d} "
-            f"{row['ops_per_step']:9d} {epoch:>9} {protocol:>9}"
+            f"{row['ops_per_step']:9d} {row['launches_per_step']:9d} {epoch:>9} {protocol:>9}"
         )
     for name, value in payload["ratios"].items():
         print(f"{name}: {value:.2f}")

@@ -12,8 +12,9 @@ like the benchmark (its buffer full), then:
 * ``images_per_step``: images the backbone forwards in one step (counted by a forward hook);
 * ``floor_seconds``: median time of ONE forward+backward+step of the same backbone over that many
   images (the step's arithmetic in one batch), timed in the same rounds;
-* ``host_syncs_per_step`` and ``ops_per_step``: dispatched ATen ops of one step, and those that
-  make the host wait (:class:`xder_methods.OpCounter`; exact on any hardware); with a compiled
+* ``host_syncs_per_step``, ``ops_per_step`` and ``launches_per_step``: dispatched ATen ops of one
+  step, those that make the host wait, and those that are not views (about one kernel launch
+  each on a GPU) (:class:`xder_methods.OpCounter`; exact on any hardware); with a compiled
   backbone, of the same step on an eager twin (the images too), so that the compiled network
   runs under no hook and no op counter;
 * ``peak_memory_bytes`` (CUDA, with the epoch): the peak of allocated device memory during the
@@ -158,6 +159,7 @@ class _Subject:
     floor: Any
     images: int
     ops: int
+    launches: int
     syncs: int
     sync_names: dict[str, int]
     epoch: Any
@@ -248,7 +250,8 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
         # Counted on an eager twin: a compiled network is neither hooked nor run under the op
         # counter (a dispatch mode), so that what is timed is torch's compiled code alone.
         twin = _subject(name, replace(options, compile=False), device, defaults)
-        images, ops, syncs, sync_names = twin.images, twin.ops, twin.syncs, twin.sync_names
+        images, ops, launches = twin.images, twin.ops, twin.launches
+        syncs, sync_names = twin.syncs, twin.sync_names
         del twin
     else:
         seen = []
@@ -258,7 +261,8 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
         images = sum(seen)
         with OpCounter() as counter:
             step()
-        ops, syncs, sync_names = counter.total, counter.host_syncs, dict(counter.syncs)
+        ops, launches = counter.total, counter.launches
+        syncs, sync_names = counter.host_syncs, dict(counter.syncs)
     floor_net = build_network(plan, num_classes, device)
     floor_opt = torch.optim.SGD(floor_net.parameters(), lr=0.01)
     floor_x = torch.randn(images, *shape, device=device)
@@ -281,7 +285,7 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
             run_epoch(loop, options.task, 0, torch.arange(n_items, device=device), bounds)
         return len(bounds)
 
-    return _Subject(name, step, floor, images, ops, syncs, sync_names, epoch)
+    return _Subject(name, step, floor, images, ops, launches, syncs, sync_names, epoch)
 
 
 def wait_for_start(folder: Path, timeout: float = 600.0) -> None:
@@ -430,6 +434,7 @@ def _payload(
             "host_syncs_per_step": subject.syncs,
             "host_sync_ops": subject.sync_names,
             "ops_per_step": subject.ops,
+            "launches_per_step": subject.launches,
             "peak_memory_bytes": peak,
             "step_memory_bytes": None if peak is None else peak - resident,
             "timed_seconds": timed_seconds,
