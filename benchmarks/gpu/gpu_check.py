@@ -659,7 +659,9 @@ def table(script: Script, benches: dict[Any, Any]) -> str:
                 f"in {p['wall_seconds']:.0f} s; "
                 f"the full protocol projected {'-' if projected is None else f'{projected / 60:.0f}'} min"
             )
-    lines.append("bench            mode     method  s/step  floor  ratio  syncs  peakMiB  protocol_h")
+    lines.append(
+        "bench            mode     method  s/step  floor  ratio  syncs launches  peakMiB  protocol_h"
+    )
     for (benchmark, mode), payload in benches.items():
         for r in payload["methods"]:
             peak = r.get("peak_memory_bytes")
@@ -667,7 +669,7 @@ def table(script: Script, benches: dict[Any, Any]) -> str:
             lines.append(
                 f"{benchmark:16} {mode:8} {r['method']:6} {r['seconds_per_step'] * 1e3:6.1f}ms "
                 f"{r['floor_seconds'] * 1e3:5.1f}ms {r['step_over_floor']:5.2f} "
-                f"{r['host_syncs_per_step']:5d} "
+                f"{r['host_syncs_per_step']:5d} {r.get('launches_per_step', '-'):>8} "
                 f"{'-' if peak is None else f'{peak / 2**20:7.0f}'} "
                 f"{'-' if projected is None else f'{projected / 3600:8.2f}'}"
             )
