@@ -67,12 +67,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="autocast (fp32)")
     bench.add_argument("--channels-last", action="store_true", help="channels-last memory format")
     bench.add_argument("--compile", action="store_true", help="nn.Module.compile the backbone")
-    bench.add_argument(
-        "--compile-mode",
-        choices=("default", "reduce-overhead"),
-        default="default",
-        help="torch.compile mode with --compile (default; reduce-overhead: CUDA graphs)",
-    )
+    h = "torch.compile mode with --compile (reduce-overhead: CUDA graphs)"
+    bench.add_argument("--compile-mode", choices=("default", "reduce-overhead"), default="default", help=h)
     bench.add_argument("--no-epoch", dest="epoch", action="store_false", help="skip the synthetic epoch")
     bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     bench.add_argument(
@@ -161,10 +157,8 @@ def run(args: argparse.Namespace) -> int:
 
     payload = run_bench(options)
     print(f"device: {payload['device']}, torch {payload['torch']}, {json.dumps(payload['settings'])}")
-    header = (
-        *("method", "s/step", "images", "floor s", "x floor"),
-        *("syncs", "ops", "launches", "epoch s", "protocol"),
-    )
+    header = ["method", "s/step", "images", "floor s", "x floor", "syncs", "ops", "launches", "epoch s"]
+    header.append("protocol")
     print(f"{header[0]:8} " + " ".join(f"{h:>9}" for h in header[1:]))
     for row in payload["methods"]:
         epoch = "-" if row["epoch_seconds"] is None else f"{row['epoch_seconds']:.1f}"
