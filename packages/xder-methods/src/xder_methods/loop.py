@@ -45,9 +45,11 @@ __all__ = [
     "apply_step",
     "autocast",
     "batch_bounds",
+    "begin_step",
     "evaluate",
     "fit",
     "learning_rate",
+    "run_epoch",
     "shuffled_batches",
 ]
 
@@ -152,6 +154,12 @@ class TrainingSchedule:
         ]
         check_settings(checks, prefix="train: ")
 
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether the network is compiled into CUDA graphs (``compile`` in ``reduce-overhead``
+        mode; on a CPU that mode compiles as ``default``)."""
+        return self.compile and self.compile_mode == "reduce-overhead"
+
 
 def learning_rate(schedule: TrainingSchedule, epoch: int, step: int = 0, steps_per_epoch: int = 1) -> float:
     """The learning rate of step ``step`` (0-based) of 0-based ``epoch`` within a task, an epoch
@@ -229,7 +237,7 @@ def begin_step(schedule: TrainingSchedule) -> None:
     """Mark the start of a training step for a network compiled into CUDA graphs
     (``compile_mode = "reduce-overhead"``): torch may then reuse the previous step's graph outputs'
     memory. Nothing (no tensor op, no host sync) otherwise."""
-    if schedule.compile and schedule.compile_mode == "reduce-overhead":
+    if schedule.cuda_graphs:
         torch.compiler.cudagraph_mark_step_begin()
 
 

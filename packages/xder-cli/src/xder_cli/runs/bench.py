@@ -45,7 +45,7 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import torch
 
@@ -70,6 +70,7 @@ from xder_methods import (
     OpCounter,
     TaskData,
     TaskStream,
+    TrainingSchedule,
     Transforms,
     apply_step,
     autocast,
@@ -327,8 +328,10 @@ def with_protocol(options: BenchOptions, defaults: BenchmarkDefaults) -> BenchOp
 
 
 def graphs(options: BenchOptions) -> bool:
-    """Whether the bench's networks run as CUDA graphs (``compile_mode = "reduce-overhead"``)."""
-    return options.compile and options.compile_mode == "reduce-overhead"
+    """Whether the bench's networks run as CUDA graphs (:attr:`TrainingSchedule.cuda_graphs` of
+    its options)."""
+    mode = cast(Literal["default", "reduce-overhead"], options.compile_mode)
+    return TrainingSchedule(compile=options.compile, compile_mode=mode).cuda_graphs
 
 
 def timing_order(names: list[str], warmup: int, steps: int, *, blocked: bool) -> list[tuple[bool, str, str]]:

@@ -117,7 +117,7 @@ def build_network(plan: RunPlan, num_classes: int, device: torch.device) -> nn.M
 
         functorch_config.donated_buffer = False
         net.compile(mode=plan.schedule.compile_mode)
-        if plan.schedule.compile_mode == "reduce-overhead":
+        if plan.schedule.cuda_graphs:
             copy_outputs_without_grad(net)
     return net
 
