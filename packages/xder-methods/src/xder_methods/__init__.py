@@ -81,6 +81,7 @@ from xder_methods.loop import (
     learning_rate,
     run_epoch,
     shuffled_batches,
+    train_step,
 )
 from xder_methods.lucir import LUCIR, LUCIRConfig
 from xder_methods.lwf import LwF, LwFConfig, distillation_loss
@@ -212,4 +213,5 @@ __all__ = [
     "shuffled_batches",
     "si_importance",
     "si_penalty",
+    "train_step",
 ]

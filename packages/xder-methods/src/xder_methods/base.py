@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -105,6 +105,24 @@ class MethodBase(nn.Module):
         on the loss and steps the optimiser; the method only computes. Every method implements it.
         """
         raise NotImplementedError
+
+    def graph_key(self) -> Hashable | None:
+        """Whether the next training step may be replayed from a CUDA graph (``train.step_graph``,
+        :mod:`xder_methods.graphs`), and on what it depends: None (the default) while it may not;
+        else a value holding every Python value that the step's ops read (e.g. the buffer's
+        filled size), such that two steps with equal keys (and the same task, batch shape and
+        learning rate) run the same ops on the same held tensors and change no Python attribute.
+
+        A method opts in by defining it; a subclass does not inherit the opt-in (its step may
+        differ) and defines it again where its step qualifies too. ``train.step_graph`` on a CPU
+        checks the declaration step by step.
+        """
+        return None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "graph_key" not in cls.__dict__:
+            cls.graph_key = MethodBase.graph_key  # type: ignore[method-assign]
 
     def after_backward(self) -> None:
         """Called after the loop back-propagates :meth:`observe`'s loss and before the optimiser

@@ -3,6 +3,10 @@
 Rows ``0 .. len(buffer) - 1`` hold items; one extra scratch row (index ``capacity``) receives the
 writes a policy discards, so that insertion never needs a data-dependent branch (no host
 synchronisation, PERFORMANCE.md point 3). Policies are pure functions that return slots.
+
+The count of items ever offered lives on the device (``Buffer.seen``), so that a step that
+inserts by reservoir sampling runs the same ops on every step once the buffer is full: the
+condition for replaying it from a CUDA graph (:mod:`xder_methods.graphs`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ __all__ = ["Buffer", "BufferSample", "reservoir_slots"]
 
 
 def reservoir_slots(
-    num_seen: int,
+    num_seen: int | Tensor,
     batch_size: int,
     capacity: int,
     generator: torch.Generator | None = None,
@@ -25,7 +29,8 @@ def reservoir_slots(
 ) -> Tensor:
     """Reservoir sampling (Vitter's Algorithm R) for a batch of new items, vectorised.
 
-    Item j of the batch is the ``n = num_seen + j``-th item ever offered. If ``n < capacity`` it
+    Item j of the batch is the ``n = num_seen + j``-th item ever offered (``num_seen``: an int,
+    or a 0-d int64 tensor on ``device``, read there without a host synchronisation). If ``n < capacity`` it
     goes to slot n; otherwise it draws ``r`` uniform on ``{0, ..., n}`` and replaces slot r if
     ``r < capacity``, else it is discarded. Offering the items one at a time, a later item of the
     batch overwrites an earlier one that drew the same slot; here the earlier one is discarded
@@ -63,6 +68,9 @@ class Buffer(nn.Module):
     ``examples: (M + 1, *example_shape)`` in the raw dtype (uint8 images are stored unaugmented),
     ``labels: (M + 1,)``, ``logits: (M + 1, num_logits)`` when ``num_logits > 0``,
     ``task_labels: (M + 1,)`` (the task during which the item was inserted). Row M is scratch.
+    ``seen``: a 0-d int64 device tensor, the items ever offered (travels in the extra state as
+    ``num_seen``); ``size``: the rows filled, a Python int (it is ``min(seen, capacity)`` under
+    reservoir insertion, and settles at the capacity).
 
     Args:
         capacity: M, the number of items it holds.
@@ -75,6 +83,7 @@ class Buffer(nn.Module):
     examples: Tensor
     labels: Tensor
     task_labels: Tensor
+    seen: Tensor
 
     def __init__(
         self,
@@ -99,11 +108,26 @@ class Buffer(nn.Module):
             self.register_buffer("logits", torch.zeros(rows, num_logits, device=device))
         else:
             self.logits = None
-        self.num_seen = 0
+        self.register_buffer("seen", torch.zeros((), dtype=torch.int64, device=device), persistent=False)
         self.size = 0
 
     def __len__(self) -> int:
         return self.size
+
+    @property
+    def num_seen(self) -> int:
+        """Items ever offered. Reads the device counter: a host synchronisation, so not for use
+        inside a training step."""
+        return int(self.seen)
+
+    @num_seen.setter
+    def num_seen(self, value: int) -> None:
+        self.seen.fill_(value)
+
+    def count_offered(self, n: int) -> None:
+        """Add n items to the count offered (for policies that place items themselves), on the
+        device: no host synchronisation."""
+        self.seen.add_(n)
 
     @property
     def is_full(self) -> bool:
@@ -140,12 +164,12 @@ class Buffer(nn.Module):
         """Offer a batch to the buffer by reservoir sampling; returns the (B,) slots used."""
         batch = labels.shape[0]
         if self.capacity == 0:
-            self.num_seen += batch
+            self.count_offered(batch)
             return torch.zeros(batch, dtype=torch.int64, device=labels.device)
-        slots = reservoir_slots(self.num_seen, batch, self.capacity, generator, labels.device)
+        slots = reservoir_slots(self.seen, batch, self.capacity, generator, labels.device)
         self.write(slots, examples, labels, logits, task_labels)
-        self.num_seen += batch
-        self.size = min(self.num_seen, self.capacity)
+        self.count_offered(batch)
+        self.size = min(self.size + batch, self.capacity)
         return slots
 
     def set_size(self, size: int) -> None:

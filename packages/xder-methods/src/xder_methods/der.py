@@ -48,6 +48,8 @@ class DER(ER):
     replay_batches = 1
     """Independent buffer batches a step draws (DER: one, for the logit matching)."""
 
+    graph_key = ER.graph_key  # replayable as ER's step: at a fixed buffer size
+
     def observe(self, batch: Batch) -> StepOutput:
         samples, views = [], []
         if len(self.buffer):

@@ -59,6 +59,7 @@ class DERpp(DER):
     """
 
     replay_batches = 2
+    graph_key = DER.graph_key  # replayable as ER's step: at a fixed buffer size
 
     def replay_loss(
         self, samples: list[BufferSample], outputs: list[Tensor], terms: dict[str, Tensor]

@@ -3,7 +3,7 @@ Chaudhry et al., 2019 "On Tiny Episodic Memories")."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -149,6 +149,12 @@ class ER(MethodBase):
         loss = per_item.mean()
         self.store(batch)
         return StepOutput(loss, {"ce": loss.detach()}, stream_buffer_groups(per_item, batch.y.shape[0]))
+
+    def graph_key(self) -> Hashable | None:
+        """Replayable at a fixed buffer size (:meth:`MethodBase.graph_key`): once the buffer is
+        full, every step draws, augments and inserts alike (the count of items offered is on the
+        device)."""
+        return ("buffer", len(self.buffer))
 
     def logits(self, x: Tensor) -> Tensor:
         """The outputs the cross-entropy is taken on (the network's own)."""

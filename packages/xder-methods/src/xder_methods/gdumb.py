@@ -410,7 +410,7 @@ class GDumb(MethodBase):
         )
         buffer.write(slots.to(y.device), x_raw, y, task_labels=task)
         buffer.set_size(new_size)
-        buffer.num_seen += batch_size
+        buffer.count_offered(batch_size)
         self.seen.index_fill_(0, y, True)
 
     def end_task(self, task: int, data: TaskData) -> None:

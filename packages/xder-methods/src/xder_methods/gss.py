@@ -336,7 +336,7 @@ class GSS(MethodBase):
         """Offer the stream batch (unaugmented) to the buffer by GSS-Greedy."""
         buffer, n = self.buffer, batch.y.shape[0]
         if buffer.capacity == 0:
-            buffer.num_seen += n
+            buffer.count_offered(n)
             return
         scores = self.candidate_scores(batch.x_raw, batch.y)
         size = len(buffer)
@@ -350,4 +350,4 @@ class GSS(MethodBase):
             slots, new_scores = gss_replacement(buffer.scores[:-1], scores[fill:], draws[0], draws[1])
             buffer.write(slots, batch.x_raw[fill:], batch.y[fill:], task_labels=batch.task)
             buffer.scores[:-1] = new_scores
-        buffer.num_seen += n
+        buffer.count_offered(n)

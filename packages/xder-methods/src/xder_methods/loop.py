@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from xder_methods.errors import MethodConfigError, NonFiniteLossError, check_settings
+from xder_methods.graphs import StepGraphs, StepResult
 from xder_methods.protocols import (
     Batch,
     ContinualMethod,
@@ -51,6 +53,7 @@ __all__ = [
     "learning_rate",
     "run_epoch",
     "shuffled_batches",
+    "train_step",
 ]
 
 CHECKPOINT_FORMAT = "xder-checkpoint-v1"
@@ -91,6 +94,13 @@ class TrainingSchedule:
             graphs, one launch where eager runs hundreds; on a CPU it compiles as ``default``).
             The loop reads only ``compile_mode``: with ``reduce-overhead`` it marks each training
             step's start (:func:`begin_step`).
+        step_graph: record each whole training step (augmentation, buffer draws and writes,
+            losses, backward pass, optimiser step) as one CUDA graph and replay it while the
+            method declares its step unchanged (:meth:`~xder_methods.MethodBase.graph_key`;
+            :mod:`xder_methods.graphs`); steps it does not declare run eagerly. On a CPU each
+            would-be replay runs eagerly and is checked against the recorded step instead (a
+            test of the method, slower than a plain run). SGD only, without ``compile``;
+            autocast then keeps no cache of cast weights (a capture cannot).
         record_every: every this many steps of a task, back-propagate each of the step's loss
             groups (stream, buffer) alone and record its gradient norm (0: never). Costs one
             extra backward pass per group on those steps only (about 2% of a DER++ run at 50);
@@ -121,6 +131,7 @@ class TrainingSchedule:
     channels_last: bool = False
     compile: bool = False
     compile_mode: Literal["default", "reduce-overhead"] = "default"
+    step_graph: bool = False
     record_every: int = 50
     tasks: int | None = None
 
@@ -145,6 +156,14 @@ class TrainingSchedule:
                 "compile_mode must be default or reduce-overhead",
             ),
             (self.optimizer in ("sgd", "radam"), "optimizer must be sgd or radam"),
+            (
+                not (self.step_graph and self.compile),
+                "step_graph records eager steps: leave compile off with it",
+            ),
+            (
+                not (self.step_graph and self.optimizer != "sgd"),
+                "step_graph records SGD's step only (radam keeps a step count on the host)",
+            ),
             (
                 all(math.isfinite(m) and m > 0 for m in self.milestones),
                 "milestones must be > 0 (positions within the task, in epochs)",
@@ -226,10 +245,13 @@ def _lr_changes(schedule: TrainingSchedule, epoch: int, steps_per_epoch: int) ->
     return changes
 
 
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    """bf16 autocast on ``device`` for ``precision == "bf16"``, else nothing."""
+def autocast(
+    precision: str, device: torch.device, *, cache: bool = True
+) -> contextlib.AbstractContextManager[Any]:
+    """bf16 autocast on ``device`` for ``precision == "bf16"``, else nothing. ``cache``: keep
+    the weights' casts for the block (off for a step recorded as a CUDA graph)."""
     if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
+        return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache)
     return contextlib.nullcontext()
 
 
@@ -448,6 +470,8 @@ class Loop:
         self.epoch = 0
         self.steps_per_epoch = 0
         self.optimizer: torch.optim.Optimizer | None = None
+        self.graphs: StepGraphs | None = None
+        """The task's recorded steps (``step_graph``), made by :func:`run_epoch`."""
 
     @property
     def n_tasks(self) -> int:
@@ -610,6 +634,9 @@ def fit(
             loop.epoch = epoch + 1
             for callback in calls:
                 callback.on_epoch_end(loop, epoch_record)
+        if loop.graphs is not None:
+            loop.graphs.close()  # free the recorded steps' memory before end_task
+            loop.graphs = None
         method.end_task(task, data)
         test, val = _evaluate_all(loop, task + 1)
         history = loop.history
@@ -648,6 +675,24 @@ def apply_step(method: ContinualMethod, loss: Tensor, optimizer: torch.optim.Opt
     method.after_step(optimizer)
 
 
+def train_step(loop: Loop, x_raw: Tensor, y: Tensor, *, task: int, probe: bool = False) -> StepResult:
+    """One training step on the stream batch ``(x_raw, y)`` of ``task`` (the one owner of a
+    step's order): :func:`begin_step`, the stream augmentation and ``observe`` under
+    :func:`autocast`, the gradient-norm probes of the step's loss groups when ``probe``,
+    :func:`apply_step`. The terms are read after the optimiser step (``after_step`` may add its
+    own). ``loop.optimizer`` must be set."""
+    method, schedule, generator, optimizer = loop.method, loop.schedule, loop.generator, loop.optimizer
+    assert optimizer is not None
+    begin_step(schedule)
+    with autocast(schedule.precision, generator.device, cache=not schedule.step_graph):
+        out = method.observe(Batch(method.transforms.train(x_raw, generator), y, x_raw, task))
+    norms = _group_grad_norms(out.groups, optimizer) if probe and out.groups else {}
+    if out.loss is not None:
+        apply_step(method, out.loss, optimizer)
+    loss = None if out.loss is None else out.loss.detach()
+    return StepResult(loss, {name: value.detach() for name, value in out.terms.items()}, norms)
+
+
 def run_epoch(
     loop: Loop,
     task: int,
@@ -659,8 +704,9 @@ def run_epoch(
     """One training epoch of ``task`` as :func:`fit` runs it (the one owner of a step's order):
     the lr of ``epoch`` and its in-epoch changes, ``rows`` of the stream (indices into
     ``loop.stream.train_x``) shuffled on the generator's device and cut at ``bounds``, and for
-    each batch: :func:`begin_step`, the stream augmentation and ``observe`` under
-    :func:`autocast`, the sampled gradient-norm probes, :func:`apply_step`, the callbacks'
+    each batch: :func:`train_step` (with the gradient-norm probes every ``record_every`` steps),
+    or, with ``step_graph``, the same step recorded and replayed by the loop's
+    :class:`~xder_methods.graphs.StepGraphs` (probed steps run eagerly), then the callbacks'
     ``on_step``; then the epoch's one read-back of its loss sums. ``loop.optimizer`` must be set.
     ``xder-run bench`` times its synthetic epoch with it.
 
@@ -686,6 +732,11 @@ def run_epoch(
     norm_sums: dict[str, Tensor] = {}
     norm_counts: dict[str, int] = {}
     every = loop.schedule.record_every
+    graphs = None
+    if loop.schedule.step_graph:
+        if loop.graphs is None or loop.graphs.optimizer is not optimizer:
+            loop.graphs = StepGraphs(method, optimizer, generator)
+        graphs = loop.graphs
     for step, (start, end) in enumerate(bounds):
         if step in changes:
             last_lr = changes[step]
@@ -694,18 +745,18 @@ def run_epoch(
         index = order[start:end]
         x_raw = stream.train_x[index].to(device, non_blocking=True)
         y = stream.train_y[index].to(device, non_blocking=True)
-        begin_step(loop.schedule)
-        with autocast(loop.schedule.precision, device):
-            out = method.observe(Batch(method.transforms.train(x_raw, generator), y, x_raw, task))
-        if out.groups and every and (epoch * len(bounds) + step) % every == 0:
-            for name, norm in _group_grad_norms(out.groups, optimizer).items():
-                norm_sums[name] = norm_sums.get(name, 0) + norm
-                norm_counts[name] = norm_counts.get(name, 0) + 1
-        if out.loss is not None:
-            apply_step(method, out.loss, optimizer)
-            sums["loss"] = sums.get("loss", 0) + out.loss.detach()
-        for name, value in out.terms.items():  # after the step: after_step may add its own terms
-            sums[name] = sums.get(name, 0) + value.detach()
+        probe = bool(every) and (epoch * len(bounds) + step) % every == 0
+        if graphs is None or probe:
+            result = train_step(loop, x_raw, y, task=task, probe=probe)
+        else:
+            result = graphs.step(functools.partial(train_step, loop, task=task), x_raw, y, task)
+        for name, norm in result.norms.items():
+            norm_sums[name] = norm_sums.get(name, 0) + norm
+            norm_counts[name] = norm_counts.get(name, 0) + 1
+        if result.loss is not None:
+            sums["loss"] = sums.get("loss", 0) + result.loss
+        for name, value in result.terms.items():
+            sums[name] = sums.get(name, 0) + value
         for callback in calls:
             callback.on_step(loop)
     names = list(sums) + [f"norm/{n}" for n in norm_sums]

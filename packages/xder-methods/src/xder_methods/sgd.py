@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from xder_methods._registry import register_method
@@ -25,6 +26,10 @@ class SGD(MethodBase):
     code: mammoth's ``sgd`` takes the cross-entropy over all outputs, future classes included;
     under Class-IL evaluation over seen classes both forget alike.
     """
+
+    def graph_key(self) -> Hashable | None:
+        """Always replayable (:meth:`MethodBase.graph_key`): the step depends on the task only."""
+        return ()
 
     def observe(self, batch: Batch) -> StepOutput:
         loss = seen_class_cross_entropy(self.net(batch.x), batch.y, self.seen_classes(batch.task))
