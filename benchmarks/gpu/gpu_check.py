@@ -30,11 +30,19 @@ Phases:
    ``--bench-plan``) names: float32, bf16 + channels-last, and ``graphs`` (those two with the
    backbone compiled into CUDA graphs, DER++ and X-DER only, torch's recompile and CUDA-graph
    notes in ``bench.log``); seconds per step, the floor, peak memory, the projected full protocol.
-7. ``full_run``: ``--full-run`` (:data:`FULL_RUNS`: DER++ on Split CIFAR-10, buffer 200, by
+7. ``step_graph``: whole training steps recorded as CUDA graphs (``train.step_graph``): DER++ on
+   Split CIFAR-10 (paper shapes, float32, deterministic algorithms), 1 epoch of 2 tasks, once
+   eagerly and once with its steps replayed; the accuracy matrices compared (the replays draw the
+   same random numbers, so they should be equal), and each run's epoch times (task 2's epoch:
+   every step after the warm-up replayed). On a CPU (smoke) the replays are checked op by op
+   instead (:class:`xder_methods.graphs.ReplayCheck`). When the matrices agree, the float32
+   replayed epoch enters the full run's choice of mode as ``stepgraph`` (bf16 + channels-last +
+   step graphs: an upper bound of its epoch).
+8. ``full_run``: ``--full-run`` (:data:`FULL_RUNS`: DER++ on Split CIFAR-10, buffer 200, by
    default; X-DER on Split CIFAR-100, buffer 500) at its paper's protocol and preset, in the mode
    of the fastest training-loop epoch, as many epochs per task as the time left allows, or
    ``--full-run-epochs`` (``--bench-from`` takes the bench figures of an earlier call instead).
-8. ``compile``: the bench again with ``--compile`` in torch's default mode (DER++ and X-DER), when
+9. ``compile``: the bench again with ``--compile`` in torch's default mode (DER++ and X-DER), when
    time is left; only when ``--phases`` names it.
 """
 
@@ -88,7 +96,7 @@ LOOP_EPOCH_SECONDS = {("derpp-cifar10", "graphs"): 3.13}
 LOSS_TOLERANCE = {"fp32": 1e-4, "tf32": 1e-3, "bf16": 1e-2}
 FP32_GRAD_TOLERANCE = 1e-2
 MIN_COSINE = {"tf32": 0.99, "bf16": 0.95}
-PHASES = ("data", "correctness", "syncs", "resume", "bench", "full_run", "compile")
+PHASES = ("data", "correctness", "syncs", "resume", "bench", "step_graph", "full_run", "compile")
 # torch.compile's default mode gained nothing on the H200 (the graphs mode of the bench replaces it)
 DEFAULT_PHASES = tuple(p for p in PHASES if p != "compile")
 # bf16 alone was slower than float32 on the H200 (more cast kernels in a launch-bound step), and
@@ -503,7 +511,7 @@ def resume_check(script: Script, device: torch.device, smoke: bool) -> dict[str,
 
 
 # ---------------------------------------------------------------------------------------------
-# 6-8: speed and the full run
+# 6-9: speed, whole-step graphs and the full run
 
 
 MODES = {
@@ -522,6 +530,8 @@ MODE_SETTINGS = {
         "train.precision=bf16", "train.channels_last=true", "train.compile=true",
         "train.compile_mode=reduce-overhead",
     ],
+    # whole steps recorded as CUDA graphs (the step_graph phase measures it: no bench mode)
+    "stepgraph": ["train.precision=bf16", "train.channels_last=true", "train.step_graph=true"],
 }  # fmt: skip
 # Compiling costs tens of seconds a network on the GPU: those modes bench DER++ and X-DER only.
 COMPILED_MODES = {"compile", "graphs"}
@@ -553,6 +563,61 @@ def bench(
     return json.loads(path.read_text())
 
 
+def epoch_seconds(run_dir: Path) -> dict[int, list[float]]:
+    """Each task's epoch times of a run (its ``events.jsonl``)."""
+    times: dict[int, list[float]] = {}
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "epoch":
+            times.setdefault(event["task"], []).append(event["seconds"])
+    return times
+
+
+def step_graph_check(script: Script, device: torch.device, smoke: bool) -> dict[str, Any]:
+    """DER++ on Split CIFAR-10, 2 tasks of 1 epoch (smoke: 2 epochs at width 8 and a buffer of 20,
+    which the smoke's few images fill, so that steps are replayed), deterministic algorithms,
+    float32: eagerly, then with ``train.step_graph`` (see the module docstring, phase 7). Float32,
+    because under bf16 autocast the two differ by design: a recorded step keeps no cache of cast
+    weights, so the gradients of DER++'s three forward passes add up in float32 rather than in
+    bf16."""
+    common = [
+        "train", "--method", "derpp", "--benchmark", "seq-cifar10", "--protocol", "full",
+        "--buffer-size", "20" if smoke else "200", "--seed", "0", "--data-root", str(script.out / "data"),
+        "--device", str(device), "--epochs", "2" if smoke else "1", "--set", "train.tasks=2",
+    ]  # fmt: skip
+    if smoke:
+        common += ["--set", "backbone.width=8"]
+    log = script.out / "step_graph.log"
+    runs = {}
+    for name, extra in (("eager", []), ("replayed", ["--set", "train.step_graph=true"])):
+        out = script.out / f"step-graph-{name}"
+        started = time.monotonic()
+        result = xder_run(
+            [*common, *extra, "--out", str(out)], log, timeout=script.left() / 2, launch=("--deterministic",)
+        )
+        checked(result, f"step_graph {name} run")
+        (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+        runs[name] = {
+            "wall_seconds": time.monotonic() - started,
+            "results": json.loads((run_dir / "results.json").read_text()),
+            "epoch_seconds": epoch_seconds(run_dir),
+        }
+    keys = ("accuracy_matrix", "task_il_accuracy_matrix")
+    eager, replayed = (runs[n]["results"] for n in ("eager", "replayed"))
+    return {
+        "method": "derpp",
+        "benchmark": "seq-cifar10",
+        "identical": all(eager[k] == replayed[k] for k in keys),
+        "faa": {"eager": eager["faa"], "replayed": replayed["faa"]},
+        "accuracy_matrix": {"eager": eager["accuracy_matrix"], "replayed": replayed["accuracy_matrix"]},
+        "epoch_seconds": {n: runs[n]["epoch_seconds"] for n in runs},
+        # the second task's last epoch: replayed throughout but for its warm-up steps
+        "eager_epoch_seconds": runs["eager"]["epoch_seconds"][1][-1],
+        "replayed_epoch_seconds": runs["replayed"]["epoch_seconds"][1][-1],
+        "wall_seconds": {n: runs[n]["wall_seconds"] for n in runs},
+    }
+
+
 def full_run(
     script: Script,
     device: torch.device,
@@ -569,6 +634,9 @@ def full_run(
     reports the tasks it finished (``results.json`` is rewritten after every task)."""
     spec = FULL_RUNS[which]
     timings = {}
+    measured = benches.get((spec["benchmark"], "stepgraph-loop"))
+    if measured is not None and measured["method"] == spec["method"] and measured["identical"]:
+        timings["stepgraph"] = measured["replayed_epoch_seconds"]
     for mode in MODE_SETTINGS:
         payload = benches.get((spec["benchmark"], mode))
         if payload is not None:
@@ -581,7 +649,7 @@ def full_run(
         epochs = 1
     elif epochs is None:  # 20 s for start-up, evaluations and plots (and 60 s for compiling)
         per_epoch = spec["tasks"] * loop_epoch_s
-        fixed = 20 + (60 if mode in COMPILED_MODES else 0)
+        fixed = 20 + (60 if mode in COMPILED_MODES else 0) + (15 if mode == "stepgraph" else 0)
         epochs = min(spec["epochs"], int(max(0.0, script.left() - reserve - fixed) / per_epoch))
     if epochs < 1:
         raise RuntimeError(
@@ -627,7 +695,7 @@ def table(script: Script, benches: dict[Any, Any]) -> str:
     lines = ["phase        status  seconds"]
     for name, info in script.phases.items():
         lines.append(f"{name:12} {info['status']:7} {info.get('seconds', '')}")
-    for name in ("correctness", "syncs", "resume", "full_run"):
+    for name in ("correctness", "syncs", "resume", "step_graph", "full_run"):
         path = script.out / f"{name}.json"
         if not path.exists():
             continue
@@ -649,6 +717,13 @@ def table(script: Script, benches: dict[Any, Any]) -> str:
                 )
         elif name == "resume":
             lines.append(f"kill -9 + resume identical: {payload['identical']}")
+        elif name == "step_graph":
+            lines.append(
+                f"step graphs: {payload['method']} {payload['benchmark']} epoch "
+                f"{payload['eager_epoch_seconds']:.2f} s eager, {payload['replayed_epoch_seconds']:.2f} s "
+                f"replayed; FAA {payload['faa']['eager']:.2f} / {payload['faa']['replayed']:.2f}, "
+                f"identical: {payload['identical']}"
+            )
         else:
             p = payload
             projected = p["projected_full_protocol_seconds"]
@@ -663,7 +738,7 @@ def table(script: Script, benches: dict[Any, Any]) -> str:
         "bench            mode     method  s/step  floor  ratio  syncs launches  peakMiB  protocol_h"
     )
     for (benchmark, mode), payload in benches.items():
-        for r in payload["methods"]:
+        for r in payload.get("methods", []):  # (the step_graph phase's payload has none)
             peak = r.get("peak_memory_bytes")
             projected = r.get("projected_protocol_seconds")
             lines.append(
@@ -720,7 +795,7 @@ def main() -> int:
     width = 8 if args.smoke else 64
     cuda = device.type == "cuda"
     script.phase("env", lambda: environment(device))
-    kinds = ["cifar10"] if phases & {"data", "resume"} else []
+    kinds = ["cifar10"] if phases & {"data", "resume", "step_graph"} else []
     if "full_run" in phases and FULL_RUNS[args.full_run]["data"] not in kinds:
         kinds.append(FULL_RUNS[args.full_run]["data"])
     for kind in kinds:
@@ -752,6 +827,12 @@ def main() -> int:
             )
             if payload is not None:
                 benches[(benchmark, mode)] = payload
+    if "step_graph" in phases:
+        payload = script.phase(
+            "step_graph", lambda: step_graph_check(script, device, args.smoke), needs=0 if args.smoke else 60
+        )
+        if payload is not None:
+            benches[("seq-cifar10", "stepgraph-loop")] = payload
     compiling = cuda and "compile" in phases  # compiling on a CPU takes minutes
     if "full_run" in phases:
         reserve = COMPILE_SECONDS if compiling else 0.0

@@ -99,8 +99,10 @@ class TrainingSchedule:
             method declares its step unchanged (:meth:`~xder_methods.MethodBase.graph_key`;
             :mod:`xder_methods.graphs`); steps it does not declare run eagerly. On a CPU each
             would-be replay runs eagerly and is checked against the recorded step instead (a
-            test of the method, slower than a plain run). SGD only, without ``compile``;
-            autocast then keeps no cache of cast weights (a capture cannot).
+            test of the method, slower than a plain run). SGD only, without ``compile``.
+            In float32 the numbers are a plain run's (the replays draw the same random
+            numbers); under bf16 autocast keeps no cache of cast weights (a capture cannot), so
+            the gradients of a step's several forward passes add up in float32, not in bf16.
         record_every: every this many steps of a task, back-propagate each of the step's loss
             groups (stream, buffer) alone and record its gradient norm (0: never). Costs one
             extra backward pass per group on those steps only (about 2% of a DER++ run at 50);
