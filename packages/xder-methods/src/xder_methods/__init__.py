@@ -58,6 +58,7 @@ from xder_methods.fdr import FDR, FDRConfig, function_distance
 from xder_methods.flatness import ERFlat, ERFlatConfig, local_flatness, local_linearity
 from xder_methods.gdumb import GDumb, GDumbConfig
 from xder_methods.gem import GEM, GEMConfig, project_gem
+from xder_methods.graphs import CudaGraphs, ReplayCheck, StepGraphs, StepNotReplayable, StepResult
 from xder_methods.gss import GSS, GSSConfig, gss_replacement, gss_scores
 from xder_methods.hal import HAL, HALConfig, anchor_loss, anchor_objective
 from xder_methods.heads import CosineHead, regular_simplex
@@ -129,6 +130,7 @@ __all__ = [
     "ContinualMethod",
     "ContinualSetting",
     "CosineHead",
+    "CudaGraphs",
     "DERConfig",
     "DERpp",
     "DERppACE",
@@ -165,10 +167,14 @@ __all__ = [
     "OnlineEWCConfig",
     "OpCounter",
     "RPCConfig",
+    "ReplayCheck",
     "ReplayConfig",
     "SGDConfig",
     "SIConfig",
+    "StepGraphs",
+    "StepNotReplayable",
     "StepOutput",
+    "StepResult",
     "TaskData",
     "TaskRecord",
     "TaskStream",

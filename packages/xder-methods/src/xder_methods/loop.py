@@ -100,9 +100,10 @@ class TrainingSchedule:
             :mod:`xder_methods.graphs`); steps it does not declare run eagerly. On a CPU each
             would-be replay runs eagerly and is checked against the recorded step instead (a
             test of the method, slower than a plain run). SGD only, without ``compile``.
-            In float32 the numbers are a plain run's (the replays draw the same random
-            numbers); under bf16 autocast keeps no cache of cast weights (a capture cannot), so
-            the gradients of a step's several forward passes add up in float32, not in bf16.
+            In float32 the numbers are meant to be a plain run's (a replay draws the same
+            random numbers; the GPU script's ``step_graph`` phase checks it); under bf16,
+            autocast keeps no cache of cast weights (a capture cannot), so the gradients of a
+            step's several forward passes add up in float32, not in bf16.
         record_every: every this many steps of a task, back-propagate each of the step's loss
             groups (stream, buffer) alone and record its gradient norm (0: never). Costs one
             extra backward pass per group on those steps only (about 2% of a DER++ run at 50);
