@@ -17,6 +17,7 @@ from xder_methods import (
     ERACE,
     RPC,
     SGD,
+    XDER,
     Buffer,
     Callback,
     DERpp,
@@ -44,15 +45,15 @@ def _method(name, stream, transforms, tiny_net, setting_of, **config):
 
 
 def test_the_opt_in_is_declared_not_inherited() -> None:
-    """ER, DER, DER++ and FT declare their steps replayable; a subclass that does not declare it
-    again (RPC and ER-ACE change the step) is not, whatever its parent declared."""
-    for cls in (ER, DER, DERpp, SGD):
+    """ER, DER, DER++, X-DER and FT declare their steps replayable; a subclass that does not
+    declare it again (RPC and ER-ACE change the step) is not, whatever its parent declared."""
+    for cls in (ER, DER, DERpp, SGD, XDER):
         assert cls.graph_key is not MethodBase.graph_key, cls
     for cls in (RPC, ERACE):
         assert cls.graph_key is MethodBase.graph_key, cls
 
 
-@pytest.mark.parametrize("name", ["sgd", "er", "derpp"])
+@pytest.mark.parametrize("name", ["sgd", "er", "derpp", "xder"])
 def test_replay_checked_run_equals_a_plain_run(name, stream, transforms, tiny_net, setting_of) -> None:
     """With ``step_graph`` on a CPU, every step a GPU would replay (after the buffer fills) runs
     eagerly and passes the replay check, and the run's numbers are the plain run's, to the bit."""
@@ -70,9 +71,10 @@ def test_replay_checked_run_equals_a_plain_run(name, stream, transforms, tiny_ne
     assert histories[0].task_il == histories[1].task_il
     # Per task 3 epochs x 6 steps; steps 0, 5, 10 and 15 of the task probe the gradient norms
     # (eagerly), leaving 14: 3 eager warm-up steps with one key, one recorded, 10 replayed and
-    # checked. In task 0 a replay method's key changes once more: its buffer of 8 is full after
-    # two batches of 4, the first of them a probe, so one more step warms up: 9 replays.
-    assert checks == [0, 30 if name == "sgd" else 29]
+    # checked. In task 0 the key of a method that fills its buffer from the stream (ER, DER++)
+    # changes once more: its buffer of 8 is full after two batches of 4, the first of them a
+    # probe, so one more step warms up: 9 replays. X-DER fills its buffer at a task's end.
+    assert checks == [0, 29 if name in ("er", "derpp") else 30]
 
 
 class StepGraphsSpy(Callback):
@@ -201,8 +203,9 @@ def test_step_graphs_warm_record_replay_and_evict() -> None:
     # A replay copies the batch into the record's static input.
     run(1, batch=torch.ones(4, 1, 2, 2))
     assert fed[2].sum() == 16
-    method.key = None  # not replayable now: eager, whatever was recorded
-    assert run(3) == ["warm"] * 3
+    method.key = None  # not replayable now: eager (no warm-up either), whatever was recorded
+    assert run(3) == []
+    assert len(fed) == 3 + 3
     method.key = ()
     assert run(1) == ["replay"]
     optimizer.param_groups[0]["lr"] = 0.01  # a new lr is a new key

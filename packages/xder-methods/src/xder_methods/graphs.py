@@ -228,8 +228,9 @@ class StepGraphs:
     """Records training steps and replays them (see the module docstring).
 
     A step's key is the method's :meth:`~xder_methods.MethodBase.graph_key` (None: the step runs
-    eagerly), the task, the batch's shapes and dtypes and the optimiser's learning rates. A key
-    seen for ``warmup`` eager steps in a row is recorded; a recorded key is replayed. At most
+    eagerly, as without StepGraphs), the task, the batch's shapes and dtypes and the optimiser's
+    learning rates. A key seen for ``warmup`` eager steps in a row is recorded; a recorded key
+    is replayed. At most
     ``capacity`` steps stay recorded (the least recently used goes first), each holding its
     own memory.
 
@@ -295,7 +296,9 @@ class StepGraphs:
         last, count = self.streak
         count = count + 1 if key is not None and key == last else 1
         self.streak = (key, count)
-        if key is None or count <= self.warmup:
+        if key is None:
+            return body(x_raw, y)
+        if count <= self.warmup:
             return self.backend.warm(body, x_raw, y)
         if len(self.graphs) >= self.capacity:
             self._evict()

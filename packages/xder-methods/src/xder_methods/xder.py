@@ -10,6 +10,7 @@ the paper's Eq. 11).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -253,6 +254,13 @@ class XDER(MethodBase):
     def begin_task(self, task: int) -> None:
         super().begin_task(task)
         self.visits.zero_()
+
+    def graph_key(self) -> Hashable | None:
+        """Replayable at a fixed buffer size (:meth:`MethodBase.graph_key`): the buffer fills
+        only at a task's end, so within a task every step draws, updates and constrains alike
+        (the heads, the constraints and the future preparation depend on the task, which the
+        key of :class:`~xder_methods.graphs.StepGraphs` holds)."""
+        return ("buffer", len(self.buffer))
 
     def observe(self, batch: Batch) -> StepOutput:
         cfg, c, t = self.config, self.head_size, batch.task
