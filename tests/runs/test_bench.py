@@ -262,3 +262,20 @@ def test_the_synthetic_epoch_is_the_training_loops_own(monkeypatch) -> None:
     payload = run_bench(_options(methods=("er", "derpp"), steps=1))
     assert calls == [(1, 0, 288, 36, 0)] * 2  # 144 items per class x 2 classes, batch 8
     assert [r["epoch_steps"] for r in payload["methods"]] == [36, 36]
+
+
+def test_steps_are_the_loops_own_and_replayed_with_step_graph() -> None:
+    """The timed steps run :func:`xder_methods.run_step`; with ``step_graph`` those of a method
+    that declares its step replayable are recorded and then replayed (on a CPU: checked op by op),
+    and the payload says how many. The step's counts are of an eager step (the first steps of a
+    key are its warm-up), so they equal those without step graphs."""
+    plain = run_bench(_options(methods=("derpp", "xder", "er_ace"), steps=4, warmup=1))
+    replayed = run_bench(_options(methods=("derpp", "xder", "er_ace"), steps=4, warmup=1, step_graph=True))
+    assert replayed["settings"]["step_graph"] is True
+    # Two steps counted (images, then ops) and 5 rounds: 3 warm-up steps of the key, 1 recorded,
+    # 3 replayed; then the epoch's 36 steps (a new key: the epoch's lr): 3 warm-up, 1 recorded,
+    # 32 replayed. ER-ACE does not declare its step replayable.
+    assert [r["replayed_steps"] for r in replayed["methods"]] == [3 + 32, 3 + 32, 0]
+    assert [r["replayed_steps"] for r in plain["methods"]] == [None, None, None]
+    for key in ("ops_per_step", "launches_per_step", "images_per_step", "host_syncs_per_step"):
+        assert [r[key] for r in replayed["methods"]] == [r[key] for r in plain["methods"]]

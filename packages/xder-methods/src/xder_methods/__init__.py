@@ -81,6 +81,7 @@ from xder_methods.loop import (
     fit,
     learning_rate,
     run_epoch,
+    run_step,
     shuffled_batches,
     train_step,
 )
@@ -216,6 +217,7 @@ __all__ = [
     "regular_simplex",
     "reservoir_slots",
     "run_epoch",
+    "run_step",
     "shuffled_batches",
     "si_importance",
     "si_penalty",

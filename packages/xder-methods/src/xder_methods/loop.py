@@ -52,6 +52,7 @@ __all__ = [
     "fit",
     "learning_rate",
     "run_epoch",
+    "run_step",
     "shuffled_batches",
     "train_step",
 ]
@@ -696,6 +697,19 @@ def train_step(loop: Loop, x_raw: Tensor, y: Tensor, *, task: int, probe: bool =
     return StepResult(loss, {name: value.detach() for name, value in out.terms.items()}, norms)
 
 
+def run_step(loop: Loop, x_raw: Tensor, y: Tensor, *, task: int, probe: bool = False) -> StepResult:
+    """A training step as :func:`run_epoch` runs it: :func:`train_step`, or with ``step_graph``
+    (and no ``probe``) the same step recorded and replayed by ``loop.graphs`` (a
+    :class:`~xder_methods.graphs.StepGraphs`, made for ``loop.optimizer`` when first needed).
+    ``xder-run bench`` times its steps with it."""
+    if not loop.schedule.step_graph or probe:
+        return train_step(loop, x_raw, y, task=task, probe=probe)
+    if loop.graphs is None or loop.graphs.optimizer is not loop.optimizer:
+        assert loop.optimizer is not None
+        loop.graphs = StepGraphs(loop.method, loop.optimizer, loop.generator)
+    return loop.graphs.step(functools.partial(train_step, loop, task=task), x_raw, y, task)
+
+
 def run_epoch(
     loop: Loop,
     task: int,
@@ -707,11 +721,9 @@ def run_epoch(
     """One training epoch of ``task`` as :func:`fit` runs it (the one owner of a step's order):
     the lr of ``epoch`` and its in-epoch changes, ``rows`` of the stream (indices into
     ``loop.stream.train_x``) shuffled on the generator's device and cut at ``bounds``, and for
-    each batch: :func:`train_step` (with the gradient-norm probes every ``record_every`` steps),
-    or, with ``step_graph``, the same step recorded and replayed by the loop's
-    :class:`~xder_methods.graphs.StepGraphs` (probed steps run eagerly), then the callbacks'
-    ``on_step``; then the epoch's one read-back of its loss sums. ``loop.optimizer`` must be set.
-    ``xder-run bench`` times its synthetic epoch with it.
+    each batch: :func:`run_step` (with the gradient-norm probes every ``record_every`` steps),
+    then the callbacks' ``on_step``; then the epoch's one read-back of its loss sums.
+    ``loop.optimizer`` must be set. ``xder-run bench`` times its synthetic epoch with it.
 
     Raises:
         NonFiniteLossError: a loss term of the epoch is NaN or infinite.
@@ -735,11 +747,6 @@ def run_epoch(
     norm_sums: dict[str, Tensor] = {}
     norm_counts: dict[str, int] = {}
     every = loop.schedule.record_every
-    graphs = None
-    if loop.schedule.step_graph:
-        if loop.graphs is None or loop.graphs.optimizer is not optimizer:
-            loop.graphs = StepGraphs(method, optimizer, generator)
-        graphs = loop.graphs
     for step, (start, end) in enumerate(bounds):
         if step in changes:
             last_lr = changes[step]
@@ -749,10 +756,7 @@ def run_epoch(
         x_raw = stream.train_x[index].to(device, non_blocking=True)
         y = stream.train_y[index].to(device, non_blocking=True)
         probe = bool(every) and (epoch * len(bounds) + step) % every == 0
-        if graphs is None or probe:
-            result = train_step(loop, x_raw, y, task=task, probe=probe)
-        else:
-            result = graphs.step(functools.partial(train_step, loop, task=task), x_raw, y, task)
+        result = run_step(loop, x_raw, y, task=task, probe=probe)
         for name, norm in result.norms.items():
             norm_sums[name] = norm_sums.get(name, 0) + norm
             norm_counts[name] = norm_counts.get(name, 0) + 1

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,6 +70,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--compile", action="store_true", help="nn.Module.compile the backbone")
     h = "torch.compile mode with --compile (reduce-overhead: CUDA graphs)"
     bench.add_argument("--compile-mode", choices=("default", "reduce-overhead"), default="default", help=h)
+    bench.add_argument("--step-graph", action="store_true", help="whole steps replayed as CUDA graphs")
     bench.add_argument("--no-epoch", dest="epoch", action="store_false", help="skip the synthetic epoch")
     bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     bench.add_argument(
@@ -98,29 +100,12 @@ def _process_counts(text: str) -> tuple[int, ...]:
 
 
 def bench_options(args: argparse.Namespace) -> BenchOptions:
-    """The options of ``xder-run bench`` (``args`` from its parser); ``--methods`` split at commas."""
+    """The options of ``xder-run bench`` (``args`` from its parser, whose destinations are the
+    options' names; ``--plugin`` gives ``plugins``)."""
     from xder_cli.runs.bench import BenchOptions
 
-    return BenchOptions(
-        methods=args.methods,
-        benchmark=args.benchmark,
-        protocol=args.protocol,
-        backbone=args.backbone,
-        width=args.width,
-        batch_size=args.batch_size,
-        buffer_size=args.buffer_size,
-        task=args.task,
-        device=args.device,
-        steps=args.steps,
-        warmup=args.warmup,
-        precision=args.precision,
-        channels_last=args.channels_last,
-        compile=args.compile,
-        compile_mode=args.compile_mode,
-        epoch=args.epoch,
-        rounds=args.rounds,
-        plugins=tuple(args.plugin or ()),
-    )
+    named = {f.name: getattr(args, f.name) for f in dataclasses.fields(BenchOptions) if hasattr(args, f.name)}
+    return BenchOptions(**named, plugins=tuple(args.plugin or ()))
 
 
 def print_share(payload: dict[str, Any]) -> None:
@@ -174,6 +159,9 @@ def run(args: argparse.Namespace) -> int:
         )
     for name, value in payload["ratios"].items():
         print(f"{name}: {value:.2f}")
+    if options.step_graph:
+        replayed = ", ".join(f"{r['method']} {r['replayed_steps']}" for r in payload["methods"])
+        print(f"steps replayed from CUDA graphs (on a CPU: checked): {replayed}")
     return _write(args, payload)
 
 

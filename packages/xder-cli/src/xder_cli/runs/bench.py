@@ -27,7 +27,12 @@ like the benchmark (its buffer full), then:
   benchmark's epochs and tasks (the step time of task T taken for every task; evaluation and
   end-of-task work left out);
 * ``cudagraph_counters`` (backbones compiled into CUDA graphs): torch's counters of the graphs it
-  did not run as CUDA graphs (``cudagraph_skips``; the reason goes to its ``cudagraphs`` log).
+  did not run as CUDA graphs (``cudagraph_skips``; the reason goes to its ``cudagraphs`` log);
+* ``replayed_steps`` (``step_graph``: whole steps recorded as CUDA graphs, :func:`xder_methods.run_step`):
+  the method's steps replayed, timed rounds and epoch together (none for a method that does not
+  declare its step replayable). The counts above are then of the first steps, which run eagerly
+  (a recorded step's warm-up); on a CPU every replay is checked op by op instead, so the times
+  there are the check's.
 
 The process takes its CPU threads as a training run does (:mod:`xder_cli.runs.cpushare`: all cores
 alone, a fair share beside other runs, or a fixed ``OMP_NUM_THREADS``); ``threads`` lists the
@@ -63,7 +68,6 @@ from xder_data import (
     benchmark_defaults,
 )
 from xder_methods import (
-    Batch,
     ContinualSetting,
     Loop,
     NonFiniteLossError,
@@ -72,12 +76,11 @@ from xder_methods import (
     TaskStream,
     TrainingSchedule,
     Transforms,
-    apply_step,
     autocast,
     batch_bounds,
-    begin_step,
     method_config_class,
     run_epoch,
+    run_step,
 )
 
 __all__ = ["BENCH_SHAPES", "BenchOptions", "bench_plan", "run_bench", "wait_for_start", "with_protocol"]
@@ -116,6 +119,8 @@ class BenchOptions:
         compile: the backbones ``nn.Module.compile``-d.
         compile_mode: their ``torch.compile`` mode, ``default`` or ``reduce-overhead`` (CUDA
             graphs).
+        step_graph: whole training steps recorded as CUDA graphs and replayed
+            (``train.step_graph``); not with ``compile``.
         epoch: also time one synthetic epoch of task ``task`` per method.
         rounds: the fair-share benchmark (:func:`~xder_cli.runs.bench_share.run_share_bench`):
             its rounds, medians taken.
@@ -140,6 +145,7 @@ class BenchOptions:
     channels_last: bool = False
     compile: bool = False
     compile_mode: str = "default"
+    step_graph: bool = False
     epoch: bool = True
     rounds: int = 3
     start_after: Path | None = None
@@ -164,6 +170,7 @@ class _Subject:
     syncs: int
     sync_names: dict[str, int]
     epoch: Any
+    loop: Loop
 
 
 def bench_plan(name: str, options: BenchOptions) -> RunPlan:
@@ -179,6 +186,7 @@ def bench_plan(name: str, options: BenchOptions) -> RunPlan:
         "train.channels_last": options.channels_last,
         "train.compile": options.compile,
         "train.compile_mode": options.compile_mode,
+        "train.step_graph": options.step_graph,
     }
     if options.backbone == "resnet18-cifar":
         overrides["backbone.width"] = options.width
@@ -236,16 +244,14 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
     task_y = torch.arange(
         options.task * per_task, (options.task + 1) * per_task, device=device
     ).repeat_interleave(per_class)
-    optimizer = torch.optim.SGD(list(method.optimizer_parameters()), lr=0.01)
+    # The steps and the epoch are the training loop's own (xder_methods.run_step, run_epoch).
+    stream = _SyntheticTask(task_x, task_y, (per_task,) * n_tasks)
+    loop = Loop(method, cast(TaskStream, stream), plan.fit_schedule, generator)
+    loop.optimizer = torch.optim.SGD(list(method.optimizer_parameters()), lr=0.01)
     batch_rows = torch.arange(plan.schedule.batch_size, device=device)
 
     def step(rows: torch.Tensor = batch_rows) -> None:
-        x_raw, y = task_x[rows], task_y[rows]
-        begin_step(plan.schedule)
-        with autocast(plan.schedule.precision, device):
-            out = method.observe(Batch(transforms.train(x_raw, generator), y, x_raw, options.task))
-        if out.loss is not None:
-            apply_step(method, out.loss, optimizer)
+        run_step(loop, task_x[rows], task_y[rows], task=options.task)
 
     if options.compile:
         # Counted on an eager twin: a compiled network is neither hooked nor run under the op
@@ -275,18 +281,13 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
         loss.backward()
         floor_opt.step()
 
-    # The epoch is the training loop's own (xder_methods.run_epoch) over the synthetic task.
-    stream = _SyntheticTask(task_x, task_y, (per_task,) * n_tasks)
-    loop = Loop(method, cast(TaskStream, stream), plan.fit_schedule, generator)
-    loop.optimizer = optimizer
-
     def epoch() -> int:
         bounds = batch_bounds(n_items, plan.schedule.batch_size, drop_last=plan.schedule.drop_last)
         with contextlib.suppress(NonFiniteLossError):  # random data may diverge: the time stands
             run_epoch(loop, options.task, 0, torch.arange(n_items, device=device), bounds)
         return len(bounds)
 
-    return _Subject(name, step, floor, images, ops, launches, syncs, sync_names, epoch)
+    return _Subject(name, step, floor, images, ops, launches, syncs, sync_names, epoch, loop)
 
 
 def wait_for_start(folder: Path, timeout: float = 600.0) -> None:
@@ -446,6 +447,7 @@ def _payload(
             "projected_protocol_seconds": None
             if epoch_seconds is None
             else epoch_seconds * defaults.epochs * n_tasks,
+            "replayed_steps": None if subject.loop.graphs is None else subject.loop.graphs.replays,
         }
         rows.append(row)
     by_name: dict[str, float] = {r["method"]: r["seconds_per_step"] for r in rows}
@@ -473,6 +475,7 @@ def _payload(
             "channels_last": options.channels_last,
             "compile": options.compile,
             "compile_mode": options.compile_mode,
+            "step_graph": options.step_graph,
             "steps": options.steps,
             "warmup": options.warmup,
             "protocol_epochs": defaults.epochs,
