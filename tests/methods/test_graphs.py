@@ -3,6 +3,7 @@ and replayed, and the CPU's replay check, which must catch a step that a graph w
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -29,7 +30,7 @@ from xder_methods import (
     method_config_class,
     reservoir_slots,
 )
-from xder_methods.graphs import ReplayCheck, StepGraphs, StepNotReplayable, StepResult
+from xder_methods.graphs import CudaGraphs, ReplayCheck, StepGraphs, StepNotReplayable, StepResult
 
 
 def _method(name, stream, transforms, tiny_net, setting_of, **config):
@@ -268,3 +269,116 @@ def test_reservoir_reads_a_device_count_as_an_int() -> None:
     assert buffer.num_seen == 11
     buffer.num_seen = 5
     assert int(buffer.seen) == 5
+
+
+class _FakeCuda:
+    """Stands in for the torch.cuda calls of :class:`CudaGraphs` (no GPU here): it logs what
+    the backend asks of CUDA; a capture runs the step's Python (torch records its kernels), a
+    replay runs nothing."""
+
+    def __init__(self, monkeypatch, fail: str | None = None) -> None:
+        self.log: list[str] = []
+        self.fail = fail
+        self.default = torch.Generator()
+        fake = self
+
+        class Stream:
+            made = 0
+
+            def __init__(self, device=None) -> None:
+                self.name = "side" if Stream.made else "default"
+                Stream.made += 1
+                fake.log.append("new stream")
+
+            def wait_stream(self, other) -> None:
+                fake.log.append(f"{self.name} waits for {other.name}")
+
+        self.current = Stream()
+        self.log.clear()
+
+        class Graph:
+            def register_generator_state(self, generator) -> None:
+                fake.log.append("register generator")
+
+            def replay(self) -> None:
+                fake.log.append("replay")
+
+        @contextlib.contextmanager
+        def context(label: str):
+            fake.log.append(f"enter {label}")
+            yield
+            if label == "capture" and fake.fail:
+                raise RuntimeError(fake.fail)
+            fake.log.append(f"exit {label}")
+
+        for name, value in {
+            "Stream": Stream,
+            "current_stream": lambda device=None: fake.current,
+            "stream": lambda stream: context(f"stream {stream.name}"),
+            "CUDAGraph": Graph,
+            "graph": lambda graph: context("capture"),
+            "device": lambda device: contextlib.nullcontext(),
+            "default_generators": (self.default,),
+        }.items():
+            monkeypatch.setattr(torch.cuda, name, value, raising=False)
+
+
+def _counting_body(log: list[str], param: torch.nn.Parameter):
+    def body(x_raw: Tensor, y: Tensor) -> StepResult:
+        log.append("body")
+        param.grad = torch.ones(2)
+        return StepResult(x_raw.sum(), {}, {})
+
+    return body
+
+
+def test_cuda_backend_warms_on_a_side_stream_captures_with_the_generator_and_replays(monkeypatch) -> None:
+    cuda = _FakeCuda(monkeypatch)
+    param = torch.nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.SGD([param], lr=0.1)
+    backend = CudaGraphs(torch.Generator(), torch.device("cuda", 0))
+    graphs = StepGraphs(_Keyed(), optimizer, None, warmup=1, backend=backend)
+    body = _counting_body(cuda.log, param)
+    x, y = torch.zeros(2), torch.zeros(2, dtype=torch.int64)
+    for _ in range(3):
+        graphs.step(body, x, y, 0)
+    assert cuda.log == [
+        "new stream",
+        # warm-up: the side stream waits for the batch, the step runs there, the stream waits back
+        *[
+            "side waits for default",
+            "enter stream side",
+            "body",
+            "exit stream side",
+            "default waits for side",
+        ],
+        # the recorded step: the run's generator registered, the step captured, then run once
+        *["register generator", "enter capture", "body", "exit capture", "replay"],
+        "replay",  # the third step: replayed, no Python of the step
+    ]
+    assert graphs.records == 1
+    assert graphs.replays == 1
+    # The default generator needs no registering (torch registers it with every capture).
+    cuda.log.clear()
+    CudaGraphs(cuda.default, torch.device("cuda", 0)).record(body, x, y)
+    assert "register generator" not in cuda.log
+
+
+def test_a_step_that_cannot_be_captured_runs_eagerly_with_a_warning(monkeypatch) -> None:
+    cuda = _FakeCuda(monkeypatch, fail="operation not permitted when stream is capturing\nmore")
+    param = torch.nn.Parameter(torch.zeros(2))
+    graphs = StepGraphs(
+        _Keyed(),
+        torch.optim.SGD([param], lr=0.1),
+        None,
+        warmup=0,
+        backend=CudaGraphs(None, torch.device("cuda")),
+    )
+    body = _counting_body(cuda.log, param)
+    x, y = torch.zeros(2), torch.zeros(2, dtype=torch.int64)
+    with pytest.warns(RuntimeWarning, match="could not be captured.*not permitted when stream is capturing$"):
+        graphs.step(body, x, y, 0)
+    graphs.step(body, x, y, 0)
+    assert cuda.log[-4:] == ["enter capture", "body", "body", "body"]  # captured once, then eager
+    assert graphs.records == 0
+    assert list(graphs.refused.values()) == ["operation not permitted when stream is capturing"]

@@ -27,6 +27,7 @@ plain run's.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from torch.utils._pytree import tree_leaves
 
 from xder_methods.errors import MethodError
 
-__all__ = ["CudaGraphs", "ReplayCheck", "StepGraphs", "StepNotReplayable", "StepResult"]
+__all__ = ["CaptureFailed", "CudaGraphs", "ReplayCheck", "StepGraphs", "StepNotReplayable", "StepResult"]
 
 
 class StepNotReplayable(MethodError):
@@ -71,18 +72,23 @@ class Backend(Protocol):
         """Replay a record; None where its outputs are the record's (static) ones."""
 
 
+class CaptureFailed(RuntimeError):
+    """torch could not capture a step into a CUDA graph (an op that cannot be captured)."""
+
+
 class CudaGraphs:
     """The CUDA backend: eager warm-up steps on a side stream, as torch asks before a capture;
     a recorded step is captured into a ``torch.cuda.CUDAGraph`` (with the run's generator
     registered, so each replay draws fresh random numbers from it) and then replayed once, since
-    a capture runs nothing."""
+    a capture runs nothing. A capture that fails raises :class:`CaptureFailed`."""
 
-    def __init__(self, generator: torch.Generator | None) -> None:
+    def __init__(self, generator: torch.Generator | None, device: torch.device) -> None:
         self.generator = generator
-        self.side = torch.cuda.Stream()
+        self.device = device
+        self.side = torch.cuda.Stream(device)
 
     def warm(self, body: StepBody, x_raw: Tensor, y: Tensor) -> StepResult:
-        current = torch.cuda.current_stream()
+        current = torch.cuda.current_stream(self.device)
         self.side.wait_stream(current)
         with torch.cuda.stream(self.side):
             result = body(x_raw, y)
@@ -91,11 +97,16 @@ class CudaGraphs:
 
     def record(self, body: StepBody, x_raw: Tensor, y: Tensor) -> tuple[Any, StepResult]:
         graph = torch.cuda.CUDAGraph()
-        default = torch.cuda.default_generators[x_raw.device.index or 0]
+        default = torch.cuda.default_generators[self.device.index or 0]
         if self.generator is not None and self.generator is not default:
             graph.register_generator_state(self.generator)
-        with torch.cuda.graph(graph):
-            result = body(x_raw, y)
+        try:
+            with torch.cuda.device(self.device), torch.cuda.graph(graph):
+                result = body(x_raw, y)
+        except RuntimeError as error:
+            raise CaptureFailed(
+                str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            ) from error
         graph.replay()
         return graph, result
 
@@ -227,6 +238,9 @@ class _Graph:
 class StepGraphs:
     """Records training steps and replays them (see the module docstring).
 
+    A key whose capture fails (:class:`CaptureFailed`) is refused with a warning: that step and
+    every later one with the key run eagerly.
+
     A step's key is the method's :meth:`~xder_methods.MethodBase.graph_key` (None: the step runs
     eagerly, as without StepGraphs), the task, the batch's shapes and dtypes and the optimiser's
     learning rates. A key seen for ``warmup`` eager steps in a row is recorded; a recorded key
@@ -258,7 +272,8 @@ class StepGraphs:
         self.method = method
         self.optimizer = optimizer
         if backend is None:
-            backend = CudaGraphs(generator) if method.device.type == "cuda" else ReplayCheck(method)
+            device = method.device
+            backend = CudaGraphs(generator, device) if device.type == "cuda" else ReplayCheck(method)
         self.backend = backend
         self.warmup = warmup
         self.capacity = capacity
@@ -267,6 +282,8 @@ class StepGraphs:
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.replays = 0
         self.records = 0
+        self.refused: dict[Hashable, str] = {}
+        """Keys whose capture failed (the error): their steps run eagerly."""
 
     def key(self, x_raw: Tensor, y: Tensor, task: int) -> Hashable:
         """The step's key (None: not replayable now)."""
@@ -279,6 +296,8 @@ class StepGraphs:
     def step(self, body: StepBody, x_raw: Tensor, y: Tensor, task: int) -> StepResult:
         """Run one training step: eagerly, by recording it, or by replaying its record."""
         key = self.key(x_raw, y, task)
+        if key in self.refused:
+            return body(x_raw, y)
         graph = self.graphs.get(key) if key is not None else None
         if graph is not None:
             self.graphs.move_to_end(key)
@@ -303,7 +322,18 @@ class StepGraphs:
         if len(self.graphs) >= self.capacity:
             self._evict()
         x_static, y_static = x_raw.clone(), y.clone()
-        recorded, result = self.backend.record(body, x_static, y_static)
+        try:
+            recorded, result = self.backend.record(body, x_static, y_static)
+        except CaptureFailed as error:
+            # The capture ran none of the step: run it eagerly, as every later step of the key.
+            self.refused[key] = str(error)
+            warnings.warn(
+                f"step graphs: {type(self.method).__name__}'s step could not be captured, so steps "
+                f"like it run eagerly: {error}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return body(x_raw, y)
         self.graphs[key] = _Graph(recorded, x_static, y_static, result, [p.grad for p in self.params])
         self.records += 1
         return result
