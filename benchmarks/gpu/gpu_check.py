@@ -5,8 +5,8 @@ it; ``device_call.sh`` is the command given to a lent GPU machine).
 Every phase writes its figures as JSON into ``--out`` (``<phase>.json``, with ``summary.json``
 and ``table.txt`` last) and runs under one deadline (``--budget`` seconds): a phase that fails
 records its error and the next one runs; the full run takes the time left. ``--smoke`` runs every
-phase at toy sizes (``--device cpu`` on a CPU: the nox session ``gpu``), so that the first GPU
-run works first time.
+phase at toy sizes, the bench once per mode (``--device cpu`` on a CPU: the nox session ``gpu``),
+so that the first GPU run works first time.
 
 Phases:
 
@@ -834,6 +834,9 @@ def main() -> int:
         benches[(payload["settings"]["benchmark"], mode)] = payload
     if "bench" in phases:
         plan = [tuple(pair.split(":", 1)) for pair in args.bench_plan.split(",")]
+        if args.smoke:  # each mode once: the smoke tests the script, not the benchmarks
+            first = {mode: (benchmark, mode) for benchmark, mode in reversed(plan)}
+            plan = [pair for pair in plan if first[pair[1]] == pair]
         for benchmark, mode in plan:
             if mode in COMPILED_MODES and not cuda:
                 skipped = {"status": "skipped", "reason": "compiled: CUDA only"}
