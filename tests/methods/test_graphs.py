@@ -118,6 +118,22 @@ class _PythonCounter(MethodBase):
         return StepOutput(loss, {})
 
 
+class _Collector(MethodBase):
+    """Declares its step replayable but appends to a Python list each step: a replay would not."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.losses: list[Tensor] = []
+
+    def graph_key(self):
+        return ()
+
+    def observe(self, batch) -> StepOutput:
+        loss = F.cross_entropy(self.net(batch.x), batch.y)
+        self.losses.append(loss.detach())
+        return StepOutput(loss, {})
+
+
 class _ScalarBaker(MethodBase):
     """Declares its step replayable, changes no attribute, but reads a Python scalar that moves:
     the reservoir's draw with a host-side count."""
@@ -136,7 +152,11 @@ class _ScalarBaker(MethodBase):
 
 @pytest.mark.parametrize(
     ("cls", "message"),
-    [(_PythonCounter, "changed Python state.*steps: 3 -> 4"), (_ScalarBaker, "ran other ops")],
+    [
+        (_PythonCounter, "changed Python state.*steps: 3 -> 4"),
+        (_Collector, r"changed Python state.*len\(losses\): 3 -> 4"),
+        (_ScalarBaker, "ran other ops"),
+    ],
 )
 def test_the_replay_check_catches_a_step_a_graph_would_get_wrong(
     cls, message, stream, transforms, tiny_net, setting_of

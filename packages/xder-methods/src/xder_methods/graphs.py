@@ -158,12 +158,16 @@ class _Trace(TorchDispatchMode):
 
 def python_state(method: nn.Module) -> dict[str, Any]:
     """The plain Python values (numbers, strings, flags, None) held by ``method`` and each of its
-    submodules: what a replayed step, which runs no Python, cannot change."""
-    state = {}
+    submodules, and the lengths of the lists, tuples, dicts and sets they hold: what a replayed
+    step, which runs no Python, cannot change."""
+    state: dict[str, Any] = {}
     for name, module in method.named_modules():
         for key, value in vars(module).items():
+            where = f"{name}.{key}" if name else key
             if value is None or isinstance(value, (bool, int, float, str)):
-                state[f"{name}.{key}" if name else key] = value
+                state[where] = value
+            elif isinstance(value, (list, tuple, dict, set)) and not key.startswith("_"):
+                state[f"len({where})"] = len(value)
     return state
 
 
