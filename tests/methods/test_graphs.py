@@ -88,6 +88,7 @@ class StepGraphsSpy(Callback):
         self.last = loop.graphs
 
     def on_task_end(self, loop, record) -> None:
+        assert loop.graphs is None  # closed (its memory freed) before the task's end
         graphs = getattr(self, "last", None)
         if graphs is not None:
             assert isinstance(graphs.backend, ReplayCheck)

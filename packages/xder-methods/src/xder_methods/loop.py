@@ -475,7 +475,7 @@ class Loop:
         self.steps_per_epoch = 0
         self.optimizer: torch.optim.Optimizer | None = None
         self.graphs: StepGraphs | None = None
-        """The task's recorded steps (``step_graph``), made by :func:`run_epoch`."""
+        """The task's recorded steps (``step_graph``), made by :func:`run_step`."""
 
     @property
     def n_tasks(self) -> int:
@@ -706,6 +706,8 @@ def run_step(loop: Loop, x_raw: Tensor, y: Tensor, *, task: int, probe: bool = F
         return train_step(loop, x_raw, y, task=task, probe=probe)
     if loop.graphs is None or loop.graphs.optimizer is not loop.optimizer:
         assert loop.optimizer is not None
+        if loop.graphs is not None:
+            loop.graphs.close()  # recorded with another optimiser's step
         loop.graphs = StepGraphs(loop.method, loop.optimizer, loop.generator)
     return loop.graphs.step(functools.partial(train_step, loop, task=task), x_raw, y, task)
 
