@@ -264,13 +264,25 @@ def test_the_synthetic_epoch_is_the_training_loops_own(monkeypatch) -> None:
     assert [r["epoch_steps"] for r in payload["methods"]] == [36, 36]
 
 
-def test_steps_are_the_loops_own_and_replayed_with_step_graph() -> None:
+def test_steps_are_the_loops_own_and_replayed_with_step_graph(monkeypatch) -> None:
     """The timed steps run :func:`xder_methods.run_step`; with ``step_graph`` those of a method
     that declares its step replayable are recorded and then replayed (on a CPU: checked op by op),
-    and the payload says how many. The step's counts are of an eager step (the first steps of a
-    key are its warm-up), so they equal those without step graphs."""
+    and the payload says how many; the floors are replayed too. The step's counts are of an eager
+    step (the first steps of a key are its warm-up), so they equal those without step graphs."""
+    floors = []
+
+    class Recorded(bench.StepGraphs):
+        def __init__(self, method, *args, **kwargs) -> None:
+            super().__init__(method, *args, **kwargs)
+            if isinstance(method, bench._Floor):
+                floors.append(self)
+
+    monkeypatch.setattr(bench, "StepGraphs", Recorded)
     plain = run_bench(_options(methods=("derpp", "xder", "er_ace"), steps=4, warmup=1))
+    assert floors == []
     replayed = run_bench(_options(methods=("derpp", "xder", "er_ace"), steps=4, warmup=1, step_graph=True))
+    # 5 rounds of each floor: 3 warm-up, 1 recorded, 1 replayed
+    assert [(f.records, f.replays) for f in floors] == [(1, 1)] * 3
     assert replayed["settings"]["step_graph"] is True
     # Two steps counted (images, then ops) and 5 rounds: 3 warm-up steps of the key, 1 recorded,
     # 3 replayed; then the epoch's 36 steps (a new key: the epoch's lr): 3 warm-up, 1 recorded,

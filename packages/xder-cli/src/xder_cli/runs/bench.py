@@ -11,7 +11,8 @@ like the benchmark (its buffer full), then:
   backward, optimizer step) after warm-up;
 * ``images_per_step``: images the backbone forwards in one step (counted by a forward hook);
 * ``floor_seconds``: median time of ONE forward+backward+step of the same backbone over that many
-  images (the step's arithmetic in one batch), timed in the same rounds;
+  images (the step's arithmetic in one batch), timed in the same rounds (with ``step_graph``
+  replayed as a CUDA graph too, so that the ratio compares like with like);
 * ``host_syncs_per_step``, ``ops_per_step`` and ``launches_per_step``: dispatched ATen ops of one
   step, those that make the host wait, and those that are not views (about one kernel launch
   each on a GPU) (:class:`xder_methods.OpCounter`; exact on any hardware); with a compiled
@@ -53,6 +54,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import torch
+from torch import nn
 
 from xder_cli.runs.build import build_method, build_network, resolve_device, run_generator
 from xder_cli.runs.cpushare import ThreadPolicy
@@ -72,6 +74,8 @@ from xder_methods import (
     Loop,
     NonFiniteLossError,
     OpCounter,
+    StepGraphs,
+    StepResult,
     TaskData,
     TaskStream,
     TrainingSchedule,
@@ -171,6 +175,22 @@ class _Subject:
     sync_names: dict[str, int]
     epoch: Any
     loop: Loop
+
+
+class _Floor(nn.Module):
+    """The floor's network as :class:`xder_methods.StepGraphs` sees a method: its step (one
+    forward, backward and SGD step of fixed images) is always replayable."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.net.parameters()).device
+
+    def graph_key(self) -> tuple[()]:
+        return ()
 
 
 def bench_plan(name: str, options: BenchOptions) -> RunPlan:
@@ -273,13 +293,24 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
     floor_net = build_network(plan, num_classes, device)
     floor_opt = torch.optim.SGD(floor_net.parameters(), lr=0.01)
     floor_x = torch.randn(images, *shape, device=device)
+    no_labels = torch.zeros(0, dtype=torch.int64, device=device)
 
-    def floor() -> None:
-        with autocast(plan.schedule.precision, device):
-            loss = floor_net(floor_x).float().logsumexp(dim=1).mean()
+    def floor_step(x: torch.Tensor, _: torch.Tensor) -> StepResult:
+        with autocast(plan.schedule.precision, device, cache=not plan.schedule.step_graph):
+            loss = floor_net(x).float().logsumexp(dim=1).mean()
         floor_opt.zero_grad(set_to_none=True)
         loss.backward()
         floor_opt.step()
+        return StepResult(loss.detach(), {}, {})
+
+    # With step graphs the floor is replayed too: like against like.
+    floor_graphs = StepGraphs(_Floor(floor_net), floor_opt, None) if plan.schedule.step_graph else None
+
+    def floor() -> None:
+        if floor_graphs is None:
+            floor_step(floor_x, no_labels)
+        else:
+            floor_graphs.step(floor_step, floor_x, no_labels, options.task)
 
     def epoch() -> int:
         bounds = batch_bounds(n_items, plan.schedule.batch_size, drop_last=plan.schedule.drop_last)
