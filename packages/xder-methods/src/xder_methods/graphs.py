@@ -99,6 +99,8 @@ class CudaGraphs:
         graph = torch.cuda.CUDAGraph()
         default = torch.cuda.default_generators[self.device.index or 0]
         if self.generator is not None and self.generator is not default:
+            if not hasattr(graph, "register_generator_state"):
+                raise CaptureFailed("this torch cannot capture draws from a generator of its own")
             graph.register_generator_state(self.generator)
         try:
             with torch.cuda.device(self.device), torch.cuda.graph(graph):
