@@ -222,8 +222,8 @@ class ReplayCheck:
         if ops != recorded.ops:
             raise StepNotReplayable(
                 f"{type(self.method).__name__}'s step, declared replayable, ran other ops than the "
-                "recorded one, so a CUDA graph "
-                f"would have replayed the wrong computation: {_first_difference(recorded.ops, ops)}"
+                "recorded one, so a CUDA graph would have replayed the wrong computation: "
+                f"{_first_difference(recorded.ops, ops)}"
             )
         self.checked += 1
         return result
@@ -244,15 +244,12 @@ class _Graph:
 class StepGraphs:
     """Records training steps and replays them (see the module docstring).
 
-    A key whose capture fails (:class:`CaptureFailed`) is refused with a warning: that step and
-    every later one with the key run eagerly.
-
     A step's key is the method's :meth:`~xder_methods.MethodBase.graph_key` (None: the step runs
     eagerly, as without StepGraphs), the task, the batch's shapes and dtypes and the optimiser's
     learning rates. A key seen for ``warmup`` eager steps in a row is recorded; a recorded key
-    is replayed. At most
-    ``capacity`` steps stay recorded (the least recently used goes first), each holding its
-    own memory.
+    is replayed. At most ``capacity`` steps stay recorded (the least recently used goes first),
+    each holding its own memory. A key whose capture fails (:class:`CaptureFailed`) is refused
+    with a warning: that step and every later one with the key run eagerly.
 
     Args:
         method: the learner (its :meth:`graph_key` decides).
