@@ -19,6 +19,7 @@ from xder_methods import (
     RPC,
     SGD,
     XDER,
+    Batch,
     Buffer,
     Callback,
     DERpp,
@@ -154,8 +155,8 @@ class _ScalarBaker(MethodBase):
 @pytest.mark.parametrize(
     ("cls", "message"),
     [
-        (_PythonCounter, "changed Python state.*steps: 3 -> 4"),
-        (_Collector, r"changed Python state.*len\(losses\): 3 -> 4"),
+        (_PythonCounter, "changed Python state.*steps: 0 -> 1.*graph_key stayed the same"),
+        (_Collector, r"changed Python state.*len\(losses\): 0 -> 1"),
         (_ScalarBaker, "ran other ops"),
     ],
 )
@@ -403,3 +404,38 @@ def test_a_step_that_cannot_be_captured_runs_eagerly_with_a_warning(monkeypatch)
     assert cuda.log[-4:] == ["enter capture", "body", "body", "body"]  # captured once, then eager
     assert graphs.records == 0
     assert list(graphs.refused.values()) == ["operation not permitted when stream is capturing"]
+
+
+def test_a_warm_up_step_that_changes_python_state_under_the_same_key_is_refused(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    """On any backend (here a stand-in for CUDA graphs, which cannot check ops), a declared
+    replayable step whose Python state moves while its key stays is stopped at its warm-up."""
+    method = _PythonCounter(tiny_net(6), setting_of(stream), transforms, _CountingConfig(), None)
+    optimizer = torch.optim.SGD(method.net.parameters(), lr=0.1)
+    graphs = StepGraphs(method, optimizer, None, backend=_Backend())
+    x, y = stream.train_x[:4], stream.train_y[:4]
+
+    def body(x_raw: Tensor, y_: Tensor) -> StepResult:
+        out = method.observe(Batch(x_raw.float(), y_, x_raw, 0))
+        return StepResult(out.loss.detach(), {}, {})
+
+    with pytest.raises(StepNotReplayable, match=r"steps: 0 -> 1.*graph_key stayed the same"):
+        graphs.step(body, x, y, 0)
+    # A state change that moves the key too (a buffer filling up) is a new key, not an error.
+    method.graph_key = lambda: ("steps", method.steps)  # type: ignore[method-assign]
+    graphs.step(body, x, y, 0)
+
+
+def test_the_replay_check_refuses_a_recorded_step_that_changes_python_state(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    """ReplayCheck's own state check, for a step recorded without warm-up."""
+    method = _PythonCounter(tiny_net(6), setting_of(stream), transforms, _CountingConfig(), None)
+
+    def body(x_raw: Tensor, y_: Tensor) -> StepResult:
+        out = method.observe(Batch(x_raw.float(), y_, x_raw, 0))
+        return StepResult(out.loss.detach(), {}, {})
+
+    with pytest.raises(StepNotReplayable, match=r"declared replayable, changed Python state.*steps: 0 -> 1"):
+        ReplayCheck(method).record(body, stream.train_x[:4], stream.train_y[:4])

@@ -158,12 +158,13 @@ class _Trace(TorchDispatchMode):
         return out
 
 
-def python_state(method: nn.Module) -> dict[str, Any]:
+def python_state(method: Any) -> dict[str, Any]:
     """The plain Python values (numbers, strings, flags, None) held by ``method`` and each of its
     submodules, and the lengths of the lists, tuples, dicts and sets they hold: what a replayed
     step, which runs no Python, cannot change."""
     state: dict[str, Any] = {}
-    for name, module in method.named_modules():
+    modules = method.named_modules() if isinstance(method, nn.Module) else [("", method)]
+    for name, module in modules:
         for key, value in vars(module).items():
             where = f"{name}.{key}" if name else key
             if value is None or isinstance(value, (bool, int, float, str)):
@@ -171,6 +172,12 @@ def python_state(method: nn.Module) -> dict[str, Any]:
             elif isinstance(value, (list, tuple, dict, set)) and not key.startswith("_"):
                 state[f"len({where})"] = len(value)
     return state
+
+
+def _changes(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """The first three entries of :func:`python_state` that differ, ``name: old -> new`` ("": none)."""
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    return ", ".join(f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in changed[:3])
 
 
 def _first_difference(recorded: list, seen: list) -> str:
@@ -203,13 +210,11 @@ class ReplayCheck:
         before = python_state(self.method)
         with _Trace() as trace:
             result = body(x_raw, y)
-        after = python_state(self.method)
-        changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+        changed = _changes(before, python_state(self.method))
         if changed:
-            moved = ", ".join(f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in changed[:3])
             raise StepNotReplayable(
                 f"{type(self.method).__name__}'s step, declared replayable, changed Python state, "
-                f"which a CUDA graph's replay would not: {moved}"
+                f"which a CUDA graph's replay would not: {changed}"
             )
         return trace.ops, result
 
@@ -249,7 +254,9 @@ class StepGraphs:
     learning rates. A key seen for ``warmup`` eager steps in a row is recorded; a recorded key
     is replayed. At most ``capacity`` steps stay recorded (the least recently used goes first),
     each holding its own memory. A key whose capture fails (:class:`CaptureFailed`) is refused
-    with a warning: that step and every later one with the key run eagerly.
+    with a warning: that step and every later one with the key run eagerly. A warm-up step that
+    changes the method's Python state (:func:`python_state`) but not its key raises
+    :class:`StepNotReplayable` on any device: the declaration is wrong.
 
     Args:
         method: the learner (its :meth:`graph_key` decides).
@@ -321,7 +328,15 @@ class StepGraphs:
         if key is None:
             return body(x_raw, y)
         if count <= self.warmup:
-            return self.backend.warm(body, x_raw, y)
+            before = python_state(self.method)
+            result = self.backend.warm(body, x_raw, y)
+            changed = _changes(before, python_state(self.method))
+            if changed and self.key(x_raw, y, task) == key:
+                raise StepNotReplayable(
+                    f"{type(self.method).__name__}'s step changed Python state ({changed}) while "
+                    "its graph_key stayed the same: a CUDA graph's replay would not change it"
+                )
+            return result
         if len(self.graphs) >= self.capacity:
             self._evict()
         x_static, y_static = x_raw.clone(), y.clone()
