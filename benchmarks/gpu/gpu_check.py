@@ -503,8 +503,8 @@ def resume_check(script: Script, device: torch.device, smoke: bool) -> dict[str,
         "resume",
     )
     (whole_dir,) = [p for p in whole_out.iterdir() if p.is_dir()]
-    whole = json.loads((whole_dir / "results.json").read_text())
-    resumed = json.loads((run_dir / "results.json").read_text())
+    whole = run_results(whole_dir)
+    resumed = run_results(run_dir)
     keys = ("accuracy_matrix", "task_il_accuracy_matrix")
     nondeterministic = sorted(
         {line.strip() for line in log.read_text().splitlines() if "does not have a deterministic" in line}
@@ -573,11 +573,22 @@ def bench(
     return json.loads(path.read_text())
 
 
+def run_results(run_dir: Path) -> dict[str, Any]:
+    """A run's ``results.json`` (read by its one reader, ``xder_cli.runs.rundir``)."""
+    from xder_cli.runs import rundir
+
+    results = rundir.read_results(run_dir)
+    if results is None:
+        raise RuntimeError(f"no {rundir.RESULTS} in {run_dir}")
+    return results
+
+
 def epoch_seconds(run_dir: Path) -> dict[int, list[float]]:
-    """Each task's epoch times of a run (its ``events.jsonl``)."""
+    """Each task's epoch times of a run (its ``events.jsonl``, read by ``xder_cli.runs.rundir``)."""
+    from xder_cli.runs import rundir
+
     times: dict[int, list[float]] = {}
-    for line in (run_dir / "events.jsonl").read_text().splitlines():
-        event = json.loads(line)
+    for event in rundir.read_events(run_dir):
         if event["event"] == "epoch":
             times.setdefault(event["task"], []).append(event["seconds"])
     return times
@@ -609,7 +620,7 @@ def step_graph_check(script: Script, device: torch.device, smoke: bool) -> dict[
         (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
         runs[name] = {
             "wall_seconds": time.monotonic() - started,
-            "results": json.loads((run_dir / "results.json").read_text()),
+            "results": run_results(run_dir),
             "epoch_seconds": epoch_seconds(run_dir),
         }
     keys = ("accuracy_matrix", "task_il_accuracy_matrix")
@@ -690,7 +701,7 @@ def full_run(
         cut_short = True
     seconds = time.monotonic() - started
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
-    results = json.loads((run_dir / "results.json").read_text())
+    results = run_results(run_dir)
     return {
         **spec,
         "mode": mode,

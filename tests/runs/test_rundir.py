@@ -56,6 +56,14 @@ def test_a_checkpoint_that_would_run_code_is_refused(tmp_path: Path, planted) ->
     assert marker.exists()
 
 
+def test_read_events_reads_what_the_event_log_appended(tmp_path: Path) -> None:
+    assert rundir.read_events(tmp_path) == []  # no log yet
+    log = rundir.EventLog(tmp_path / rundir.EVENTS)
+    for i in range(3):
+        log.append({"event": "epoch", "i": i})
+    assert rundir.read_events(tmp_path) == [{"event": "epoch", "i": i} for i in range(3)]
+
+
 def test_event_log_truncates_to_a_count(tmp_path: Path) -> None:
     log = rundir.EventLog(tmp_path / "events.jsonl")
     for i in range(5):

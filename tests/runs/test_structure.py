@@ -147,6 +147,7 @@ RUN_FILE_ACCESS = {
     "read_config",
     "write_config",
     "read_results",
+    "read_events",
     "complete_results",
     "load_checkpoint",
     "save_checkpoint",

@@ -4,7 +4,6 @@ are built as training built them (:mod:`xder_cli.runs.build`)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -89,8 +88,6 @@ def load_trained_run(run_dir: Path, *, device: str | None = None, data_root: str
     method.train(False)
     run.method = method
     run.complete = state["position"]["task"] >= (plan.schedule.tasks or bench.n_tasks)
-    events_path = run_dir / rundir.EVENTS
-    if events_path.exists():
-        run.events = [json.loads(line) for line in events_path.read_text().splitlines() if line.strip()]
+    run.events = rundir.read_events(run_dir)
     run.results = rundir.read_results(run_dir) or {}
     return run

@@ -46,14 +46,10 @@ def has_training_records(run_dir: Path) -> bool:
     try:
         if rundir.read_config(run_dir / rundir.CONFIG).get("run", {}).get("record_analyses"):
             return True
-        lines = (run_dir / rundir.EVENTS).read_text().splitlines()
+        events = rundir.read_events(run_dir)
     except (OSError, RunError):
         return False
-    for line in lines:
-        event = json.loads(line) if line.strip() else {}
-        if event.get("grad_norms") or "fewshot" in event or "buffer_class_logits" in event:
-            return True
-    return False
+    return any(e.get("grad_norms") or "fewshot" in e or "buffer_class_logits" in e for e in events)
 
 
 def write_analysis(run_dir: Path, report: dict[str, Any]) -> Path:

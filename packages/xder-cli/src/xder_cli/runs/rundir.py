@@ -64,6 +64,7 @@ __all__ = [
     "lock_run_dir",
     "new_run_dir",
     "read_config",
+    "read_events",
     "read_results",
     "resume_hint",
     "save_checkpoint",
@@ -261,6 +262,15 @@ def check_run_dir(path: Path, *, named_by: str | None = None) -> Path:
             f"{named}: not a run directory (no {CONFIG}); give a folder that xder-run train created"
         )
     return path
+
+
+def read_events(run_dir: Path) -> list[dict[str, Any]]:
+    """The events of ``run_dir``'s ``events.jsonl`` in order (the one reader of that file; [] where
+    there is none)."""
+    path = Path(run_dir) / EVENTS
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def read_results(run_dir: Path) -> dict[str, Any] | None:
