@@ -648,11 +648,13 @@ def full_run(
     reserve: float,
     which: str,
     epochs: int | None = None,
+    check: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One of :data:`FULL_RUNS` in the mode of the fastest training-loop epoch (the loop's own
     where measured, :data:`LOOP_EPOCH_SECONDS`, else the bench's times :data:`LOOP_OVER_BENCH`) among
     the modes the bench measured, as many epochs per task (at most the protocol's) as fit in the
-    time left less ``reserve`` seconds (``epochs``: that many). A run the time cuts short still
+    time left less ``reserve`` seconds (``epochs``: that many); ``check``: the step_graph phase's
+    figures, where it ran. A run the time cuts short still
     reports the tasks it finished (``results.json`` is rewritten after every task)."""
     spec = FULL_RUNS[which]
     timings = {}
@@ -667,7 +669,6 @@ def full_run(
     # this run's method (an upper bound of the bf16 mode's). Where that phase did not finish,
     # the bench's stepgraph mode ran the replays at the paper's shapes, and the CPU's replay
     # check vouches for what they compute.
-    check = benches.get(("seq-cifar10", "stepgraph-loop"))
     if check is not None and not check["agree"]:
         timings.pop("stepgraph", None)
     elif check is not None and (check["method"], check["benchmark"]) == (spec["method"], spec["benchmark"]):
@@ -767,7 +768,7 @@ def table(script: Script, benches: dict[Any, Any]) -> str:
         "bench            mode      method  s/step  floor  ratio  syncs launches  peakMiB protocol_h replayed"
     )
     for (benchmark, mode), payload in benches.items():
-        for r in payload.get("methods", []):  # (the step_graph phase's payload has none)
+        for r in payload["methods"]:
             peak = r.get("peak_memory_bytes")
             projected = r.get("projected_protocol_seconds")
             lines.append(
@@ -860,19 +861,18 @@ def main() -> int:
             )
             if payload is not None:
                 benches[(benchmark, mode)] = payload
+    check = None
     if "step_graph" in phases:
-        payload = script.phase(
+        check = script.phase(
             "step_graph", lambda: step_graph_check(script, device, args.smoke), needs=0 if args.smoke else 60
         )
-        if payload is not None:
-            benches[("seq-cifar10", "stepgraph-loop")] = payload
     compiling = cuda and "compile" in phases  # compiling on a CPU takes minutes
     if "full_run" in phases:
         reserve = COMPILE_SECONDS if compiling else 0.0
         script.phase(
             "full_run",
             lambda: full_run(
-                script, device, args.smoke, benches, reserve, args.full_run, args.full_run_epochs
+                script, device, args.smoke, benches, reserve, args.full_run, args.full_run_epochs, check
             ),
             needs=0 if args.smoke else 40,
         )
