@@ -720,7 +720,7 @@ def run_epoch(
     bounds: list[tuple[int, int]],
     calls: Iterable[Callback] = (),
 ) -> EpochRecord:
-    """One training epoch of ``task`` as :func:`fit` runs it (the one owner of a step's order):
+    """One training epoch of ``task`` as :func:`fit` runs it (the one owner of an epoch's order):
     the lr of ``epoch`` and its in-epoch changes, ``rows`` of the stream (indices into
     ``loop.stream.train_x``) shuffled on the generator's device and cut at ``bounds``, and for
     each batch: :func:`run_step` (with the gradient-norm probes every ``record_every`` steps),
