@@ -1,10 +1,13 @@
-"""HAL: the ring buffer's slots, the anchors' objective and the anchoring loss by hand, the learned
-anchors, the anchoring step against an independent computation, training, resume, host syncs."""
+"""HAL: the ring buffer's slots, the anchors' objective and the anchoring loss by hand, the
+memory (the DER paper's whole-stream reservoir, or per-task rings), the memory fine-tuning and
+the anchoring step against independent computations, the learned anchors, training, resume,
+host syncs."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
@@ -19,6 +22,8 @@ from xder_methods import (
     create_method,
     fit,
 )
+from xder_methods.buffer import Buffer
+from xder_methods.errors import MethodConfigError
 from xder_methods.hal import HAL, HALConfig, anchor_loss, anchor_objective, ring_slots
 
 
@@ -220,9 +225,104 @@ def test_during_the_first_task_only_phi_is_added(stream, tiny_net, setting_of) -
     assert all(torch.equal(p, q) for p, q in zip(method.net.parameters(), after_ce, strict=True))
     with torch.no_grad():
         torch.testing.assert_close(method.phi, 0.5 * method.net.forward_features(to_float(x)).mean(0))
-    # The ring of task 0 (rows 0..3 of a 12-item buffer over 3 tasks) holds the batch's last 4 items.
+    # The whole-stream reservoir of 12 takes all 8 items, in rows 0..7.
+    assert len(method.buffer) == 8
+    assert torch.equal(method.buffer.examples[:8], x)
+
+
+# ------------------------------------------------------------------------------------- memory
+
+
+def offer_task(method: HAL, stream, task: int, batches: int, size: int = 6) -> None:
+    """Offer ``batches`` stream batches of ``task`` to the memory (no training step)."""
+    method.begin_task(task)
+    rows = stream.task(task).train
+    for b in range(batches):
+        chunk = rows[(b * size) % rows.shape[0] :][:size]
+        x = stream.train_x[chunk]
+        method.store(Batch(x.float() / 255, stream.train_y[chunk], x, task))
+
+
+def test_the_paper_memory_is_one_reservoir_over_the_whole_stream(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    """The DER paper's HAL (its code asks for a ring, but that buffer inserts by reservoir):
+    during task 0 the memory fills all ``buffer_size`` rows (a ring would keep
+    ``buffer_size // n_tasks``), nothing is reset at a task's start, and items enter at the slots
+    of reservoir sampling over every item offered so far, as a plain reservoir buffer fed the
+    same batches with the same draws."""
+    method = build(stream, tiny_net, setting_of, transforms, buffer_size=12)
+    assert method.config.memory == "reservoir"
+    reference = Buffer(12, stream.train_x.shape[1:])
+    g = torch.Generator().manual_seed(5)
+    method.generator.manual_seed(5)
+    offer_task(method, stream, 0, 3)  # 18 items of task 0
+    assert len(method.buffer) == 12
+    assert set(method.buffer.labels[:12].tolist()) <= {0, 1}
+    offer_task(method, stream, 1, 4)  # 24 items of task 1: they share the 12 rows with task 0's
+    assert method.buffer.num_seen == 42
+    for task, batches in ((0, 3), (1, 4)):
+        rows = stream.task(task).train
+        for b in range(batches):
+            chunk = rows[(b * 6) % rows.shape[0] :][:6]
+            reference.add_reservoir(
+                stream.train_x[chunk], stream.train_y[chunk], task_labels=task, generator=g
+            )
+    assert torch.equal(method.buffer.examples[:12], reference.examples[:12])
+    assert torch.equal(method.buffer.labels[:12], reference.labels[:12])
+    assert torch.equal(method.buffer.task_labels[:12], reference.task_labels[:12])
+    assert 0 < int((method.buffer.task_labels[:12] == 1).sum()) < 12
+
+
+def test_the_ring_memory_keeps_each_task_latest_items_in_its_own_rows(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    """``memory = "ring"``: task t owns rows ``[4t, 4t + 4)`` of a 12-row memory over 3 tasks
+    and keeps its 4 latest items there; earlier tasks' rows are never touched."""
+    method = build(stream, tiny_net, setting_of, transforms, buffer_size=12, memory="ring")
+    offer_task(method, stream, 0, 2)  # 12 items: rows 0..3 hold items 8..11
+    rows0 = stream.task(0).train
     assert len(method.buffer) == 4
-    assert torch.equal(method.buffer.examples[:4], x[4:])
+    assert torch.equal(method.buffer.examples[:4], stream.train_x[rows0[:12]][[8, 9, 10, 11]])
+    kept = method.buffer.examples[:4].clone()
+    offer_task(method, stream, 1, 1)  # 6 items: rows 4..7 hold items 2..5 (items 0 and 1 overwritten)
+    rows1 = stream.task(1).train
+    assert len(method.buffer) == 8
+    assert torch.equal(method.buffer.examples[:4], kept)
+    assert torch.equal(method.buffer.examples[4:8], stream.train_x[rows1[:6]][[4, 5, 2, 3]])
+    assert method.buffer.task_labels[:8].tolist() == [0] * 4 + [1] * 4
+
+
+def test_config_rejects_an_unknown_memory() -> None:
+    with pytest.raises(MethodConfigError, match="memory"):
+        HALConfig(memory="fifo")  # type: ignore[arg-type]
+
+
+def test_the_memory_fine_tuning_is_one_sgd_step_on_a_buffer_batch(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    """The copy that estimates forgetting is the network after ``finetuning_epochs`` (1) SGD
+    steps at the anchors' lr on ``finetuning_batch_size`` augmented buffer items, recomputed here
+    with autograd from the same draws; it is not the network itself."""
+    method = build(stream, tiny_net, setting_of, transforms, buffer_size=12, finetuning_batch_size=5)
+    offer_task(method, stream, 0, 2)
+    state = method.generator.get_state()
+    finetuned = method.finetuned_copy()
+
+    g = torch.Generator()
+    g.set_state(state)
+    index = torch.randperm(len(method.buffer), generator=g)[:5]
+    x = transforms.train(method.buffer.examples[index], g)
+    params = list(method.net.parameters())
+    loss = F.cross_entropy(method.net(x), method.buffer.labels[index])
+    grads = torch.autograd.grad(loss, params)
+    expected = [p.detach() - method.anchor_lr() * grad for p, grad in zip(params, grads, strict=True)]
+    got = list(finetuned.parameters())
+    for e, f in zip(expected, got, strict=True):
+        torch.testing.assert_close(f, e)
+    assert any(not torch.equal(f, p) for f, p in zip(got, params, strict=True))
+    assert not finetuned.training
+    assert not any(p.requires_grad for p in got)
 
 
 def test_hal_trains_task_zero(stream, transforms, tiny_net, setting_of) -> None:

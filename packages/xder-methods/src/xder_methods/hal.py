@@ -1,12 +1,13 @@
 """HAL (``hal``): Hindsight Anchor Learning (Chaudhry, Gordo, Dokania, Torr & Lopez-Paz, "Using
 Hindsight to Anchor Past Knowledge in Continual Learning", AAAI 2021), as the DER paper ran it
-(Buzzega et al., NeurIPS 2020, Table 2; mammoth ``models/hal.py``, ``utils/ring_buffer.py``)."""
+(Buzzega et al., NeurIPS 2020, Table 2; mammoth ``models/hal.py`` and ``utils/buffer.py`` at the
+paper's release)."""
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -25,14 +26,20 @@ __all__ = ["ANCHOR_LR_BEFORE_TRAINING", "HAL", "HALConfig", "anchor_loss", "anch
 ANCHOR_LR_BEFORE_TRAINING = 0.03
 """The anchors' lr where no training step preceded them (the DER paper's Split CIFAR-10 lr)."""
 
+Memory = Literal["reservoir", "ring"]
+
 
 @dataclass(frozen=True, kw_only=True)
 class HALConfig(ReplayConfig):
     """Attributes (values: mammoth ``best_args``, seq-cifar10, buffer 200; buffer 500 differs in
     ``lambda_ = 0.1`` and ``beta = 0.3``):
 
-    buffer_size: the episodic memory, ``buffer_size // n_tasks`` items per task (200: the DER
-        paper's smallest Split CIFAR-10 buffer, Table 2).
+    buffer_size: the episodic memory (200: the DER paper's smallest Split CIFAR-10 buffer,
+        Table 2).
+    memory: how stream items enter it. ``reservoir`` (default): reservoir sampling over the
+        whole stream, what the DER paper's code ran (see :class:`HAL`); ``ring``: a ring of
+        ``buffer_size // n_tasks`` rows per task keeping each task's latest items (mammoth's
+        later ``RingBuffer``, the per-task episodic memory of the HAL paper).
     minibatch_size: buffer items replayed per step (32).
     lambda_: weight of the anchoring loss (mammoth ``hal_lambda``; 0.2).
     beta: decay of the running mean ``phi`` of the stream's features (0.5).
@@ -47,6 +54,7 @@ class HALConfig(ReplayConfig):
     """
 
     buffer_size: int = 200
+    memory: Memory = "reservoir"
     minibatch_size: int = 32
     lambda_: float = 0.2
     beta: float = 0.5
@@ -59,6 +67,7 @@ class HALConfig(ReplayConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         checks = [
+            (self.memory in ("reservoir", "ring"), f"memory must be reservoir or ring, got {self.memory!r}"),
             (self.lambda_ >= 0, f"lambda_ must be >= 0, got {self.lambda_}"),
             (0 <= self.beta <= 1, f"beta must be in [0, 1], got {self.beta}"),
             (self.gamma >= 0, f"gamma must be >= 0, got {self.gamma}"),
@@ -183,10 +192,15 @@ class HAL(MethodBase):
       the cross-entropy step; see the tests, which measure it.
     * Anchoring loss: mean over anchors and classes (mammoth); the HAL paper writes the sum over
       anchors of the squared norms: a constant factor ``lambda_`` absorbs. Followed: mammoth's.
-    * Memory: a ring buffer of ``buffer_size // n_tasks`` rows per task keeping each task's latest
-      items (mammoth's ``RingBuffer`` of 2020; HAL's episodic memory). Items are stored unaugmented
-      and augmented at every draw (mammoth's "independent buffer augmentation", ``--iba``; without
-      it mammoth stores the augmented stream view and replays it as is).
+    * Memory: the DER paper's code builds ``Buffer(buffer_size, ..., mode='ring')``, but that
+      class's ``add_data`` always inserts by reservoir sampling (its ring index function is never
+      called), and the per-task reset in ``end_task`` never fires (the buffer's task number
+      starts at ``n_tasks``). So the paper's HAL replays and fine-tunes from a reservoir of
+      ``buffer_size`` items over the whole stream (up to 200 items already in task 0).
+      Followed: ``memory = "reservoir"``, the default. ``memory = "ring"`` keeps each task's
+      latest ``buffer_size // n_tasks`` items in a ring of its own, as mammoth's later code does.
+      Items are stored unaugmented after the step's replay draw and augmented at every draw
+      (mammoth's order; without its ``--iba`` flag, later mammoth stores the augmented view).
     * Fine-tuning: mammoth's ``finetuning_epochs`` counts single SGD steps on one batch of its
       stream batch size, not passes over the memory; followed, with the batch size a field.
     * BatchNorm: mammoth evaluates its spare network in train mode, so one anchor is normalised
@@ -252,7 +266,11 @@ class HAL(MethodBase):
         return StepOutput(loss, terms, stream_buffer_groups(per_item, batch.y.shape[0]))
 
     def store(self, batch: Batch) -> None:
-        """Write the stream batch (unaugmented) into the current task's ring."""
+        """Offer the stream batch (unaugmented) to the memory: by reservoir sampling over the
+        whole stream, or into the current task's ring (``memory``)."""
+        if self.config.memory == "reservoir":
+            self.buffer.add_reservoir(batch.x_raw, batch.y, task_labels=batch.task, generator=self.generator)
+            return
         n = batch.y.shape[0]
         capacity, device = self.buffer.capacity, batch.y.device
         slots = ring_slots(self.seen_in_task, n, self.portion, batch.task, capacity, device)
