@@ -98,6 +98,27 @@ def test_gss_replacement_by_hand() -> None:
     torch.testing.assert_close(scores, torch.tensor([1.0, 3.0]))  # the input is left alone
 
 
+def test_gss_replacement_gates_on_the_gate_scores_and_accepts_on_the_candidates() -> None:
+    # Buffer scores C = [1, 3]; the gate b (the batch's score, as the DER paper's code) decides
+    # who may enter, the candidate's own c the acceptance C_i / (C_i + c) and the stored score.
+    scores = torch.tensor([1.0, 3.0])
+    c = torch.tensor([0.5, 0.2, 1.5])
+    gate = torch.tensor([0.9, 1.0, 0.9])
+    choice = torch.tensor([0.1, 0.1, 0.9])
+    accept = torch.tensor([0.6, 0.0, 0.6])
+    # 0: b 0.9 < 1; cdf [1, 4], 0.4 -> slot 0; 0.6 < 1 / 1.5 -> enters, C = [0.5, 3]
+    # 1: b = 1: never enters, though its own c = 0.2 < 1 and its accept draw is 0
+    # 2: b 0.9 < 1, though its own c = 1.5 >= 1; cdf [0.5, 3.5], 3.15 -> slot 1;
+    #    0.6 < 3 / 4.5 = 0.667 -> enters, C = [0.5, 1.5]
+    slots, after = gss_replacement(scores, c, choice, accept, gate_scores=gate)
+    assert slots.tolist() == [0, 2, 1]
+    torch.testing.assert_close(after, torch.tensor([0.5, 1.5]))
+    # Without a gate, the candidates' own scores gate: 1 enters (slot 0, C 0.5 -> 0.2), 2 does not.
+    slots, after = gss_replacement(scores, c, choice, accept)
+    assert slots.tolist() == [2, 0, 2]
+    torch.testing.assert_close(after, torch.tensor([0.2, 3.0]))
+
+
 def test_gss_replacement_never_picks_a_zero_score_and_takes_no_candidates() -> None:
     # cdf [0, 2]: a draw of 0 lands at 0, in slot 1's interval [0, 2); slot 0's is empty.
     slots, after = gss_replacement(
@@ -133,6 +154,7 @@ def test_config_rejects_bad_values() -> None:
         GSSConfig(batch_num=0)
     with pytest.raises(MethodConfigError, match="candidate_gradient"):
         GSSConfig(candidate_gradient="sample")  # type: ignore[arg-type]
+    assert GSSConfig().candidate_gradient == "hybrid"  # the DER paper's code's policy
 
 
 # ------------------------------------------------------------------------------------ behaviour
@@ -147,7 +169,10 @@ def test_an_item_aligned_with_the_buffer_stays_out_one_pointing_away_enters(
 ) -> None:
     # Two classes, one input x: the gradient of CE(f(x), y) is J(x)^T (p - e_y), and in two classes
     # p - e_0 = p1 (-1, 1) and p - e_1 = p0 (1, -1): label 1 gives exactly the opposite direction.
-    method = build(stream, transforms, tiny_net, setting_of, num_classes=2, buffer_size=4)
+    # The GSS paper's policy: each item's own score gates it (the hybrid gates by the batch's).
+    method = build(
+        stream, transforms, tiny_net, setting_of, num_classes=2, buffer_size=4, candidate_gradient="item"
+    )
     x = stream.train_x[:1]
     offer(method, x.expand(4, -1, -1, -1), torch.zeros(4, dtype=torch.int64))  # full of (x, 0)
     torch.testing.assert_close(method.buffer.scores[:4], torch.full((4,), EMPTY_BUFFER_SCORE))
@@ -258,3 +283,102 @@ def test_a_step_has_no_host_sync(stream, transforms, tiny_net, setting_of) -> No
     assert counter.ops["searchsorted"] == 6  # one inverse-CDF draw per offered item
     assert method.buffer.num_seen == 16
     assert not torch.equal(before, method.buffer.labels)  # something of task 1 got in
+
+
+# ------------------------------------------------------------------------ the policies, item by item
+
+
+def reference_offer(method: GSS, x_raw: torch.Tensor, y: torch.Tensor, policy: str, state: torch.Tensor):
+    """What offering ``(x_raw, y)`` to ``method``'s buffer does under ``policy``, written from the
+    policies' descriptions with plain autograd, one item at a time, and the method's random draws
+    replayed from generator state ``state`` (the scoring subset, then the replacement draws).
+
+    ``item`` (GSS paper): each item's own score c_k gates (c_k < 1), decides the acceptance
+    C_i / (C_i + c_k) and is stored. ``batch``: the score c_B of the batch's mean-loss gradient
+    everywhere. ``hybrid`` (the DER paper's code): c_B is stored for the items that fill free
+    slots and gates every item; an item past the gate is accepted with its own c_k, stored.
+
+    Returns:
+        (examples, labels, scores) of the buffer's rows afterwards, as lists.
+    """
+    buffer, n = method.buffer, y.shape[0]
+    g = torch.Generator()
+    g.set_state(state)
+    size, capacity = len(buffer), buffer.capacity
+    subset = torch.randperm(size, generator=g)[: method.config.gss_minibatch_size]
+    net = method.net.eval()
+    params = [p for p in net.parameters() if p.requires_grad]
+
+    def gradient(x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        loss = F.cross_entropy(net(x.float() / 255), labels)
+        return torch.cat([t.flatten() for t in torch.autograd.grad(loss, params)]).double()
+
+    def score(grad: torch.Tensor) -> float:
+        return max(
+            float(grad @ other) / max(float(grad.norm() * other.norm()), 1e-8) + 1 for other in compared
+        )
+
+    compared = [gradient(buffer.examples[i : i + 1], buffer.labels[i : i + 1]) for i in subset.tolist()]
+    batch_score = score(gradient(x_raw, y))
+    item_scores = [score(gradient(x_raw[k : k + 1], y[k : k + 1])) for k in range(n)]
+    net.train()
+    fill = min(n, capacity - size)
+    draws = torch.rand(2, n - fill, generator=g).double().tolist() if fill < n else [[], []]
+    examples = [buffer.examples[i].clone() for i in range(capacity)]
+    labels = buffer.labels[:capacity].tolist()
+    scores = buffer.scores[:capacity].double().tolist()
+    for k in range(n):
+        own = batch_score if policy == "batch" else item_scores[k]
+        gate = own if policy == "item" else batch_score
+        if k < fill:
+            slot, stored = size + k, gate
+        elif gate < 1:
+            target, cumulative, slot = draws[0][k - fill] * sum(scores), 0.0, capacity - 1
+            for i, value in enumerate(scores):
+                cumulative += value
+                if cumulative > target:
+                    slot = i
+                    break
+            if not draws[1][k - fill] < scores[slot] / (scores[slot] + own):
+                continue
+            stored = own
+        else:
+            continue
+        examples[slot], labels[slot], scores[slot] = x_raw[k].clone(), int(y[k]), stored
+    return examples, labels, scores
+
+
+@pytest.mark.parametrize("policy", ["hybrid", "item", "batch"])
+@pytest.mark.parametrize("stream_labels", [[1, 1, 1, 1, 1], [0, 0, 0, 1, 1]])
+def test_each_policy_matches_a_per_item_reference(
+    policy, stream_labels, stream, transforms, tiny_net, setting_of
+) -> None:
+    """A batch of 5 offered to a buffer with 2 free slots of 6 (2 fill, 3 go through the
+    replacement), under each policy, against :func:`reference_offer`: the same rows, labels and
+    stored scores. Two classes: a batch of the other class points away from the class-0 buffer
+    (scores near 0, the gate open); a batch mostly of class 0 points along it (the batch's score
+    above 1: the hybrid keeps out even its class-1 items, whose own scores are below 1)."""
+    method = build(
+        stream,
+        transforms,
+        tiny_net,
+        setting_of,
+        num_classes=2,
+        buffer_size=6,
+        gss_minibatch_size=3,
+        candidate_gradient=policy,
+    )
+    offer(method, stream.train_x[:4], torch.zeros(4, dtype=torch.int64))
+    method.buffer.scores[:4] = torch.tensor([0.3, 1.2, 0.6, 0.9])  # unequal: the draws matter
+    x_raw, y = stream.train_x[20:25], torch.tensor(stream_labels)
+    state = method.generator.get_state()
+    examples, labels, scores = reference_offer(method, x_raw, y, policy, state)
+    offer(method, x_raw, y)
+    assert method.buffer.labels[:6].tolist() == labels
+    assert all(torch.equal(method.buffer.examples[i], examples[i]) for i in range(6))
+    expected = torch.tensor(scores, dtype=torch.float64)
+    torch.testing.assert_close(method.buffer.scores[:6].double(), expected, atol=1e-6, rtol=1e-5)
+    if policy == "hybrid" and stream_labels == [0, 0, 0, 1, 1]:
+        item_scores = method.candidate_scores(x_raw[3:], y[3:])
+        assert labels.count(1) == 0  # gated out by the batch's score ...
+        assert bool((item_scores < 1).all())  # ... though the item policy would have let them try

@@ -32,7 +32,7 @@ EMPTY_BUFFER_SCORE = 0.1
 """Score of the items offered while the buffer is still empty (nothing to compare them with): the
 paper leaves it undefined; 0.1 is the authors' code's (mammoth ``utils/gss_buffer.py``)."""
 
-CandidateGradient = Literal["item", "batch"]
+CandidateGradient = Literal["hybrid", "item", "batch"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,16 +45,19 @@ class GSSConfig(ReplayConfig):
         compared with (32: same table; the GSS paper's "n" of Alg. 2).
     batch_num: optimisation steps per stream batch, each with a fresh buffer draw (1: same
         table; the GSS paper's ``n_iter``).
-    candidate_gradient: the gradient an incoming item is scored with. ``item`` (default, the
-        GSS paper's Alg. 2): its own; ``batch`` (mammoth): that of the whole stream batch's mean
-        loss, one score shared by every item of the batch.
+    candidate_gradient: the gradients an incoming item is scored with (see :class:`GSS`).
+        ``hybrid`` (default, the DER paper's code): the stream batch's mean-loss gradient gives
+        the batch one score, which gates replacement (``< 1``) and is stored for the items that
+        fill free slots; each item's own gradient gives the score that decides its replacement
+        and is stored when it replaces. ``item`` (the GSS paper's Alg. 2): the item's own score
+        everywhere. ``batch``: the batch score everywhere.
     """
 
     buffer_size: int = 200
     minibatch_size: int = 32
     gss_minibatch_size: int = 32
     batch_num: int = 1
-    candidate_gradient: CandidateGradient = "item"
+    candidate_gradient: CandidateGradient = "hybrid"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -62,9 +65,9 @@ class GSSConfig(ReplayConfig):
             raise MethodConfigError(f"method.gss_minibatch_size must be >= 1, got {self.gss_minibatch_size}")
         if self.batch_num < 1:
             raise MethodConfigError(f"method.batch_num must be >= 1, got {self.batch_num}")
-        if self.candidate_gradient not in ("item", "batch"):
+        if self.candidate_gradient not in ("hybrid", "item", "batch"):
             raise MethodConfigError(
-                f"method.candidate_gradient must be item or batch, got {self.candidate_gradient!r}"
+                f"method.candidate_gradient must be hybrid, item or batch, got {self.candidate_gradient!r}"
             )
 
 
@@ -89,13 +92,19 @@ def gss_scores(candidate_grads: Tensor, buffer_grads: Tensor, eps: float = 1e-8)
 
 
 def gss_replacement(
-    buffer_scores: Tensor, candidate_scores: Tensor, choice_draws: Tensor, accept_draws: Tensor
+    buffer_scores: Tensor,
+    candidate_scores: Tensor,
+    choice_draws: Tensor,
+    accept_draws: Tensor,
+    gate_scores: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Greedy replacement into a full buffer (GSS paper Alg. 2), the candidates offered one at a
     time in order, each seeing the scores left by the ones before it.
 
-    Candidate k with score ``c_k`` may enter only if ``c_k < 1`` (its gradient points away from
-    every compared buffer gradient); then slot i is drawn with probability ``C_i / sum_j C_j``
+    Candidate k with score ``c_k`` may enter only if its gate score ``b_k < 1`` (its gradient
+    points away from every compared buffer gradient; ``b = c`` unless ``gate_scores`` is given,
+    as the DER paper's code gates with the batch's score); then slot i is drawn with
+    probability ``C_i / sum_j C_j``
     (the inverse CDF at ``choice_draws[k]``) and replaced if ``accept_draws[k] < C_i / (C_i +
     c_k)``, taking ``C_i <- c_k``. Deterministic given the draws; no host synchronisation (the
     decisions stay on the device: a rejected candidate's slot is ``M``, the buffer's scratch row).
@@ -105,6 +114,7 @@ def gss_replacement(
         candidate_scores: (K,) the candidates' scores ``c``.
         choice_draws: (K,) uniform draws on [0, 1): which slot each candidate may replace.
         accept_draws: (K,) uniform draws on [0, 1): whether it replaces it.
+        gate_scores: (K,) the scores ``b`` compared with 1 (None: ``candidate_scores``).
 
     Returns:
         ``(slots, scores)``: (K,) int64 slot of each candidate, ``M`` where it does not enter
@@ -116,7 +126,8 @@ def gss_replacement(
     u = accept_draws.to(dtype)
     # u < C / (C + c)  <=>  C (1 - u) > u c  <=>  C > u c / (1 - u)  (u < 1); infinite when c >= 1.
     # Vectorised here, so that the loop below only compares.
-    thresholds = torch.where(c < 1, u * c / (1 - u), torch.full_like(c, torch.inf))
+    gate = c if gate_scores is None else gate_scores.to(dtype)
+    thresholds = torch.where(gate < 1, u * c / (1 - u), torch.full_like(c, torch.inf))
     chosen_slots, taken = [], []
     # Sequential by nature: each decision depends on the scores the previous one left. A loop of
     # a few small device ops per candidate, never a read-back.
@@ -207,16 +218,25 @@ class GSS(MethodBase):
     while the buffer is not full, the item is added with score ``C <- c_k``; once full, if
     ``c_k < 1``, a slot ``i ~ C_i / sum_j C_j`` is drawn and the item replaces it with probability
     ``C_i / (C_i + c_k)``, setting ``C_i <- c_k``. The buffer thus keeps items whose gradients point
-    in different directions (low scores stay; high scores are the ones likely replaced).
+    in different directions (low scores stay; high scores are the ones likely replaced). That is
+    the GSS paper's policy (``candidate_gradient="item"``). The DER paper's code runs a hybrid
+    (``"hybrid"``, the default), with ``c_B = max_j cos(g_B, G_j) + 1`` the score of ``g_B``, the
+    gradient of the stream batch's mean loss: ``c_B`` is the score stored for the items that fill
+    free slots, and the gate (``c_B < 1``) for all items of the batch; an item that passes the
+    gate is then accepted with probability ``C_i / (C_i + c_k)`` with its own ``c_k``, which is
+    what is stored when it replaces.
 
     Checked against the GSS paper (Alg. 2) and the DER paper's code (mammoth ``models/gss.py``,
     ``utils/gss_buffer.py``); point by point:
 
-    * Candidate gradient: the paper scores each incoming sample with its own gradient; mammoth
-      takes one gradient of the whole stream batch's mean loss and gives all its items that one
-      score, so a batch enters or stays out nearly as a block. Default: the paper's
-      (``candidate_gradient="item"``), since nothing in the DER paper rests on the batch score;
-      ``"batch"`` is mammoth's, closer to the run behind the DER paper's Table 2.
+    * Candidate gradient: the paper scores each incoming sample with its own gradient. mammoth
+      (``utils/gss_buffer.py`` of the DER paper's release) scores the batch once with the
+      gradient of its mean loss: while the buffer fills, that batch score is what each item is
+      stored with; once full, it is the gate (``batch_c < 1``) for every item of the batch, and
+      an item past the gate is scored with its own gradient, which decides the replacement and
+      is stored. Followed: mammoth's (``candidate_gradient="hybrid"``, the default and the
+      ``paper`` preset's, behind the DER paper's Table 2); ``"item"`` is the GSS paper's policy,
+      ``"batch"`` the batch score everywhere.
     * Buffer subset: in Alg. 2 a fresh random subset per incoming sample; mammoth draws one
       subset of ``gss_minibatch_size`` items per stream batch (it caches their gradients). Here
       one per stream batch, as mammoth: per-item subsets would cost B times the gradients.
@@ -235,8 +255,9 @@ class GSS(MethodBase):
     * Within a batch the items are offered one at a time, each decision seeing the scores the
       previous ones left (as mammoth's loop and Alg. 2); the first items fill the remaining free
       slots, the rest go through replacement.
-    * The ``c < 1`` gate (only items whose gradient has a negative cosine with every compared
-      buffer gradient may replace): in both the paper and mammoth.
+    * The ``< 1`` gate (only items whose gradient has a negative cosine with every compared
+      buffer gradient may replace): in both the paper and mammoth, on the item's score in the
+      paper and on the batch's in mammoth.
     * Replay draws: mammoth walks through a random permutation of the buffer, drawn once per
       stream batch, in chunks of ``minibatch_size`` (one chunk per ``batch_num`` iteration,
       wrapping); the same here. With ``batch_num = 1`` this is a uniform draw without
@@ -311,11 +332,22 @@ class GSS(MethodBase):
 
     @torch.no_grad()
     def candidate_scores(self, x_raw: Tensor, y: Tensor) -> Tensor:
-        """(B,) GSS scores of stream items ``(x_raw (B, ...) as stored, y (B,))`` against a
-        random subset of the buffer (:data:`EMPTY_BUFFER_SCORE` while it is empty)."""
+        """(B,) the scores that decide the replacement of stream items ``(x_raw (B, ...) as
+        stored, y (B,))``: the items' own (``hybrid``, ``item``) or the batch's (``batch``)."""
+        item, batch = self.offer_scores(x_raw, y)
+        return batch if self.config.candidate_gradient == "batch" else item
+
+    @torch.no_grad()
+    def offer_scores(self, x_raw: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """GSS scores of stream items ``(x_raw (B, ...) as stored, y (B,))`` against one random
+        subset of ``gss_minibatch_size`` buffer items: ``(item, batch)``, each (B,), the score of
+        each item's own gradient and that of the batch's mean loss (the same for every item);
+        :data:`EMPTY_BUFFER_SCORE` while the buffer is empty. ``item`` is not computed (returned
+        as ``batch``) where the policy never reads it (``batch``)."""
         size = len(self.buffer)
         if size == 0:
-            return torch.full((y.shape[0],), EMPTY_BUFFER_SCORE, device=y.device)
+            empty = torch.full((y.shape[0],), EMPTY_BUFFER_SCORE, device=y.device)
+            return empty, empty
         index = torch.randperm(size, generator=self.generator, device=self.device)
         sample = self.buffer.gather(index[: self.config.gss_minibatch_size])
         x = self.transforms.test(torch.cat([x_raw, sample.examples.to(x_raw.dtype)]))
@@ -326,10 +358,11 @@ class GSS(MethodBase):
         finally:
             self.net.train(was_training)
         candidates, compared = grads[: y.shape[0]], grads[y.shape[0] :]
+        # The mean loss's gradient is the mean of the items' (eval mode: items independent).
+        batch = gss_scores(candidates.mean(dim=0, keepdim=True), compared).expand(y.shape[0])
         if self.config.candidate_gradient == "batch":
-            # The mean loss's gradient is the mean of the items' (eval mode: items independent).
-            return gss_scores(candidates.mean(dim=0, keepdim=True), compared).expand(y.shape[0])
-        return gss_scores(candidates, compared)
+            return batch, batch
+        return gss_scores(candidates, compared), batch
 
     @torch.no_grad()
     def store(self, batch: Batch) -> None:
@@ -338,16 +371,21 @@ class GSS(MethodBase):
         if buffer.capacity == 0:
             buffer.count_offered(n)
             return
-        scores = self.candidate_scores(batch.x_raw, batch.y)
+        item, batch_score = self.offer_scores(batch.x_raw, batch.y)
+        policy = self.config.candidate_gradient
+        # Stored while filling and compared with 1: the batch's score (hybrid, batch) or the item's.
+        gate = item if policy == "item" else batch_score
         size = len(buffer)
         fill = min(n, buffer.capacity - size)
         if fill:
-            slots = torch.arange(size, size + fill, device=scores.device)
-            buffer.write_scored(slots, batch.x_raw[:fill], batch.y[:fill], scores[:fill], batch.task)
+            slots = torch.arange(size, size + fill, device=item.device)
+            buffer.write_scored(slots, batch.x_raw[:fill], batch.y[:fill], gate[:fill], batch.task)
             buffer.set_size(size + fill)
         if fill < n:
-            draws = torch.rand(2, n - fill, generator=self.generator, device=scores.device)
-            slots, new_scores = gss_replacement(buffer.scores[:-1], scores[fill:], draws[0], draws[1])
+            draws = torch.rand(2, n - fill, generator=self.generator, device=item.device)
+            slots, new_scores = gss_replacement(
+                buffer.scores[:-1], item[fill:], draws[0], draws[1], gate_scores=gate[fill:]
+            )
             buffer.write(slots, batch.x_raw[fill:], batch.y[fill:], task_labels=batch.task)
             buffer.scores[:-1] = new_scores
         buffer.count_offered(n)
