@@ -3,6 +3,7 @@ function-space step, training, resume, host syncs."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -182,3 +183,40 @@ def test_a_step_has_no_host_sync(stream, transforms, tiny_net, setting_of) -> No
         apply_step(method, out.loss, optimizer)  # the stream step and the function-space step
     assert counter.host_syncs == 0, counter.syncs
     assert set(out.terms) == {"ce", "function_distance"}
+
+
+def test_end_task_stores_the_train_mode_logits_of_each_chunk(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    """Guards the stored outputs being those of the network in train mode (mammoth's): with
+    BatchNorm, each chunk of ``minibatch_size`` items of the augmented view is normalised with its
+    own batch statistics, not the running ones, and the running statistics are updated by each
+    chunk. Replayed here: the same draws from a copy of the method's generator (randperm, then the
+    train transform) and a copy of the network, run chunk by chunk."""
+    method = build(stream, lambda n: tiny_net(n, batchnorm=True), setting_of, transforms)
+    norm = method.net.body[2]
+    assert isinstance(norm, torch.nn.BatchNorm1d)
+    with torch.no_grad():  # running statistics far from any chunk's own
+        norm.running_mean.fill_(3.0)
+        norm.running_var.fill_(9.0)
+    method.net.train()
+    method.begin_task(0)
+    reference = copy.deepcopy(method.net)
+    replay = torch.Generator().manual_seed(0)
+    replay.set_state(method.generator.get_state())
+    data = _task_data(stream, 0)
+
+    method.end_task(0, data)
+
+    rows = torch.randperm(data.y.shape[0], generator=replay)[:10]  # share: buffer_size 10 // 1 task
+    view = transforms.train(data.x_raw[rows], replay)
+    with torch.no_grad():
+        train_mode = torch.cat([reference(view[s:e]) for s, e in ((0, 4), (4, 8), (8, 10))])
+        eval_mode = copy.deepcopy(reference).eval()(view)
+    stored = method.buffer.all()
+    assert torch.equal(stored.examples, data.x_raw[rows])
+    torch.testing.assert_close(stored.logits, train_mode)
+    assert float((stored.logits - eval_mode).abs().max()) > 0.1
+    torch.testing.assert_close(norm.running_mean, reference.body[2].running_mean)
+    torch.testing.assert_close(norm.running_var, reference.body[2].running_var)
+    assert float((norm.running_mean - 3.0).abs().max()) > 0.1  # updated by the chunks

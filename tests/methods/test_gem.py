@@ -246,3 +246,33 @@ def test_one_step_reads_back_once_from_task_one_on(
     in_task(method, stream, 2)
     assert step(method, 2) == 0
     assert reads == [torch.Size([2 * 2 + 2])]  # K = 2 past tasks: the 2 x 2 Gram matrix and 2 dots
+
+
+def test_the_step_projects_with_the_configured_margin(stream, tiny_net, setting_of) -> None:
+    """Guards ``after_backward`` passing ``config.gamma`` (the memory strength) to the projection:
+    with gamma 0.5, a violating task-2 step's applied gradient is ``project_gem(g, G, 0.5)`` of the
+    raw gradient and the memory gradients recomputed here, not the margin-0 projection. The
+    batch (task-0 images labelled 2, a task-1 class) violates task 0's constraint only; margin 0
+    gives v = (0.43, 0), margin 0.5 raises both to 0.5."""
+    plain = Transforms(train=lambda x, g=None: x.float() / 255, test=lambda x, g=None: x.float() / 255)
+    method = in_task(build(stream, tiny_net, setting_of, plain, gamma=0.5), stream, 2)
+    rows = stream.task(0).train[:8]
+    x_raw = stream.train_x[rows]
+    batch = Batch(x_raw.float() / 255, torch.full((8,), 2), x_raw, 2)
+    params = method.trained_parameters()
+    memory = torch.stack(
+        [
+            flatten_gradients(params, torch.autograd.grad(memory_loss(method, stream, t), params))
+            for t in (0, 1)
+        ]
+    )
+
+    method.observe(batch).loss.backward()
+    raw = flatten_gradients(params, [p.grad for p in params]).clone()
+    dots = memory @ raw
+    assert float(dots[0]) < 0 < float(dots[1])  # a violation: the projection is taken
+    method.after_backward()
+    applied = flatten_gradients(params, [p.grad for p in params])
+    torch.testing.assert_close(applied, project_gem(raw, memory, 0.5))
+    margin_0 = project_gem(raw, memory, 0.0)
+    assert float((applied - margin_0).norm()) > 0.1 * float(margin_0.norm()), (applied, margin_0)

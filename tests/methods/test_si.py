@@ -208,3 +208,30 @@ def test_a_task_1_step_has_no_host_sync(path_gradient, stream, transforms, tiny_
     with OpCounter() as counter:  # observe, backward, clipping, the step and the path integral
         apply_step(method, method.observe(batch).loss, optimizer)
     assert counter.host_syncs == 0, counter.syncs
+
+
+def test_importance_accumulates_over_tasks(stream, transforms, tiny_net, setting_of) -> None:
+    """Guards ``Omega += omega / (delta ** 2 + xi)`` at each task's end (paper Eq. 5, summed over
+    tasks, as the authors' code does): after task 1, the importance is the sum of task 0's and
+    task 1's contributions, each computed here from the path integral and the parameters captured
+    around the task, not task 1's alone."""
+    xi = 0.7
+    method = build(stream, transforms, tiny_net, setting_of, xi=xi, grad_clip=float("inf"))
+    optimizer = torch.optim.SGD(method.net.parameters(), lr=0.2)
+    start = flat(method.net.parameters()).detach().clone()
+    expected = torch.zeros_like(start, dtype=torch.float64)
+    contributions = []
+    for task in (0, 1):
+        method.begin_task(task)
+        for batch in batches(stream, transforms, task):
+            apply_step(method, method.observe(batch).loss, optimizer)
+        end = flat(method.net.parameters()).detach().clone()
+        omega = method.omega.double().clone()
+        contributions.append(omega / ((end.double() - start.double()) ** 2 + xi))
+        expected += contributions[-1]
+        method.end_task(task, TaskData(stream.train_x[:0], stream.train_y[:0], task))
+        start = end
+    assert all(float(c.abs().sum()) > 1e-3 for c in contributions)
+    torch.testing.assert_close(method.importance.double(), expected, rtol=1e-5, atol=1e-8)
+    # Task 0's share is not negligible: the sum differs from task 1's contribution alone.
+    assert not torch.allclose(method.importance.double(), contributions[1], rtol=1e-3, atol=1e-6)
