@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from xder_methods import Batch, MethodConfigError, TaskData, TrainingSchedule, create_method, fit
+from xder_methods import (
+    Batch,
+    ContinualSetting,
+    MethodConfigError,
+    TaskData,
+    TrainingSchedule,
+    create_method,
+    fit,
+    shuffled_batches,
+)
 from xder_methods.gdumb import (
     GDumb,
     GDumbConfig,
@@ -138,6 +148,71 @@ def test_network_is_reinitialised_before_each_fit(stream, transforms, tiny_net, 
     assert len(history.class_il) == 3
 
 
+class FlatNet(torch.nn.Module):
+    """A linear backbone on (B, 1, 4, 4) images: big enough for CutMix boxes of several sizes."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 8), torch.nn.ReLU())
+        self.classifier = torch.nn.Linear(8, num_classes)
+        self.num_features = 8
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+    def forward_head(self, features: torch.Tensor) -> torch.Tensor:
+        return self.classifier(features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+def test_the_fit_follows_sgdr_and_weighs_each_label_by_its_area(transforms) -> None:
+    """One fit (4 epochs, every batch CutMix-ed) replayed here from the same draws with the
+    learning rate of each epoch written out (a warm-up at lr_max / 10, then SGDR with T_0 = 1,
+    T_mult = 2: lr_max, lr_max, then half-way down the second cycle) and the CutMix loss
+    written out (the base image's label weighted by the area it keeps, the partner's by the
+    pasted area): the same weights after the fit."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    x_raw = torch.randint(0, 256, (12, 1, 4, 4), generator=g, dtype=torch.uint8)
+    y = torch.arange(2).repeat(6)
+    config = GDumbConfig(
+        buffer_size=12, epochs_fitting=4, batch_size=4, momentum=0.9, weight_decay=1e-3,
+        clip_grad_norm=None, lr_max=0.2, lr_min=0.02,
+    )  # fmt: skip
+    setting = ContinualSetting((2, 2, 2), (1, 4, 4))
+    method = create_method(
+        "gdumb", net=FlatNet(6), setting=setting, transforms=transforms, config=config,
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    method.offer(x_raw, y, 0)
+    net = copy.deepcopy(method.net)
+    state = method.generator.get_state()
+    method.fit_buffer()
+
+    g.set_state(state)
+    n = len(method.buffer)
+    examples, labels = method.buffer.examples[:n], method.buffer.labels[:n]
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.2, momentum=0.9, weight_decay=1e-3)
+    kept_areas = []
+    for lr in (0.02, 0.2, 0.2, 0.02 + 0.18 * 0.5):
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        for index in shuffled_batches(n, 4, drop_last=False, generator=g, device=labels.device):
+            x = transforms.train(examples[index], g)
+            x, base, partner, kept = cutmix(x, labels[index], alpha=1.0, probability=1.0, generator=g)
+            kept_areas.append(float(kept))
+            logits = net(x)
+            loss = kept * F.cross_entropy(logits, base) + (1 - kept) * F.cross_entropy(logits, partner)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    assert min(kept_areas) < 0.8  # boxes were pasted
+    for a, b in zip(method.net.parameters(), net.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+
+
 def test_fit_after_last_task_leaves_earlier_tasks_untrained(stream, transforms, tiny_net, setting_of) -> None:
     method = build(stream, transforms, tiny_net, setting_of, fit_after="last_task")
     initial = cloned_state(method.net)
@@ -254,7 +329,8 @@ def test_config_validation() -> None:
         1.0,
         250,
     )
-    assert (config.momentum, config.weight_decay, config.cutmix_probability) == (0.9, 1e-6, 0.5)
+    # CutMix on every batch: the X-DER paper's code never reads its cutmix_prob (GDumb's code: 0.5).
+    assert (config.momentum, config.weight_decay, config.cutmix_probability) == (0.9, 1e-6, 1.0)
     with pytest.raises(MethodConfigError, match=r"method\.lr_min"):
         GDumbConfig(lr_min=0.1)
     with pytest.raises(MethodConfigError, match=r"method\.cutmix_probability"):

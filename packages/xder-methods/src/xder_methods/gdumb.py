@@ -12,16 +12,18 @@ and ``predict`` uses that network.
 The fitting (:meth:`GDumb.fit_buffer`), as in the GDumb paper and code: SGD (momentum, weight
 decay), ``epochs_fitting`` epochs over the shuffled memory, weak augmentation, a warm-up epoch at
 ``lr_max / 10``, then cosine annealing with warm restarts (SGDR, T_0 = 1 epoch, T_mult = 2) between
-``lr_max`` and ``lr_min`` (:func:`gdumb_learning_rate`), CutMix (:func:`cutmix`) with probability
-``cutmix_probability`` per batch and ``lambda ~ Beta(alpha, alpha)``, ONE box per batch (every
+``lr_max`` and ``lr_min`` (:func:`gdumb_learning_rate`), CutMix (:func:`cutmix`) of every batch
+(``cutmix_probability`` 1) with ``lambda ~ Beta(alpha, alpha)``, ONE box per batch (every
 item gets the same box, pasted from a random permutation of the batch), the label weights set to
 the exact pasted area, and gradient-norm clipping at ``clip_grad_norm``.
 
 Defaults: the X-DER paper's App. "Hyperparameter Choice" (Split CIFAR-100, M = 500): lr_max 0.05,
 lr_min 0.0005, alpha_cutmix 1, epochs_fitting 250, momentum 0.9, weight decay 1e-6 (the table's
 mom/wd columns, which for GDumb can only be the fitting's: it never steps on the stream; M = 2000
-selects momentum 0). From GDumb's code: CutMix probability 0.5 (mammoth's CutMix default too),
-gradient clipping at 10, the warm-up epoch (mammoth has it too). Batch size 32: the benchmark's
+selects momentum 0). CutMix on every batch: the X-DER paper's code (mammoth's ``cutmix_data``)
+takes a ``cutmix_prob`` argument (0.5) but never reads it, so every batch of its fitting is
+CutMix-ed; GDumb's own code mixes a batch with probability 0.5 (``cutmix_probability = 0.5``).
+From GDumb's code: gradient clipping at 10, the warm-up epoch (mammoth has it too). Batch size 32: the benchmark's
 (the X-DER paper fixes the batch size per dataset for all methods, and mammoth fits with the
 stream batch size); GDumb's code used 16.
 
@@ -91,7 +93,8 @@ class GDumbConfig:
         momentum: SGD momentum of the fitting, 0.9 (M = 2000: 0).
         weight_decay: weight decay of the fitting, 1e-6.
         cutmix_alpha: CutMix's Beta(alpha, alpha) parameter, 1.
-        cutmix_probability: probability that a batch is CutMix-ed, 0.5 (GDumb's code).
+        cutmix_probability: probability that a batch is CutMix-ed, 1 (the X-DER paper's code
+            mixes every batch; GDumb's code: 0.5).
         clip_grad_norm: gradient-norm clipping of the fitting, 10 (GDumb code); None: off.
         fit_after: ``every_task`` (fit before every evaluation, as in the GDumb paper) or
             ``last_task`` (mammoth: only after the last task).
@@ -105,7 +108,7 @@ class GDumbConfig:
     momentum: float = 0.9
     weight_decay: float = 1e-6
     cutmix_alpha: float = 1.0
-    cutmix_probability: float = 0.5
+    cutmix_probability: float = 1.0
     clip_grad_norm: float | None = 10.0
     fit_after: Literal["every_task", "last_task"] = "every_task"
 
