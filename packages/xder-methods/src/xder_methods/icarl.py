@@ -30,8 +30,9 @@ Deviations from the paper and from the authors' code (mammoth), which the X-DER 
     - herding picks without repetition; its target is the mean of the normalised features (not
       re-normalised, as in mammoth): the running mean of unit vectors can reach it exactly;
     - the binary cross-entropy is averaged over items and seen classes (mammoth), not summed;
-    - the memory's ``M - m * (seen classes)`` left-over slots stay empty (as in the paper and
-      mammoth).
+    - the memory's ``M - m * (seen classes)`` left-over slots stay empty, as in the paper. In
+      mammoth they hold zero images labelled 0, which its replay leaves out but its class means
+      (``get_all_data``) count in class 0's mean.
 """
 
 from __future__ import annotations

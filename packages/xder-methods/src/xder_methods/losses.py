@@ -115,9 +115,9 @@ def future_preparation_loss(
     with P(i) the other rows of the same label. The result is the mean over anchors (anchors with
     an empty P(i) are not counted) and then over heads.
 
-    The authors' code sums over the N*V anchors and divides by N, i.e. V times this mean; lambda
-    values taken from their tables weigh this term V times less here (SPEC-XDER section 1.3
-    follows the paper).
+    The authors' code computes the same: its ``SupConLoss`` (``reduction='sum'``) averages each
+    item's V anchors, sums over the N items, and the caller divides by N and the number of heads,
+    so the lambda of their tables applies here unchanged.
 
     Args:
         logits: (N, V, C) outputs of V strong views of N items.

@@ -172,8 +172,7 @@ class XDER(MethodBase):
     present and future heads of every past item implanted; visit counters reset.
 
     Deviations (also in SPEC-XDER.md): the rescale follows Eq. 7 (max <= gamma g; the authors'
-    code only rescales above g) and skips rows whose stored ground-truth logit is <= 0; future
-    preparation is a mean over anchors as in Eq. 9 (the authors' code is V times larger);
+    code only rescales above g) and skips rows whose stored ground-truth logit is <= 0;
     duplicates and non-updated rows are written to a scratch row instead of being masked out,
     so that a step needs no host synchronisation.
     """
