@@ -18,12 +18,18 @@ from xder_methods import (
     create_method,
     fit,
     method_config_class,
+    shuffled_batches,
 )
 from xder_methods import icarl as icarl_module
 from xder_methods import lucir as lucir_module
 from xder_methods import lwf_mc as lwf_module
 from xder_methods.icarl import class_mean_features, herding, nearest_mean_scores
-from xder_methods.lucir import imprinted_weights, less_forget_distance, margin_ranking_loss
+from xder_methods.lucir import (
+    fitting_learning_rate,
+    imprinted_weights,
+    less_forget_distance,
+    margin_ranking_loss,
+)
 from xder_methods.lwf_mc import distillation_targets
 
 REGISTERED = (lwf_module, icarl_module, lucir_module)  # imported to register the methods
@@ -405,6 +411,94 @@ def test_class_balanced_fitting_changes_only_the_current_weights_and_sigma(
     assert torch.equal(method.head.weights[2], w2)
     assert not torch.equal(method.head.weights[1], w1)
     assert not torch.equal(method.head.sigma, sigma)
+
+
+def test_lucir_step_loss_is_scaled_ce_plus_less_forget_plus_margin_ranking(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    """A task-1 step's loss recomputed here from its definition: cross-entropy of sigma times the
+    cosines over the seen classes, plus ``lambda_base * sqrt(1)`` times the mean of
+    ``1 - cos(f, f_teacher)``, plus the hinge ``max(0, m - g + n_j)`` over each old item's top-k
+    new-class cosines, averaged over the pairs (written out item by item)."""
+    method = make("lucir", stream, transforms, tiny_net, setting_of, epochs_fitting=0, margin=0.5)
+    method.end_task(0, task_data(stream, 0))
+    method.begin_task(1)
+    with torch.no_grad():
+        method.head.sigma.fill_(3.0)
+        method.net.body[1].weight.add_(0.3)  # the student drifts from its teacher
+    b = batch(stream, transforms, 1)
+    state = method.generator.get_state()
+    out = method.observe(b)
+
+    g = torch.Generator()
+    g.set_state(state)
+    sample = method.buffer.sample(4, g)
+    x = torch.cat([b.x, transforms.train(sample.examples, g)])
+    y = torch.cat([b.y, sample.labels])
+    with torch.no_grad():
+        f = method.net.forward_features(x)
+        weights = torch.cat([w.detach() for w in method.head.weights])[:4]  # after imprinting
+        cos = F.normalize(f, dim=1) @ F.normalize(weights, dim=1).T
+        ce = F.cross_entropy(3.0 * cos, y)
+        less_forget = 5.0 * (1 - F.cosine_similarity(f, method.teacher.forward_features(x), dim=1)).mean()
+        hinges = []
+        for i in range(y.shape[0]):
+            if y[i] < 2:
+                for negative in cos[i, 2:4].topk(2).values:
+                    hinges.append(max(0.0, 0.5 - float(cos[i, y[i]]) + float(negative)))
+        ranking = sum(hinges) / len(hinges)
+    assert len(hinges) == 8
+    assert ranking > 0
+    assert float(less_forget) > 0
+    torch.testing.assert_close(out.loss.detach(), ce + less_forget + ranking)
+
+
+def test_lucir_fine_tuning_follows_the_authors_schedule_and_weight_decay(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    """The class-balanced fine-tuning replayed here from the same draws: 15 batches (3 epochs of
+    a 10-item memory in batches of 2), lr 0.01 for the first 10 and 0.001 after (the authors'
+    per-batch MultiStepLR([10])), weight decay and momentum of the table, loss ``CE(sigma cos) +
+    ranking``: the same current-task weights and sigma."""
+    method = make(
+        "lucir", stream, transforms, tiny_net, setting_of, epochs_fitting=3, fitting_batch_size=2,
+        weight_decay_fitting=0.01,
+    )  # fmt: skip
+    method.end_task(0, task_data(stream, 0))  # its own fine-tuning included
+    method.begin_task(1)
+    weights = [w.detach().clone() for w in method.head.weights]
+    sigma = method.head.sigma.detach().clone().requires_grad_(True)
+    weights[1].requires_grad_(True)
+    state = method.generator.get_state()
+    method.fit_classifier(1)
+
+    g = torch.Generator()
+    g.set_state(state)
+    items = method.buffer.all()
+    optimizer = torch.optim.SGD([weights[1], sigma], lr=0.01, momentum=0.9, weight_decay=0.01)
+    lrs = [0.01] * 10 + [0.001] * 5
+    steps = 0
+    for _ in range(3):
+        for rows in shuffled_batches(10, 2, drop_last=False, generator=g, device=items.labels.device):
+            with torch.no_grad():
+                f = method.net.forward_features(transforms.train(items.examples[rows], g))
+            cos = F.normalize(f, dim=1) @ F.normalize(torch.cat(weights)[:4], dim=1).T
+            labels = items.labels[rows]
+            loss = F.cross_entropy(sigma * cos, labels) + margin_ranking_loss(
+                cos, labels, num_old=2, k=2, margin=0.5
+            )
+            for group in optimizer.param_groups:
+                group["lr"] = lrs[steps]
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            steps += 1
+    assert steps == 15
+    torch.testing.assert_close(method.head.weights[1], weights[1].detach())
+    torch.testing.assert_close(method.head.sigma, sigma.detach())
+    assert fitting_learning_rate(9, 0.01, (10,), 0.1) == 0.01
+    assert fitting_learning_rate(10, 0.01, (10,), 0.1) == pytest.approx(0.001)
+    assert fitting_learning_rate(25, 0.01, (), 0.1) == 0.01
 
 
 def test_lucir_config_validation() -> None:

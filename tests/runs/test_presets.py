@@ -88,6 +88,10 @@ def test_paper_values_spot_checked_against_the_appendix() -> None:
     assert xder.grid["train.lr"] == [5e-3, 0.03, 0.1, 0.3]
     assert preset_entry("paper", "seq-cifar100", 2000, "xder").chosen["method.eta"] == 0.01
     assert preset_entry("paper", "seq-miniimg", 5000, "lucir").chosen["method.lr_fitting"] == 0.03
+    for entry in preset_entries("paper"):  # the authors' code fine-tunes LUCIR with the run's mom and wd
+        if entry.method == "lucir":
+            assert entry.chosen["method.momentum_fitting"] == entry.chosen["train.momentum"], entry
+            assert entry.chosen["method.weight_decay_fitting"] == entry.chosen["train.weight_decay"], entry
     assert preset_entry("paper", "seq-ntu60", 500, "bic").chosen["method.epochs_bic"] == 150
     gdumb = preset_entry("paper", "seq-ntu60", 500, "gdumb")
     assert gdumb.chosen["method.epochs_fitting"] == 256

@@ -16,14 +16,17 @@ The parts (LUCIR Sec. 3):
 4. Weight imprinting: a new class's weight starts as the normalised mean of the normalised
    features of its examples, scaled by the mean norm of the old classes' weights.
 5. Class-balanced fine-tuning after each task: ``epochs_fitting`` epochs of the classifier alone
-   on the (class-balanced) memory, lr ``lr_fitting``.
+   on the (class-balanced) memory, lr ``lr_fitting`` divided by 10 after the first 10 batches
+   (``lr_fitting_milestones``, counted in batches over the whole fine-tuning, as the authors'
+   per-batch ``MultiStepLR([10])``), weight decay ``weight_decay_fitting``.
 
 The memory is iCaRL's herding memory (:func:`xder_methods.icarl.update_herding_buffer`);
 prediction is the cosine classifier's output (the "CNN" classifier of the paper, as mammoth).
 
 Protocol values of the X-DER paper (App. "Hyperparameter Choice", Split CIFAR-100, M = 500 and
 2000): lr 0.03, momentum 0.9, weight decay 0; they belong to the training schedule (presets).
-The fine-tuning momentum (``momentum_fitting``) is that table's momentum, which mammoth reuses.
+The fine-tuning momentum and weight decay (``momentum_fitting``, ``weight_decay_fitting``) are that
+table's, which mammoth reuses (the presets repeat them).
 
 Deviations from the paper and from the authors' code (mammoth, which the X-DER paper ran):
     - replay: LUCIR and mammoth append the exemplars to the task's training set; here each step
@@ -46,14 +49,17 @@ Deviations from the paper and from the authors' code (mammoth, which the X-DER p
       trainable classifier parameters) with cross-entropy over the seen classes plus the margin
       ranking term (the less-forget term has no gradient w.r.t. the classifier), on weakly
       augmented memory batches of ``fitting_batch_size``, BatchNorm in train mode with frozen
-      statistics, at a constant ``lr_fitting``; mammoth steps a ``MultiStepLR([10])`` per batch,
-      which drops the lr tenfold after the first 10 batches.
+      statistics; its lr schedule is mammoth's (``lr_fitting`` for 10 batches, then a tenth:
+      ``lr_fitting_milestones = ()`` keeps ``lr_fitting`` throughout), and so is its weight
+      decay. mammoth's fine-tuning also takes the memory's left-over rows (zero images
+      labelled 0, see :mod:`xder_methods.icarl`); here only the stored exemplars.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -76,6 +82,7 @@ __all__ = [
     "LUCIR",
     "CosineHead",
     "LUCIRConfig",
+    "fitting_learning_rate",
     "imprinted_weights",
     "less_forget_distance",
     "margin_ranking_loss",
@@ -98,6 +105,12 @@ class LUCIRConfig(ReplayConfig):
         epochs_fitting: epochs of class-balanced fine-tuning after each task, 20 (0: none).
         lr_fitting: its learning rate, 0.01 (0, in the paper's miniImageNet grid: no fine-tuning).
         momentum_fitting: its SGD momentum, 0.9 (the table's LUCIR momentum, reused by mammoth).
+        weight_decay_fitting: its SGD weight decay, 0 (the table's LUCIR weight decay, reused by
+            mammoth).
+        lr_fitting_milestones: batches of the fine-tuning (counted over all its epochs) after
+            which its lr is multiplied by ``lr_fitting_gamma``: (10,), mammoth's per-batch
+            ``MultiStepLR``; () keeps it constant.
+        lr_fitting_gamma: that factor, 0.1.
         fitting_batch_size: its batch size, 32 (the Split CIFAR-100 batch size mammoth reuses).
         imprint: initialise new classes' weights by imprinting (mammoth's default).
         forward_batch_size: batch size of no-gradient forward passes at task end (herding);
@@ -111,6 +124,9 @@ class LUCIRConfig(ReplayConfig):
     epochs_fitting: int = 20
     lr_fitting: float = 0.01
     momentum_fitting: float = 0.9
+    weight_decay_fitting: float = 0.0
+    lr_fitting_milestones: tuple[int, ...] = (10,)
+    lr_fitting_gamma: float = 0.1
     fitting_batch_size: int = 32
     imprint: bool = True
     forward_batch_size: int = 256
@@ -128,6 +144,17 @@ class LUCIRConfig(ReplayConfig):
                 self.momentum_fitting >= 0,
                 f"method.momentum_fitting must be >= 0, got {self.momentum_fitting}",
             ),
+            (
+                self.weight_decay_fitting >= 0,
+                f"method.weight_decay_fitting must be >= 0, got {self.weight_decay_fitting}",
+            ),
+            (
+                all(m >= 1 for m in self.lr_fitting_milestones)
+                and list(self.lr_fitting_milestones) == sorted(set(self.lr_fitting_milestones)),
+                "method.lr_fitting_milestones must be increasing batch counts >= 1, "
+                f"got {self.lr_fitting_milestones}",
+            ),
+            (self.lr_fitting_gamma > 0, f"method.lr_fitting_gamma must be > 0, got {self.lr_fitting_gamma}"),
             (self.fitting_batch_size >= 2, "method.fitting_batch_size must be >= 2"),
             (self.forward_batch_size >= 1, "method.forward_batch_size must be >= 1"),
         ]
@@ -136,6 +163,12 @@ class LUCIRConfig(ReplayConfig):
 
 # ---------------------------------------------------------------------------------------------
 # Pure functions
+
+
+def fitting_learning_rate(batches_done: int, lr: float, milestones: Sequence[int], gamma: float) -> float:
+    """The fine-tuning's lr after ``batches_done`` batches: ``lr * gamma ** (milestones <=
+    batches_done)``, a ``MultiStepLR`` stepped once per batch (the authors' code)."""
+    return lr * gamma ** bisect.bisect_right(list(milestones), batches_done)
 
 
 def less_forget_distance(features: Tensor, teacher_features: Tensor) -> Tensor:
@@ -307,8 +340,12 @@ class LUCIR(MethodBase):
         cfg = self.config
         num_old, num_seen = self.setting.class_range(task)
         optimizer = torch.optim.SGD(
-            [self.head.weights[task], self.head.sigma], lr=cfg.lr_fitting, momentum=cfg.momentum_fitting
+            [self.head.weights[task], self.head.sigma],
+            lr=cfg.lr_fitting,
+            momentum=cfg.momentum_fitting,
+            weight_decay=cfg.weight_decay_fitting,
         )
+        batches_done = 0
         items = self.buffer.all()
         was_training = self.training
         self.train(True)
@@ -333,6 +370,12 @@ class LUCIR(MethodBase):
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     optimizer.step()
+                    batches_done += 1
+                    lr = fitting_learning_rate(
+                        batches_done, cfg.lr_fitting, cfg.lr_fitting_milestones, cfg.lr_fitting_gamma
+                    )
+                    for group in optimizer.param_groups:
+                        group["lr"] = lr
         for parameter in (self.head.weights[task], self.head.sigma):
             parameter.grad = None
         self.train(was_training)
