@@ -24,8 +24,8 @@ selects momentum 0). CutMix on every batch: the X-DER paper's code (mammoth's ``
 takes a ``cutmix_prob`` argument (0.5) but never reads it, so every batch of its fitting is
 CutMix-ed; GDumb's own code mixes a batch with probability 0.5 (``cutmix_probability = 0.5``).
 From GDumb's code: gradient clipping at 10, the warm-up epoch (mammoth has it too). Batch size
-32: the benchmark's (the X-DER paper fixes the batch size per dataset for all methods, and mammoth fits with the
-stream batch size); GDumb's code used 16.
+32: the benchmark's (the X-DER paper fixes the batch size per dataset for all methods, and mammoth
+fits with the stream batch size); GDumb's code used 16.
 
 Deviations:
 
