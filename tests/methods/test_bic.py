@@ -1,5 +1,6 @@
-"""What makes BiC BiC: the newest task's bias layer, n_old / n_seen distillation from a corrected
-teacher, a held-out part of the memory, and state that survives checkpoints."""
+"""What makes BiC BiC: the newest task's bias layer, distillation from a corrected teacher weighed
+as mammoth (1 / (t + 1), tau^2) or the BiC paper (n_old / n_seen), a held-out part of the memory,
+and state that survives checkpoints."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from xder_methods.bic import (
     bias_correct,
     bic_distillation_loss,
     distillation_weight,
+    distillation_weights,
     holdout_size,
     interleaved_order,
     task_balanced_mask,
@@ -73,6 +75,20 @@ def test_distillation_weight_is_old_over_seen() -> None:
     assert distillation_weight(2, 4) == 0.5
     assert distillation_weight(4, 6) == pytest.approx(2 / 3)
     assert distillation_weight(90, 100) == pytest.approx(0.9)  # not mammoth's 1 / (t + 1) = 0.1
+
+
+def test_distillation_weights_of_each_objective() -> None:
+    # Split CIFAR-100, 10 classes a task, tau 2: mammoth's ratio distillation / CE is
+    # tau^2 / t at task t (4 at task 1, 0.44 at task 9); the BiC paper's is t (1 and 9).
+    assert distillation_weights("mammoth", 0, 0, 10, 2.0) == (0.0, 1.0)
+    assert distillation_weights("bic", 0, 0, 10, 2.0) == (0.0, 1.0)
+    assert distillation_weights("mammoth", 1, 10, 20, 2.0) == (0.5, 4.0)
+    lam, scale = distillation_weights("mammoth", 9, 90, 100, 2.0)
+    assert (lam, scale) == (pytest.approx(0.1), 4.0)
+    assert lam * scale / (1 - lam) == pytest.approx(4 / 9)
+    assert distillation_weights("bic", 1, 10, 20, 2.0) == (0.5, 1.0)
+    assert distillation_weights("bic", 9, 90, 100, 2.0) == (pytest.approx(0.9), 1.0)
+    assert BiCConfig().objective == "mammoth"
 
 
 def test_distillation_targets_at_temperature_tau_by_a_float64_loop() -> None:
@@ -168,7 +184,8 @@ def expected_step(method: BiC, b: Batch, state) -> torch.Tensor:
     y = torch.cat([b.y, method.buffer.labels[rows]])
     t = b.task
     n_old, n_seen = 2 * t, 2 * (t + 1)
-    lam = n_old / n_seen
+    # mammoth: lambda = 1 / (t + 1) and the distillation times tau^2 = 4; BiC: n_old / n_seen.
+    lam, scale = (1 / (t + 1), 4.0) if method.config.objective == "mammoth" else (n_old / n_seen, 1.0)
     logits = method.net(x)
     teacher = method.teacher(x)
     if t >= 2:  # the teacher's task t - 1 logits go through that task's bias layer
@@ -179,13 +196,14 @@ def expected_step(method: BiC, b: Batch, state) -> torch.Tensor:
     target = F.softmax(teacher[:, :n_old] / 2.0, dim=1)
     kd = -(target * F.log_softmax(logits[:, :n_old] / 2.0, dim=1)).sum(1).mean()
     ce = F.cross_entropy(logits[:, :n_seen], y)
-    return ((1 - lam) * ce + lam * kd).detach()
+    return ((1 - lam) * ce + lam * scale * kd).detach()
 
 
+@pytest.mark.parametrize("objective", ["mammoth", "bic"])
 def test_loss_is_lambda_weighted_distillation_from_the_corrected_teacher(
-    stream, transforms, tiny_net, setting_of
+    objective, stream, transforms, tiny_net, setting_of
 ) -> None:
-    method = make_bic(stream, transforms, tiny_net, setting_of, epochs_bic=0)
+    method = make_bic(stream, transforms, tiny_net, setting_of, epochs_bic=0, objective=objective)
     method.begin_task(0)
     out0 = method.observe(batch(stream, transforms, 0))
     assert set(out0.terms) == {"ce"}  # lambda = 0 on the first task
@@ -237,6 +255,47 @@ def test_bias_layer_training_changes_only_alpha_and_beta(stream, transforms, tin
     assert method.bias_beta[1] != 0.0
     assert method.training
     assert method.net.training
+
+
+def test_the_bias_layer_descends_its_cross_entropy(stream, transforms, tiny_net, setting_of) -> None:
+    """Stage 2 replayed here from the same draws: Adam (lr 1e-3) on ``(alpha, beta)`` from
+    ``(1, 0)``, minimising the cross-entropy over the seen classes of the eval-mode logits with
+    ``alpha * o + beta`` on the newest task's columns (written out): the same ``alpha`` and
+    ``beta``, and a lower validation loss than the identity's."""
+    method = make_bic(stream, transforms, tiny_net, setting_of, epochs_bic=4)
+    method.begin_task(0)
+    finish(method, stream, 0)
+    data = task_data(stream, 1)
+    examples, labels = data.x_raw[:10], data.y[:10]
+    examples = torch.cat([method.holdout.all().examples, examples])
+    labels = torch.cat([method.holdout.all().labels, labels])
+    state = method.generator.get_state()
+    method.fit_bias_layer(1, examples, labels)
+
+    g = torch.Generator()
+    g.set_state(state)
+    alpha = torch.ones((), requires_grad=True)
+    beta = torch.zeros((), requires_grad=True)
+    optimizer = torch.optim.Adam([alpha, beta], lr=1e-3)
+    method.net.eval()
+
+    def loss_of(o, y, a, b):
+        return F.cross_entropy(torch.cat([o[:, :2], a * o[:, 2:4] + b], dim=1), y)
+
+    for _ in range(4):
+        order = torch.randperm(labels.shape[0], generator=g)
+        for first in range(0, labels.shape[0], 4):
+            rows = order[first : first + 4]
+            with torch.no_grad():
+                o = method.net(transforms.train(examples[rows], g))[:, :4]
+            optimizer.zero_grad()
+            loss_of(o, labels[rows], alpha, beta).backward()
+            optimizer.step()
+    torch.testing.assert_close(method.bias_alpha[1], alpha.detach())
+    torch.testing.assert_close(method.bias_beta[1], beta.detach())
+    with torch.no_grad():
+        o = method.net(transforms.test(examples))[:, :4]
+        assert loss_of(o, labels, alpha, beta) < loss_of(o, labels, 1.0, 0.0)
 
 
 def test_memory_holds_a_task_balanced_held_out_part_that_is_never_replayed(

@@ -5,10 +5,12 @@ objective of LwF [and] a separate layer that aims at counteracting bias". SPEC-X
 
 Stage 1 (every step of task t, n old and m new classes, n + m seen): the stream batch and
 ``minibatch_size`` replayed items go through one forward pass;
-``loss = lambda_ * L_distill + (1 - lambda_) * L_ce`` with ``lambda_ = n / (n + m)``
-(:func:`distillation_weight`), ``L_ce`` the cross-entropy over the seen classes and ``L_distill``
-the cross-entropy between the softened (temperature ``tau``) outputs of the previous model and of
-the current one over the old classes (:func:`bic_distillation_loss`). The previous model (the
+``loss = lambda_ * s * L_distill + (1 - lambda_) * L_ce`` (:func:`distillation_weights`), with
+``L_ce`` the cross-entropy over the seen classes and ``L_distill`` the cross-entropy between the
+softened (temperature ``tau``) outputs of the previous model and of the current one over the old
+classes (:func:`bic_distillation_loss`). ``objective = "mammoth"`` (default, the X-DER paper's
+code): ``lambda_ = 1 / (t + 1)`` and ``s = tau ** 2``; ``objective = "bic"`` (the BiC paper and
+its authors' code): ``lambda_ = n / (n + m)`` and ``s = 1``. Both give 0 at task 0. The previous model (the
 teacher, copied at the start of each task t >= 1) is the previous step's model WITH its bias
 correction: its logits of task t - 1 go through the bias layer trained at the end of task t - 1,
 as in the authors' code ("apply bias corrected classifier for distilling loss", from the third
@@ -55,11 +57,12 @@ M = 2000) belong to the benchmark's training schedule and presets, not to this c
 Other deviations and choices (BiC paper / authors' TensorFlow code / mammoth, the code behind the
 X-DER tables):
 
-- ``lambda_ = n_old / n_seen`` as in the BiC paper and the authors' code (``itera / (itera + 1)``
-  with equal tasks); mammoth uses
-  ``1 / (t + 1)``, which weighs distillation less as tasks accumulate (the opposite trend).
-- no ``tau ** 2`` factor on the distillation term (the authors' code has none; mammoth and
-  sairin1202/BIC multiply it by ``tau ** 2``, i.e. 4 times more distillation at tau = 2).
+- the objective: mammoth's (``objective = "mammoth"``, the run behind the X-DER paper's row)
+  weighs distillation by ``1 / (t + 1)``, less as tasks accumulate, and multiplies it by
+  ``tau ** 2`` (as sairin1202/BIC does): at task 1 the distillation-to-CE weight ratio is 4, at
+  task 9 0.44. The BiC paper and its authors' code (``objective = "bic"``) weigh it by
+  ``n_old / n_seen`` (``itera / (itera + 1)`` with equal tasks), more as tasks accumulate, with
+  no ``tau ** 2``: ratios 1 and 9.
 - replay is ER-style (``minibatch_size`` buffer items joined to each stream batch, as the X-DER
   paper describes BiC); BiC and mammoth instead merge the exemplars into the training set.
 - the bias layer's optimiser: BiC's paper names none; we use Adam with lr ``bias_lr = 1e-3``
@@ -94,10 +97,14 @@ __all__ = [
     "bias_correct",
     "bic_distillation_loss",
     "distillation_weight",
+    "distillation_weights",
     "holdout_size",
     "interleaved_order",
     "task_balanced_mask",
 ]
+
+
+Objective = Literal["mammoth", "bic"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +115,9 @@ class BiCConfig(ReplayConfig):
     Attributes:
         buffer_size: memory size M (500), held-out part included.
         minibatch_size: replayed items per step (32).
+        objective: how distillation and cross-entropy are weighed (see the module docstring):
+            ``mammoth`` (default, the X-DER paper's code: ``1 / (t + 1)`` times ``tau ** 2``) or
+            ``bic`` (the BiC paper's ``n_old / n_seen``).
         tau: distillation temperature (2, the table; BiC uses T = 2).
         epochs_bic: epochs of bias-layer training at the end of each task t >= 1 (250, the
             table).
@@ -119,6 +129,7 @@ class BiCConfig(ReplayConfig):
             CIFAR-100).
     """
 
+    objective: Objective = "mammoth"
     tau: float = 2.0
     epochs_bic: int = 250
     holdout_fraction: float = 0.1
@@ -128,6 +139,10 @@ class BiCConfig(ReplayConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         checks = [
+            (
+                self.objective in ("mammoth", "bic"),
+                f"method.objective must be mammoth or bic, got {self.objective!r}",
+            ),
             (self.tau > 0, f"method.tau must be > 0, got {self.tau}"),
             (self.epochs_bic >= 0, f"method.epochs_bic must be >= 0, got {self.epochs_bic}"),
             (
@@ -185,6 +200,19 @@ def bic_distillation_loss(
 def distillation_weight(n_old: int, n_seen: int) -> float:
     """``lambda = n / (n + m)``: old classes over seen classes (BiC; 0 on the first task)."""
     return n_old / n_seen
+
+
+def distillation_weights(
+    objective: Objective, task: int, n_old: int, n_seen: int, tau: float
+) -> tuple[float, float]:
+    """``(lambda_, s)`` of ``loss = (1 - lambda_) * L_ce + lambda_ * s * L_distill`` at ``task``:
+    ``(1 / (t + 1), tau ** 2)`` for ``mammoth``, ``(n_old / n_seen, 1)`` for ``bic``; ``(0, 1)``
+    without old classes."""
+    if n_old == 0:
+        return 0.0, 1.0
+    if objective == "mammoth":
+        return 1.0 / (task + 1), tau**2
+    return distillation_weight(n_old, n_seen), 1.0
 
 
 def holdout_size(capacity: int, fraction: float) -> int:
@@ -275,7 +303,7 @@ class BiC(MethodBase):
         x, y = join_replay(batch, self.buffer, cfg.minibatch_size, self.transforms.train, self.generator)
         logits = self.net(x)
         n_old, n_seen = self.setting.class_range(t)[0], self.seen_classes(t)
-        lambda_ = distillation_weight(n_old, n_seen)
+        lambda_, scale = distillation_weights(cfg.objective, t, n_old, n_seen, cfg.tau)
         ce = F.cross_entropy(logits[:, :n_seen], y, reduction="none")
         per_item = (1.0 - lambda_) * ce
         terms = {"ce": (1.0 - lambda_) * ce.detach().mean()}
@@ -283,8 +311,8 @@ class BiC(MethodBase):
             with torch.no_grad():
                 teacher_logits = self.corrected(self.teacher(x), t - 1)
             distill = bic_distillation_loss(logits, teacher_logits, n_old, cfg.tau, reduction="none")
-            per_item = per_item + lambda_ * distill
-            terms["distill"] = lambda_ * distill.detach().mean()
+            per_item = per_item + lambda_ * scale * distill
+            terms["distill"] = lambda_ * scale * distill.detach().mean()
         loss = per_item.mean()
         groups = {"stream": loss}
         if x.shape[0] > batch.y.shape[0]:
