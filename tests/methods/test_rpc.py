@@ -43,17 +43,39 @@ def test_polytope_logits_by_hand() -> None:
     assert polytope_logits(outputs, vertices).tolist() == [[2.0, 3.0, -5.0]]
 
 
-def test_logits_are_net_outputs_through_the_simplex(stream, transforms, tiny_net, setting_of) -> None:
+def test_predictions_are_net_outputs_through_the_simplex(stream, transforms, tiny_net, setting_of) -> None:
     method = build(stream, transforms, tiny_net, setting_of)
     x = transforms.test(stream.test_x)
-    vertices = regular_simplex(6)
-    expected = method.net(x)[:, :5] @ vertices.T
-    torch.testing.assert_close(method.logits(x), expected)
+    # The simplex's geometry, checked on the method's own copy: K unit vertices in R^(K-1),
+    # pairwise dot products -1 / (K - 1), centred at the origin.
+    vertices = method.polytope.double()
+    assert vertices.shape == (6, 5)
+    gram = vertices @ vertices.T
+    torch.testing.assert_close(gram.diagonal(), torch.ones(6, dtype=torch.float64))
+    off = gram[~torch.eye(6, dtype=torch.bool)]
+    torch.testing.assert_close(off, torch.full_like(off, -1 / 5))
+    torch.testing.assert_close(vertices.sum(0), torch.zeros(5, dtype=torch.float64), atol=1e-6, rtol=0)
+    expected = method.net(x)[:, :5] @ regular_simplex(6).T
     torch.testing.assert_close(method.predict(x), expected)
 
 
-def test_training_loss_lives_in_the_prediction_space(stream, transforms, tiny_net, setting_of) -> None:
+def test_the_authors_rpc_trains_on_the_raw_outputs(stream, transforms, tiny_net, setting_of) -> None:
+    """The X-DER paper's code (the default): cross-entropy on the network's own K outputs, the
+    polytope used only by ``predict``; every output row, the K-th included, gets a gradient."""
     method = build(stream, transforms, tiny_net, setting_of)
+    assert (method.config.training, method.config.buffer_policy) == ("raw", "class_balanced")
+    batch = batch_of(stream, transforms, 0)
+    out = method.observe(batch)  # empty buffer: the stream batch alone
+    torch.testing.assert_close(out.loss, F.cross_entropy(method.net(batch.x), batch.y))
+    assert not torch.allclose(out.loss, F.cross_entropy(method.predict(batch.x), batch.y))
+    out.loss.backward()
+    assert bool((method.net.classifier.weight.grad.abs().sum(1) > 0).all())
+
+
+def test_training_through_the_polytope_lives_in_the_prediction_space(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    method = build(stream, transforms, tiny_net, setting_of, training="polytope")
     batch = batch_of(stream, transforms, 0)
     out = method.observe(batch)  # empty buffer: the stream batch alone
     expected = F.cross_entropy(method.predict(batch.x), batch.y)  # over all K classes
@@ -83,7 +105,7 @@ def test_polytope_never_changes(stream, transforms, tiny_net, setting_of) -> Non
 
 
 def test_class_balanced_policy_fills_the_memory_at_task_end(stream, transforms, tiny_net, setting_of) -> None:
-    method = build(stream, transforms, tiny_net, setting_of, buffer_policy="class_balanced")
+    method = build(stream, transforms, tiny_net, setting_of)  # mammoth's memory, the default
     method.begin_task(0)
     method.observe(batch_of(stream, transforms, 0))
     assert len(method.buffer) == 0  # nothing stored during the task
@@ -96,3 +118,5 @@ def test_class_balanced_policy_fills_the_memory_at_task_end(stream, transforms, 
     assert torch.bincount(labels, minlength=6).tolist() == [2, 2, 3, 3, 0, 0]
     with pytest.raises(MethodConfigError, match=r"method\.buffer_policy"):
         RPCConfig(buffer_policy="ring")
+    with pytest.raises(MethodConfigError, match=r"method\.training"):
+        RPCConfig(training="softmax")  # type: ignore[arg-type]

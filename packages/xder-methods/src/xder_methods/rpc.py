@@ -7,27 +7,32 @@ as a point of R^{K-1}; the logits are its dot products with the K vertices of a 
 
     ``logits = f(x)[:, :K-1] @ V.T``,  ``V``: (K, K-1), unit rows, pairwise dot product -1/(K-1).
 
-``V`` is a fixed buffer, never a parameter: every class, seen or not, keeps the same geometry, and
-the output nodes of future classes receive negative examples from the first step. Training is
-ER's: the stream batch and ``minibatch_size`` weakly augmented buffer items are concatenated and
-take one cross-entropy over ALL K polytope logits (the pre-allocated classes included, as in the
-paper). ``predict`` returns the same polytope logits.
+``V`` is a fixed buffer, never a parameter: every class, seen or not, keeps the same geometry.
+``predict`` returns the polytope logits. Training is ER's (the stream batch and
+``minibatch_size`` weakly augmented buffer items, one cross-entropy over ALL K classes, the
+pre-allocated ones included) on the outputs ``training`` names, with the memory
+``buffer_policy`` names:
+
+* the X-DER paper's code (mammoth's ``rpc``, which produced its Table 1 row; the defaults and the
+  ``paper`` preset): ``training="raw"``, the cross-entropy on the network's raw K outputs, the
+  polytope used only to evaluate; ``buffer_policy="class_balanced"``, a memory filled at each
+  task's end (every stored class shrunk to ``M // seen classes`` items, keeping the earliest,
+  the free slots shared among the new classes), so nothing is replayed during task 0;
+* the RPC paper's reading: ``training="polytope"``, the cross-entropy on the polytope logits
+  (training and evaluation share one output space), and ``buffer_policy="reservoir"``, ER's
+  memory filled from the stream.
 
 Hyperparameters: only the buffer. The X-DER paper's App. "Hyperparameter Choice" (Split
 CIFAR-100, M = 500 and 2000) selects lr 0.1, momentum 0, weight decay 0: benchmark protocol and
 CLI presets, not this config.
 
-Deviations from the authors' code (mammoth's ``rpc``):
+Details:
 
-* mammoth trains on the network's RAW K outputs and only evaluates through the polytope, so the
-  classifier it evaluates is not the one it trained; here training and evaluation share the
-  polytope output space (SPEC-XDER.md section 3);
-* mammoth fills its memory at the end of each task, class-balanced (every stored class shrunk to
-  ``M // seen classes`` items, the free slots shared among the new classes); this module follows
-  SPEC-XDER.md ("ER with the fixed polytope classifier": a reservoir buffer filled during the
-  task) by default and offers mammoth's memory as ``buffer_policy="class_balanced"``;
-* the network's K-th output takes no part in the logits; its weights receive no gradient (they
-  stay in ``optimizer_parameters``, being a row of the network's own classifier).
+* the new classes' items of the memory are random items of each class (mammoth: the first the
+  shuffled loader yields, the same distribution);
+* through the polytope the network's K-th output takes no part in the logits: with
+  ``training="polytope"`` its weights receive no gradient (they stay in
+  ``optimizer_parameters``, being a row of the network's own classifier).
 """
 
 from __future__ import annotations
@@ -51,15 +56,21 @@ __all__ = ["RPC", "RPCConfig", "polytope_logits"]
 @dataclass(frozen=True, kw_only=True)
 class RPCConfig(ReplayConfig):
     """Attributes:
-    buffer_policy: ``reservoir`` (ER's memory, SPEC-XDER.md; default) or ``class_balanced``
-        (mammoth's: filled at each task end, every seen class holding ``M // seen`` items; no
-        replay during task 0).
+    training: the outputs the cross-entropy is taken on: ``raw`` (default, the X-DER paper's
+        code: the network's own K outputs) or ``polytope`` (the polytope logits ``predict``
+        returns).
+    buffer_policy: ``class_balanced`` (default, the X-DER paper's code: filled at each task
+        end, every seen class holding ``M // seen`` items; no replay during task 0) or
+        ``reservoir`` (ER's memory, filled from the stream).
     """
 
-    buffer_policy: Literal["reservoir", "class_balanced"] = "reservoir"
+    training: Literal["raw", "polytope"] = "raw"
+    buffer_policy: Literal["reservoir", "class_balanced"] = "class_balanced"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.training not in ("raw", "polytope"):
+            raise MethodConfigError(f"method.training must be raw or polytope, got {self.training!r}")
         if self.buffer_policy not in ("reservoir", "class_balanced"):
             raise MethodConfigError(
                 f"method.buffer_policy must be reservoir or class_balanced, got {self.buffer_policy!r}"
@@ -87,11 +98,14 @@ class RPC(ER):
         )
 
     def logits(self, x: Tensor) -> Tensor:
-        """(B, K) polytope logits of ``x``."""
-        return polytope_logits(self.net(x), self.polytope)
+        """(B, K) the outputs trained on: the network's own (``raw``) or the polytope logits."""
+        if self.config.training == "raw":
+            return self.net(x)
+        return self.predict(x)
 
     def predict(self, x: Tensor) -> Tensor:
-        return self.logits(x)
+        """(B, K) polytope logits of ``x``."""
+        return polytope_logits(self.net(x), self.polytope)
 
     def store(self, batch: Batch) -> None:
         if self.config.buffer_policy == "reservoir":
