@@ -185,6 +185,17 @@ def test_herding_balances_the_running_mean_on_a_hand_made_example() -> None:
     assert nearest_first == [0, 3, 1, 2]  # plain nearest-to-mean would differ at the third pick
 
 
+def test_herding_targets_the_mean_of_unit_features_not_its_direction() -> None:
+    # A = (1, 0), B = (.6, .8), C = (.6, -.8), F = (0, 1): mu = (.55, .25), |mu| = .60 < 1.
+    # Step j picks argmax_f f . (j mu - S):
+    #   j=1: f . (.55, .25)  = A .55, B .53, C .13, F .25   -> A
+    #   j=2: f . (.10, .50)  = B .46, C -.34, F .50         -> F
+    #   j=3: f . (.65, -.25) = B .19, C .59                 -> C, then B
+    # With mu re-normalised to unit length the order would be A, B, F, C.
+    features = torch.tensor([[3.0, 0.0], [0.6, 0.8], [1.2, -1.6], [0.0, 0.5]])
+    assert herding(features, 4).tolist() == [0, 3, 2, 1]
+
+
 @pytest.mark.parametrize("name", ["icarl", "lucir"])
 def test_memory_is_class_balanced_and_old_classes_keep_their_first_exemplars(
     name, stream, transforms, tiny_net, setting_of
