@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -23,6 +24,7 @@ from xder_methods import (
 from xder_methods import icarl as icarl_module
 from xder_methods import lucir as lucir_module
 from xder_methods import lwf_mc as lwf_module
+from xder_methods.er import merged_share
 from xder_methods.icarl import class_mean_features, herding, nearest_mean_scores
 from xder_methods.lucir import (
     fitting_learning_rate,
@@ -249,6 +251,65 @@ def test_icarl_replays_exemplars_with_their_distillation_targets(
     torch.testing.assert_close(out.loss, per_item.mean())
     torch.testing.assert_close(out.groups["stream"], per_item[:6].sum() / 9)
     torch.testing.assert_close(out.groups["buffer"], per_item[6:].sum() / 9)
+
+
+def test_merged_share_by_hand() -> None:
+    # 10 exemplars over 4 steps: floor(s * 10 / 4) .. floor((s + 1) * 10 / 4) -> 2, 3, 2, 3.
+    assert [merged_share(10, 4, s) for s in range(4)] == [(0, 2), (2, 5), (5, 7), (7, 10)]
+    assert [merged_share(2, 4, s) for s in range(4)] == [(0, 0), (0, 1), (1, 1), (1, 2)]
+    assert merged_share(0, 4, 3) == (0, 0)
+
+
+@pytest.mark.parametrize("name", ["icarl", "lucir", "bic"])
+def test_merged_replay_shows_every_exemplar_once_an_epoch(
+    name, stream, transforms, tiny_net, setting_of
+) -> None:
+    """The authors' code merges the memory into the task's training set: over an epoch of the
+    task's stream batches each exemplar is replayed exactly once, spread evenly over the steps,
+    in a new order each epoch."""
+    config = {"epochs_fitting": 0} if name == "lucir" else {"epochs_bic": 0} if name == "bic" else {}
+    method = make(name, stream, transforms, tiny_net, setting_of, **config)
+    assert method.config.replay == "merged"
+    method.begin_task(0)
+    method.end_task(0, task_data(stream, 0))
+    method.begin_task(1)
+    data = task_data(stream, 1)  # 24 rows: 4 steps of 6
+    method.prepare_task(1, data, TrainingSchedule(epochs=2, batch_size=6, lr=0.1, drop_last=True))
+    memory = len(method.buffer)
+    drawn: list[list[int]] = []
+    gather = method.buffer.gather
+
+    def spy(index):
+        drawn.append(index.tolist())
+        return gather(index)
+
+    method.buffer.gather = spy  # type: ignore[method-assign]
+    for step in range(8):  # two epochs
+        method.observe(batch(stream, transforms, 1, slice(6 * (step % 4), 6 * (step % 4) + 6)))
+    assert memory == (9 if name == "bic" else 10)  # BiC holds one of its 10 slots out
+    per_epoch = [e - s for s, e in (merged_share(memory, 4, i) for i in range(4)) if e > s]
+    assert [len(d) for d in drawn] == per_epoch * 2  # 2 or 3 beside each stream batch of 6
+    half = len(per_epoch)
+    epochs = [list(itertools.chain(*drawn[:half])), list(itertools.chain(*drawn[half:]))]
+    for rows in epochs:
+        assert sorted(rows) == list(range(memory))  # each exemplar once an epoch
+    assert epochs[0] != epochs[1]  # a new order each epoch
+    state = method.state_dict()
+    clone = make(name, stream, transforms, tiny_net, setting_of, **config)
+    clone.load_state_dict(state)
+    assert (clone.merged.steps_per_epoch, clone.merged.step) == (4, 8)
+
+
+def test_joined_replay_is_an_option(stream, transforms, tiny_net, setting_of) -> None:
+    method = make("icarl", stream, transforms, tiny_net, setting_of, minibatch_size=3, replay="joined")
+    method.end_task(0, task_data(stream, 0))
+    method.begin_task(1)
+    method.prepare_task(1, task_data(stream, 1), TrainingSchedule(epochs=1, batch_size=6, lr=0.1))
+    out = method.observe(batch(stream, transforms, 1))
+    torch.testing.assert_close(out.groups["stream"] + out.groups["buffer"], out.loss)
+    assert out.groups["buffer"] > 0
+    with pytest.raises(MethodConfigError, match=r"method\.replay"):
+        method_config_class("icarl")(replay="ring")
 
 
 # -------------------------------------------------------------------------------------- NME

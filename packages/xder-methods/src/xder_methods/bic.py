@@ -63,8 +63,10 @@ X-DER tables):
   task 9 0.44. The BiC paper and its authors' code (``objective = "bic"``) weigh it by
   ``n_old / n_seen`` (``itera / (itera + 1)`` with equal tasks), more as tasks accumulate, with
   no ``tau ** 2``: ratios 1 and 9.
-- replay is ER-style (``minibatch_size`` buffer items joined to each stream batch, as the X-DER
-  paper describes BiC); BiC and mammoth instead merge the exemplars into the training set.
+- replay: BiC and mammoth merge the exemplars into the task's training set; here each step
+  joins its share of the replay part (``replay = "merged"``, as iCaRL's: every item once an
+  epoch, spread over the epoch's stream batches); ``replay = "joined"`` joins
+  ``minibatch_size`` items to every stream batch (ER-style, as the X-DER paper describes BiC).
 - the bias layer's optimiser: BiC's paper names none; we use Adam with lr ``bias_lr = 1e-3``
   and batches of ``bias_batch_size = 32`` (mammoth, whose ``epochs_bic = 250`` the table lists,
   and sairin1202/BIC); the authors' code used momentum SGD plus ``0.1 * beta ** 2 / 2``.
@@ -86,8 +88,9 @@ from torch import Tensor, nn
 from xder_methods._registry import register_method
 from xder_methods.base import MethodBase
 from xder_methods.buffer import Buffer
-from xder_methods.er import ReplayConfig, join_replay, stream_buffer_groups
+from xder_methods.er import ExemplarReplayConfig, MergedReplay, replay_exemplars, stream_buffer_groups
 from xder_methods.errors import check_settings
+from xder_methods.loop import TrainingSchedule
 from xder_methods.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
 from xder_methods.xder import rank_within_class
 
@@ -108,13 +111,15 @@ Objective = Literal["mammoth", "bic"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class BiCConfig(ReplayConfig):
+class BiCConfig(ExemplarReplayConfig):
     """BiC's hyperparameters (defaults: X-DER paper App. "Hyperparameter Choice", Split
     CIFAR-100, M = 500; the table's lr / momentum / weight decay are the training schedule's).
 
     Attributes:
         buffer_size: memory size M (500), held-out part included.
-        minibatch_size: replayed items per step (32).
+        replay: ``merged`` (default, the authors' code: the replay part's share of a training
+            set it is merged into) or ``joined`` (``minibatch_size`` with every stream batch).
+        minibatch_size: replayed items per step with ``replay = "joined"`` (32).
         objective: how distillation and cross-entropy are weighed (see the module docstring):
             ``mammoth`` (default, the X-DER paper's code: ``1 / (t + 1)`` times ``tau ** 2``) or
             ``bic`` (the BiC paper's ``n_old / n_seen``).
@@ -272,6 +277,7 @@ class BiC(MethodBase):
             config.buffer_size - held_out, setting.input_shape, setting.input_dtype, device=device
         )
         self.holdout = Buffer(held_out, setting.input_shape, setting.input_dtype, device=device)
+        self.merged = MergedReplay()
         self.teacher = copy.deepcopy(net)
         self.teacher.requires_grad_(False)
         self.teacher.eval()
@@ -298,9 +304,13 @@ class BiC(MethodBase):
     def predict(self, x: Tensor) -> Tensor:
         return self.corrected(self.net(x), self.current_task)
 
+    def prepare_task(self, task: int, data: TaskData, schedule: TrainingSchedule) -> None:
+        """Spread the exemplars over the task's epoch (:class:`~xder_methods.er.MergedReplay`)."""
+        self.merged.plan(data.y.shape[0], schedule.batch_size, schedule.drop_last)
+
     def observe(self, batch: Batch) -> StepOutput:
         cfg, t = self.config, batch.task
-        x, y = join_replay(batch, self.buffer, cfg.minibatch_size, self.transforms.train, self.generator)
+        x, y = replay_exemplars(batch, self.buffer, cfg, self.merged, self.transforms.train, self.generator)
         logits = self.net(x)
         n_old, n_seen = self.setting.class_range(t)[0], self.seen_classes(t)
         lambda_, scale = distillation_weights(cfg.objective, t, n_old, n_seen, cfg.tau)

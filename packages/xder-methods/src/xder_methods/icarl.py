@@ -20,8 +20,11 @@ Protocol values of the X-DER paper (App. "Hyperparameter Choice", Split CIFAR-10
 Deviations from the paper and from the authors' code (mammoth), which the X-DER paper ran:
     - replay: iCaRL and mammoth append the exemplars to the task's training set (each exemplar
       once per epoch, more steps per epoch); the loop here gives a method the task's stream
-      batches only, so each step concatenates ``minibatch_size`` weakly augmented exemplars
-      drawn without replacement (as ER does) and takes one loss over the union;
+      batches only, so each step joins its share of the exemplars (``replay = "merged"``,
+      :class:`~xder_methods.er.MergedReplay`: every exemplar once an epoch, ``M / S`` beside
+      each of the epoch's S stream batches, weakly augmented) and takes one loss over the
+      union: the exemplars' share of the training is the merged set's, the number of steps the
+      stream's (``replay = "joined"``: ``minibatch_size`` exemplars with every batch, as ER);
     - features are L2-normalised for herding and for the class means, and the means
       re-normalised, as the paper says; mammoth uses raw features for both (and averages the
       per-batch means pairwise, not the true mean);
@@ -46,8 +49,9 @@ from torch import Tensor, nn
 
 from xder_methods._registry import register_method
 from xder_methods.buffer import Buffer
-from xder_methods.er import ReplayConfig, join_replay, stream_buffer_groups
+from xder_methods.er import ExemplarReplayConfig, MergedReplay, replay_exemplars, stream_buffer_groups
 from xder_methods.errors import MethodConfigError
+from xder_methods.loop import TrainingSchedule
 from xder_methods.lwf_mc import LwFMC
 from xder_methods.protocols import (
     Backbone,
@@ -72,10 +76,13 @@ __all__ = [
 
 
 @dataclass(frozen=True, kw_only=True)
-class ICaRLConfig(ReplayConfig):
+class ICaRLConfig(ExemplarReplayConfig):
     """Attributes:
     buffer_size: memory size M (500: the paper's Split CIFAR-100 M = 500 row).
-    minibatch_size: exemplars replayed per step (32 on Split CIFAR-100).
+    replay: ``merged`` (default, the authors' code: the exemplars' share of a training set they
+        are merged into) or ``joined`` (``minibatch_size`` exemplars with every stream batch).
+    minibatch_size: exemplars replayed per step with ``replay = "joined"`` (32 on Split
+        CIFAR-100).
     forward_batch_size: batch size of the no-gradient forward passes at task end (herding, class
         means); a matter of memory only (eval mode: the results do not depend on it).
     """
@@ -243,6 +250,7 @@ class ICaRL(LwFMC):
                 "iCaRL's nearest-mean classifier needs an exemplar of every class"
             )
         self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=self.device)
+        self.merged = MergedReplay()
         num_features = int(cast(Backbone, net).num_features)
         self.register_buffer(
             "class_means", torch.zeros(setting.num_classes, num_features, device=self.device)
@@ -251,13 +259,18 @@ class ICaRL(LwFMC):
             "has_mean", torch.zeros(setting.num_classes, dtype=torch.bool, device=self.device)
         )
 
+    def prepare_task(self, task: int, data: TaskData, schedule: TrainingSchedule) -> None:
+        """Spread the exemplars over the task's epoch (:class:`~xder_methods.er.MergedReplay`)."""
+        self.merged.plan(data.y.shape[0], schedule.batch_size, schedule.drop_last)
+
     def observe(self, batch: Batch) -> StepOutput:
-        x, y = join_replay(
-            batch, self.buffer, self.config.minibatch_size, self.transforms.train, self.generator
+        x, y = replay_exemplars(
+            batch, self.buffer, self.config, self.merged, self.transforms.train, self.generator
         )
         per_item = self.distillation_loss_per_item(x, y, batch.task)
         loss = per_item.mean()
-        groups = stream_buffer_groups(per_item, batch.y.shape[0]) if len(self.buffer) else {}
+        n_stream = batch.y.shape[0]
+        groups = stream_buffer_groups(per_item, n_stream) if y.shape[0] > n_stream else {}
         return StepOutput(loss, {"bce": loss.detach()}, groups)
 
     @torch.no_grad()

@@ -30,8 +30,9 @@ table's, which mammoth reuses (the presets repeat them).
 
 Deviations from the paper and from the authors' code (mammoth, which the X-DER paper ran):
     - replay: LUCIR and mammoth append the exemplars to the task's training set; here each step
-      concatenates ``minibatch_size`` weakly augmented exemplars (as ER does) and takes one loss
-      over the union;
+      joins its share of them (``replay = "merged"``, as iCaRL's: every exemplar once an epoch,
+      spread over the epoch's stream batches, weakly augmented) and takes one loss over the
+      union (``replay = "joined"``: ``minibatch_size`` exemplars with every batch, as ER);
     - imprinting needs the new classes' data before training, which ``begin_task`` does not
       receive: each new class is imprinted at the first step of its task whose stream batch
       contains it, from the (detached, train-mode, augmented) features of that batch's items of
@@ -70,11 +71,11 @@ from torch import Tensor, nn
 from xder_methods._registry import register_method
 from xder_methods.base import MethodBase, frozen_batchnorm_stats
 from xder_methods.buffer import Buffer
-from xder_methods.er import ReplayConfig, join_replay
+from xder_methods.er import ExemplarReplayConfig, MergedReplay, replay_exemplars
 from xder_methods.errors import check_settings
 from xder_methods.heads import CosineHead
 from xder_methods.icarl import class_mean_features, eval_features, update_herding_buffer
-from xder_methods.loop import shuffled_batches
+from xder_methods.loop import TrainingSchedule, shuffled_batches
 from xder_methods.lwf_mc import frozen_copy
 from xder_methods.protocols import Backbone, Batch, ContinualSetting, StepOutput, TaskData, Transforms
 
@@ -90,13 +91,15 @@ __all__ = [
 
 
 @dataclass(frozen=True, kw_only=True)
-class LUCIRConfig(ReplayConfig):
+class LUCIRConfig(ExemplarReplayConfig):
     """LUCIR's hyperparameters; defaults from the X-DER paper's App. "Hyperparameter Choice",
     Split CIFAR-100 (the same at M = 500 and 2000) unless noted.
 
     Attributes:
         buffer_size: memory size M, 500.
-        minibatch_size: exemplars replayed per step, 32.
+        replay: ``merged`` (default, the authors' code: the exemplars' share of a training set
+            they are merged into) or ``joined`` (``minibatch_size`` with every stream batch).
+        minibatch_size: exemplars replayed per step with ``replay = "joined"``, 32.
         lambda_base: base weight of the less-forget constraint, 5.
         k: hard negatives (top-k new-class cosines) of the margin ranking loss, 2.
         margin: the margin ranking loss's margin m, 0.5.
@@ -263,6 +266,7 @@ class LUCIR(MethodBase):
         self.head = CosineHead(num_features, setting.classes_per_task, generator, self.device)
         self.teacher = frozen_copy(net)
         self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=self.device)
+        self.merged = MergedReplay()
         self.register_buffer(
             "imprinted", torch.zeros(setting.num_classes, dtype=torch.bool, device=self.device)
         )
@@ -301,10 +305,14 @@ class LUCIR(MethodBase):
         block.copy_(torch.where(fresh[:, None], weights.to(block.dtype), block))
         self.imprinted[start:end] |= fresh
 
+    def prepare_task(self, task: int, data: TaskData, schedule: TrainingSchedule) -> None:
+        """Spread the exemplars over the task's epoch (:class:`~xder_methods.er.MergedReplay`)."""
+        self.merged.plan(data.y.shape[0], schedule.batch_size, schedule.drop_last)
+
     def observe(self, batch: Batch) -> StepOutput:
         cfg, t = self.config, batch.task
         num_old, num_seen = self.setting.class_range(t)
-        x, y = join_replay(batch, self.buffer, cfg.minibatch_size, self.transforms.train, self.generator)
+        x, y = replay_exemplars(batch, self.buffer, cfg, self.merged, self.transforms.train, self.generator)
         n_stream, n = batch.y.shape[0], y.shape[0]
         features = cast(Backbone, self.net).forward_features(x).flatten(1)
         if t >= 1 and cfg.imprint:
