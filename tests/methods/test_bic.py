@@ -49,9 +49,11 @@ def batch(stream, transforms, t, n=6) -> Batch:
 
 
 def finish(method: BiC, stream, t: int) -> None:
-    """Run task t's end and the next task's start, as the loop does."""
+    """Run task t's end and the next task's start and preparation, as the loop does."""
     method.end_task(t, task_data(stream, t))
     method.begin_task(t + 1)
+    if t + 1 < stream.n_tasks:
+        method.prepare_task(t + 1, task_data(stream, t + 1), TrainingSchedule(epochs=1, batch_size=4, lr=0.1))
 
 
 # ------------------------------------------------------------------------------- pure functions
@@ -203,7 +205,10 @@ def expected_step(method: BiC, b: Batch, state) -> torch.Tensor:
 def test_loss_is_lambda_weighted_distillation_from_the_corrected_teacher(
     objective, stream, transforms, tiny_net, setting_of
 ) -> None:
-    method = make_bic(stream, transforms, tiny_net, setting_of, epochs_bic=0, objective=objective)
+    # Joined replay: expected_step redraws minibatch_size items as join_replay does.
+    method = make_bic(
+        stream, transforms, tiny_net, setting_of, epochs_bic=0, objective=objective, replay="joined"
+    )
     method.begin_task(0)
     out0 = method.observe(batch(stream, transforms, 0))
     assert set(out0.terms) == {"ce"}  # lambda = 0 on the first task
@@ -298,6 +303,39 @@ def test_the_bias_layer_descends_its_cross_entropy(stream, transforms, tiny_net,
         assert loss_of(o, labels, alpha, beta) < loss_of(o, labels, 1.0, 0.0)
 
 
+def test_the_loop_never_trains_on_the_withheld_rows(stream, transforms, tiny_net, setting_of) -> None:
+    """From task 1 on, BiC withholds as many random rows of the task as its memory holds out
+    (here 2 of 24); the loop's epochs skip them, and stage 2 validates on them."""
+    method = make_bic(stream, transforms, tiny_net, setting_of, epochs_bic=1)
+    withheld: dict[int, torch.Tensor] = {}
+    observed: dict[int, list[torch.Tensor]] = {0: [], 1: []}
+    prepare, observe = method.prepare_task, method.observe
+
+    def spy_prepare(task, data, schedule):
+        prepare(task, data, schedule)
+        withheld[task] = data.x_raw[method.withheld].clone()
+
+    def spy_observe(b):
+        observed[b.task].append(b.x_raw.clone())
+        return observe(b)
+
+    method.prepare_task = spy_prepare  # type: ignore[method-assign]
+    method.observe = spy_observe  # type: ignore[method-assign]
+    fit(
+        method,
+        stream,
+        TrainingSchedule(epochs=2, batch_size=4, lr=0.1, tasks=2, drop_last=False),
+        generator=method.generator,
+    )
+    assert withheld[0].shape[0] == 0  # nothing withheld in the first task
+    assert withheld[1].shape[0] == len(method.holdout) == 2
+    seen = torch.cat(observed[1])
+    assert seen.shape[0] == 2 * (24 - 2)  # two epochs of the 22 rows trained on
+    for row in withheld[1]:
+        assert not bool((seen == row).flatten(1).all(1).any())
+    assert torch.cat(observed[0]).shape[0] == 2 * 24
+
+
 def test_memory_holds_a_task_balanced_held_out_part_that_is_never_replayed(
     stream, transforms, tiny_net, setting_of
 ) -> None:
@@ -321,9 +359,11 @@ def test_memory_holds_a_task_balanced_held_out_part_that_is_never_replayed(
 
     method.fit_bias_layer = spy  # type: ignore[method-assign]
     finish(method, stream, 1)
-    # Validation: the 5 held-out task-0 items plus as many task-1 rows, class-balanced.
+    # Validation: the 5 held-out task-0 items plus as many task-1 rows, withheld from training
+    # since prepare_task (the authors' code: 10% of the memory and as many new rows).
     assert seen["labels"][:5].tolist() == held
-    assert sorted(torch.bincount(seen["labels"][5:], minlength=4).tolist()) == [0, 0, 2, 3]
+    assert seen["labels"].shape == (10,)
+    assert set(seen["labels"][5:].tolist()) <= {2, 3}
     # Each part keeps capacity // 2 of task 0's earliest rows; task 1 takes the free slots.
     assert torch.bincount(method.holdout.task_labels[:5], minlength=2).tolist() == [2, 3]
     assert method.holdout.labels[:2].tolist() == held[:2]

@@ -98,6 +98,14 @@ class MethodBase(nn.Module):
         again (what it did is in the checkpoint); one resumed at the task's start does, from the
         same random state, so resuming gives the uninterrupted run's numbers."""
 
+    def withheld_rows(self, task: int) -> Tensor | None:
+        """Positions among ``task``'s training rows (those :meth:`prepare_task` received, in that
+        order) that the loop must leave out of the task's epochs, as a validation set the method
+        keeps (BiC's); None (the default): train on every row. Read after :meth:`prepare_task`;
+        a method returning rows keeps them in its state, so that a resumed run withholds the
+        same ones."""
+        return None
+
     def observe(self, batch: Batch) -> StepOutput:
         """One training step on ``batch`` (the stream's examples of the current task, augmented
         in ``batch.x`` and as stored in ``batch.x_raw``): the loss to back-propagate and the

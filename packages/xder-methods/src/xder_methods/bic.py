@@ -31,24 +31,25 @@ evaluation; we follow the authors and mammoth.)
 
 The held-out validation set. BiC splits the exemplars of old classes and the data of new classes
 into train and validation sets (about 10% of the memory) and never trains the network on the
-validation part. Here the loop trains on every stream row, so a method cannot withhold new data;
-the design is:
+validation part; mammoth's (``icarl_replay(..., val_set_split=0.1)``) takes a random 10% of the
+memory and as many random rows of the new task, withheld from the task's training. Here:
 
 - the memory of M items has two parts: a replay part of ``M - V`` items, sampled by the
-  ER-style replay, and a held-out part of ``V = round(holdout_fraction * M)`` items that is never
+  replay, and a held-out part of ``V = round(holdout_fraction * M)`` items that is never
   replayed (:func:`holdout_size`). Both are task-balanced (each stored task keeps
   ``capacity // (t + 1)`` of its earliest rows; the new task takes the free slots,
   :func:`task_balanced_mask`) and class-balanced inside a task (new items are stored in an
   order whose every prefix is class-balanced, :func:`interleaved_order`); items are chosen at
   random (mammoth's BiC also picks its exemplars without herding);
-- the validation set of task t is the whole held-out part (old classes: replayed in none of the
-  tasks since their own) plus, per new class, as many rows of task t as the held-out part holds
-  per old task on average (a balanced set, as BiC keeps), drawn at random from ``TaskData``.
+- from task 1 on, :meth:`BiC.prepare_task` withholds ``len(holdout)`` random rows of the task
+  (:meth:`BiC.withheld_rows`: the loop never trains on them), and the validation set of task t
+  is the held-out part (old classes, replayed in none of the tasks since their own) plus those
+  rows: about as many new-class items as old ones, as mammoth's.
 
-Deviation: those new-class rows WERE trained on during task t (BiC's were not), and the
-old-class rows were trained on during their own task (as stream items); the bias layer therefore
-sees more confident new-class outputs than unseen data would give. With ``V = 0`` (a tiny buffer)
-there is no held-out old item and the bias layer stays the identity.
+Deviation: mammoth draws its held-out 10% of the memory afresh at every task (and trains on the
+other 90%), where the held-out part here is fixed once an item is stored; the old-class rows were
+trained on during their own task (as stream items) in both. With ``V = 0`` (a tiny buffer) there
+is no held-out item and the bias layer stays the identity.
 
 Hyperparameters (X-DER paper App. "Hyperparameter Choice", Split CIFAR-100, M = 500 and 2000):
 tau 2, epochs_bic 250. The table's lr 0.03, momentum 0, weight decay 0 (M = 500; wd 5e-5 for
@@ -278,6 +279,8 @@ class BiC(MethodBase):
         )
         self.holdout = Buffer(held_out, setting.input_shape, setting.input_dtype, device=device)
         self.merged = MergedReplay()
+        # Positions of the current task's rows withheld from training (prepare_task), in the state.
+        self.withheld = torch.zeros(0, dtype=torch.int64, device=device)
         self.teacher = copy.deepcopy(net)
         self.teacher.requires_grad_(False)
         self.teacher.eval()
@@ -305,8 +308,17 @@ class BiC(MethodBase):
         return self.corrected(self.net(x), self.current_task)
 
     def prepare_task(self, task: int, data: TaskData, schedule: TrainingSchedule) -> None:
-        """Spread the exemplars over the task's epoch (:class:`~xder_methods.er.MergedReplay`)."""
-        self.merged.plan(data.y.shape[0], schedule.batch_size, schedule.drop_last)
+        """From task 1 on, withhold as many random rows of the task as the memory holds out
+        (:meth:`withheld_rows`: the new part of stage 2's validation set, never trained on);
+        spread the replayed items over the rest's epoch (:class:`~xder_methods.er.MergedReplay`)."""
+        n = data.y.shape[0]
+        count = min(len(self.holdout), n - 1) if task >= 1 else 0
+        self.withheld = torch.randperm(n, generator=self.generator, device=data.y.device)[:count]
+        self.merged.plan(n - count, schedule.batch_size, schedule.drop_last)
+
+    def withheld_rows(self, task: int) -> Tensor | None:
+        """The task's rows kept out of training for stage 2 (positions in its ``TaskData``)."""
+        return self.withheld if self.withheld.numel() else None
 
     def observe(self, batch: Batch) -> StepOutput:
         cfg, t = self.config, batch.task
@@ -361,17 +373,21 @@ class BiC(MethodBase):
     @torch.no_grad()
     def end_task(self, task: int, data: TaskData) -> None:
         start, end = self.setting.class_range(task)
-        shuffled = torch.randperm(data.y.shape[0], generator=self.generator, device=data.y.device)
+        withheld, self.withheld = self.withheld, self.withheld[:0]
+        trained = torch.ones(data.y.shape[0], dtype=torch.bool, device=data.y.device)
+        trained[withheld] = False
+        candidates = torch.nonzero(trained).flatten()  # the rows trained on (one read-back a task)
+        shuffled = candidates[
+            torch.randperm(candidates.shape[0], generator=self.generator, device=data.y.device)
+        ]
         order = shuffled[interleaved_order(data.y[shuffled] - start, end - start)]
-        # Stage 2 on the held-out old items plus as many new rows per task as they hold on average.
+        # Stage 2 on the held-out old items plus the task's withheld rows (as many: prepare_task).
         if task >= 1 and len(self.holdout):
             held = self.holdout.all()
-            per_task = max(1, round(len(self.holdout) / task))
-            new_rows = order[:per_task]
             self.fit_bias_layer(
                 task,
-                torch.cat([held.examples, data.x_raw[new_rows].to(held.examples.dtype)]),
-                torch.cat([held.labels, data.y[new_rows]]),
+                torch.cat([held.examples, data.x_raw[withheld].to(held.examples.dtype)]),
+                torch.cat([held.labels, data.y[withheld]]),
             )
         # Memory: the held-out part takes the head of the interleaved order, the replay part
         # the rest (re-interleaved so that its prefix is class-balanced too).
@@ -379,6 +395,13 @@ class BiC(MethodBase):
         rest = order[taken:]
         rest = rest[interleaved_order(data.y[rest] - start, end - start)]
         self._refill(self.buffer, rest, data, task)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {**super().get_extra_state(), "withheld": self.withheld.tolist()}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        super().set_extra_state(state)
+        self.withheld = torch.tensor(state["withheld"], dtype=torch.int64, device=self.device)
 
     def _refill(self, part: Buffer, candidates: Tensor, data: TaskData, task: int) -> int:
         """Shrink each stored task of ``part`` to ``capacity // (task + 1)`` earliest rows, then

@@ -629,6 +629,12 @@ def fit(
         if resumed_mid_task and resume is not None and resume["optimizer"] is not None:
             loop.optimizer.load_state_dict(resume["optimizer"])
         rows = _training_rows(stream, task, method.training_data)
+        withheld_rows = getattr(method, "withheld_rows", None)  # MethodBase's; plugins may lack it
+        withheld = withheld_rows(task) if withheld_rows is not None else None
+        if withheld is not None and method.training_data == "task":
+            keep = torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device)
+            keep[withheld.to(rows.device)] = False
+            rows = rows[keep]
         bounds = batch_bounds(rows.shape[0], schedule.batch_size, drop_last=schedule.drop_last)
         loop.steps_per_epoch = len(bounds)
         for callback in calls:
