@@ -273,8 +273,10 @@ def test_merged_replay_shows_every_exemplar_once_an_epoch(
     method.begin_task(0)
     method.end_task(0, task_data(stream, 0))
     method.begin_task(1)
-    data = task_data(stream, 1)  # 24 rows: 4 steps of 6
+    data = task_data(stream, 1)  # 24 rows: 4 steps of 6 (BiC withholds one: 3 steps of 6)
     method.prepare_task(1, data, TrainingSchedule(epochs=2, batch_size=6, lr=0.1, drop_last=True))
+    steps = method.merged.steps_per_epoch
+    assert steps == (3 if name == "bic" else 4)
     memory = len(method.buffer)
     drawn: list[list[int]] = []
     gather = method.buffer.gather
@@ -284,10 +286,10 @@ def test_merged_replay_shows_every_exemplar_once_an_epoch(
         return gather(index)
 
     method.buffer.gather = spy  # type: ignore[method-assign]
-    for step in range(8):  # two epochs
-        method.observe(batch(stream, transforms, 1, slice(6 * (step % 4), 6 * (step % 4) + 6)))
+    for step in range(2 * steps):  # two epochs
+        method.observe(batch(stream, transforms, 1, slice(6 * (step % steps), 6 * (step % steps) + 6)))
     assert memory == (9 if name == "bic" else 10)  # BiC holds one of its 10 slots out
-    per_epoch = [e - s for s, e in (merged_share(memory, 4, i) for i in range(4)) if e > s]
+    per_epoch = [e - s for s, e in (merged_share(memory, steps, i) for i in range(steps)) if e > s]
     assert [len(d) for d in drawn] == per_epoch * 2  # 2 or 3 beside each stream batch of 6
     half = len(per_epoch)
     epochs = [list(itertools.chain(*drawn[:half])), list(itertools.chain(*drawn[half:]))]
@@ -297,7 +299,7 @@ def test_merged_replay_shows_every_exemplar_once_an_epoch(
     state = method.state_dict()
     clone = make(name, stream, transforms, tiny_net, setting_of, **config)
     clone.load_state_dict(state)
-    assert (clone.merged.steps_per_epoch, clone.merged.step) == (4, 8)
+    assert (clone.merged.steps_per_epoch, clone.merged.step) == (steps, 2 * steps)
 
 
 def test_joined_replay_is_an_option(stream, transforms, tiny_net, setting_of) -> None:
