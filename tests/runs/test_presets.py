@@ -18,6 +18,7 @@ from xder_cli.runs.presets import (
 )
 from xder_cli.runs.settings import build_plan, resolve_config
 from xder_data import benchmark_defaults
+from xder_methods import method_config_class
 
 
 def _all_entries() -> list[PresetEntry]:
@@ -65,6 +66,31 @@ def test_every_grid_point_of_every_entry_is_a_valid_setting(entry: PresetEntry) 
         assert entry.chosen[dotted] in values, f"{dotted}: the chosen value is one of the grid's"
         for value in values:
             build_plan(_config(entry, preset, {dotted: value}))
+
+
+# The methods' own batch sizes that the authors' code takes from the stream batch (``args.batch_size``).
+BATCH_TIED = {
+    "gdumb": "batch_size",  # its fitting on the memory
+    "lucir": "fitting_batch_size",  # its class-balanced fine-tuning
+    "bic": "bias_batch_size",  # its bias stage's validation loader
+    "xder": "forward_batch_size",  # its task-end forward passes (BatchNorm statistics per chunk)
+}
+
+
+def test_every_batch_the_authors_tie_to_the_stream_batch_follows_the_protocol() -> None:
+    """On every benchmark and protocol (Split miniImageNet: 128), each preset entry's batch
+    settings that the authors' code takes from its stream batch equal the protocol's batch."""
+    checked = 0
+    for entry in _all_entries():
+        field = BATCH_TIED.get(entry.method)
+        if field is None:
+            continue
+        preset = entry.preset if entry.name == entry.method else f"{entry.preset}:{entry.name}"
+        config = _config(entry, preset)
+        default = getattr(method_config_class(entry.method)(), field)
+        assert config["method"].get(field, default) == config["train"]["batch_size"], (entry, field)
+        checked += 1
+    assert checked > 40
 
 
 @pytest.mark.parametrize("preset", ["paper", "tuned"])
