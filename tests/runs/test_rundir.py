@@ -56,6 +56,18 @@ def test_a_checkpoint_that_would_run_code_is_refused(tmp_path: Path, planted) ->
     assert marker.exists()
 
 
+def test_a_damaged_checkpoint_is_one_line_that_says_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.pt"
+    rundir.save_checkpoint(path, {"position": {"task": 0, "epoch": 1}, "w": torch.arange(1000)})
+    path.write_bytes(path.read_bytes()[:200])  # cut short, as a full disk or a bad copy leaves it
+    with pytest.raises(rundir.RunDirError) as caught:
+        rundir.load_checkpoint(path, torch.device("cpu"))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"mv {path} {path}.damaged" in message
+    assert len(message) < 300 + 3 * len(str(path))  # torch's long message cut short
+
+
 def test_read_events_reads_what_the_event_log_appended(tmp_path: Path) -> None:
     assert rundir.read_events(tmp_path) == []  # no log yet
     log = rundir.EventLog(tmp_path / rundir.EVENTS)

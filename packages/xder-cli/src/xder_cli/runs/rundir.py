@@ -179,12 +179,20 @@ def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
     """Load a checkpoint with ``weights_only=True`` (tensors and plain containers only).
 
     Raises:
-        RunDirError: a corrupt or foreign file.
+        RunDirError: a corrupt or foreign file; the message says what to do (move it aside: the
+            run then starts again from its first task).
     """
     try:
         return torch.load(path, map_location=device, weights_only=True)
     except Exception as error:  # corrupt or foreign file: the user's to fix
-        raise RunDirError(f"cannot load checkpoint {path}: {error}".splitlines()[0]) from error
+        cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if len(cause) > 120:
+            cause = cause[:117] + "..."
+        raise RunDirError(
+            f"cannot load checkpoint {path}: it is damaged or not an xder checkpoint ({cause}); "
+            f"move it aside (mv {path} {path}.damaged) and run the same command again: the run "
+            "restarts from its first task"
+        ) from error
 
 
 class EventLog:
