@@ -76,6 +76,15 @@ def test_cropflip_without_padding_is_identity_for_full_size() -> None:
     assert torch.equal(CropFlip(4, padding=0, flip=False)(x, torch.Generator()), x)
 
 
+@pytest.mark.parametrize("channels", [1, 3])
+def test_cropflip_returns_row_major_strides_for_any_channel_count(channels: int) -> None:
+    # With one channel a permuted (B, H, W, 1) view is "contiguous" but channel-stride 1, which
+    # torch reads as channels-last (oneDNN's channels-last backward crashes on some CPUs).
+    x = torch.randint(0, 256, (5, channels, 8, 8), dtype=torch.uint8)
+    out = CropFlip(8, padding=1)(x, torch.Generator().manual_seed(0))
+    assert out.stride() == torch.empty(5, channels, 8, 8).stride()  # channel stride 64, not 1
+
+
 def test_cropflip_rejects_crops_larger_than_input() -> None:
     with pytest.raises(ValueError, match="larger"):
         CropFlip(10, padding=0)(torch.zeros(1, 1, 8, 8), torch.Generator())

@@ -138,3 +138,11 @@ def test_train_transform_crops_without_flip(bench) -> None:
         drawn.append(match)
     # 200 draws, uniform over the 9 offsets: every one appears, so the crop does move pixels.
     assert set(drawn) == set(offsets)
+
+
+def test_seq_digits_tensors_have_row_major_strides() -> None:
+    # NumPy leaves the size-1 channel axis a stride of 1: the loaded tensors are restrided, so
+    # that torch does not read them as channels-last (see Benchmark.with_standard_strides).
+    bench = load_benchmark("seq-digits", None)
+    for tensor in (bench.train_x, bench.test_x):
+        assert tensor.stride() == torch.empty(tensor.shape).stride()

@@ -99,7 +99,11 @@ class CropFlip:
         samples = torch.arange(batch, device=device)[:, None, None]
         # Advanced indices separated by a slice move to the front: (B, out_h, out_w, C).
         out = x[samples, :, rows[:, :, None], cols[:, None, :]]
-        return out.permute(0, 3, 1, 2).contiguous()
+        # Row-major NCHW strides, also for one channel, where .contiguous() would keep the
+        # permuted view (channel stride 1): torch reads such a tensor as channels-last, and
+        # oneDNN's channels-last convolution backward corrupts the heap on some CPUs for small
+        # images (8x8 digits on an AMD EPYC without AVX-512).
+        return out.permute(0, 3, 1, 2).clone(memory_format=torch.contiguous_format)
 
     def __repr__(self) -> str:
         return f"CropFlip(size={self.size}, padding={self.padding}, flip={self.flip})"
