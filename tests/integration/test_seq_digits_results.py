@@ -122,5 +122,9 @@ def test_the_seq_digits_results_table(tmp_path: Path) -> None:
     # The claims the results page makes about these rows.
     means = {label: statistics.mean(values) for label, values in faa.items()}
     assert means["FT (`sgd`)"] < means["ER"] - 50  # fine-tuning forgets everything
-    assert means["DER++, `tuned`"] >= means["ER"] - 1  # DER++ at least ER, within a point
+    # DER++ and ER tie within the seed noise: DER++ not below ER by more than two standard errors
+    # (their order flips from one CPU to another).
+    derpp, er = faa["DER++, `tuned`"], faa["ER"]
+    se = math.sqrt(statistics.variance(derpp) / len(derpp) + statistics.variance(er) / len(er))
+    assert means["DER++, `tuned`"] >= means["ER"] - 2 * se, (ours["DER++, `tuned`"], ours["ER"])
     assert means["X-DER, `tuned`"] > means["X-DER, `--preset none`"] + 5  # tuned over paper values
