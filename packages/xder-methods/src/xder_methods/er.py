@@ -172,10 +172,7 @@ def replay_exemplars(
     decides how many (:class:`MergedReplay`, or :func:`join_replay`'s ``minibatch_size``)."""
     if config.replay == "joined":
         return join_replay(batch, buffer, config.minibatch_size, transform, generator)
-    sample = merged.draw(buffer, generator, config.minibatch_size)
-    if sample is None:
-        return batch.x, batch.y
-    return torch.cat([batch.x, transform(sample.examples, generator)]), torch.cat([batch.y, sample.labels])
+    return _joined(batch, merged.draw(buffer, generator, config.minibatch_size), transform, generator)
 
 
 def forward_parts(
@@ -199,9 +196,17 @@ def join_replay(
     """The stream batch followed by ``minibatch_size`` buffer items drawn without replacement and
     weakly augmented (independently of the stream): ``(x, y)``; the stream alone while the buffer
     is empty. The replay of ER and of the methods built like it (RPC, iCaRL, LUCIR, BiC)."""
-    if not len(buffer):
+    sample = buffer.sample(minibatch_size, generator) if len(buffer) else None
+    return _joined(batch, sample, transform, generator)
+
+
+def _joined(
+    batch: Batch, sample: BufferSample | None, transform: Transform, generator: torch.Generator | None
+) -> tuple[Tensor, Tensor]:
+    """The stream batch followed by ``sample``'s items, weakly augmented (the stream alone for
+    None)."""
+    if sample is None:
         return batch.x, batch.y
-    sample = buffer.sample(minibatch_size, generator)
     return torch.cat([batch.x, transform(sample.examples, generator)]), torch.cat([batch.y, sample.labels])
 
 
