@@ -140,7 +140,7 @@ def _given_flags(args: Any) -> list[str]:
 TRAIN_EXAMPLES = """examples:
   xder-run train                                    # X-DER on seq-digits, the tuned preset
   xder-run train --method derpp --benchmark seq-cifar10 --protocol laptop --seed 1
-  xder-run train --benchmark folder --data-root my_images --set benchmark.tasks=3 --epochs 5
+  xder-run train --benchmark folder --data-root my_images --protocol laptop --set benchmark.tasks=5
   xder-run train --resume runs/20261124-214107-xder-seq-digits-m200-s0"""
 
 
