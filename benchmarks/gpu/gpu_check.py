@@ -1,4 +1,4 @@
-"""The GPU script of issue 37: correctness on CUDA, host syncs, crash and resume, speed at the
+"""The GPU script: correctness on CUDA, host syncs, crash and resume, speed at the
 papers' shapes and one run at a paper's protocol, in one call of a few minutes (``run.sh`` starts
 it; ``device_call.sh`` is the command given to a lent GPU machine).
 
@@ -13,8 +13,8 @@ Phases:
 1. ``env``: torch, the device, the packages' import paths.
 2. ``data``: ``xder-run data prepare cifar10`` (and ``cifar100`` for ``--full-run
    xder-cifar100``) from the archives beside this script (``data/cifar10-jpg.tar.gz``,
-   ``data/cifar100-jpg.tar.gz``, copies of ``../shared/data``); in smoke mode from small image
-   folders it writes itself.
+   ``data/cifar100-jpg.tar.gz``: the CIFAR-10 and CIFAR-100 JPEG archives, ``train/<class>/*.jpg``
+   and ``test/<class>/*.jpg``); in smoke mode from small image folders it writes itself.
 3. ``correctness``: X-DER's and DER++'s training step on the same planted inputs (same weights,
    buffer, batch, and the same random draws: every ``torch.rand``/``randint``/``randperm`` with a
    generator drawn from a CPU generator seeded alike) on the CPU and on the device: relative

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The GPU script of issue 37 (benchmarks/gpu/gpu_check.py says what it measures).
+# The GPU script (benchmarks/gpu/gpu_check.py says what it measures).
 #   benchmarks/gpu/run.sh OUT [--smoke] [--device cpu] [--budget SECONDS]
 # Runs the five packages from this working tree (their src/ on PYTHONPATH, wheels in
 # benchmarks/gpu/vendor/ too: tomli-w where the machine lacks it), with `python3` or $PYTHON.
-# Needs benchmarks/gpu/data/cifar10-jpg.tar.gz (from ../shared/data) unless --smoke.
+# Needs benchmarks/gpu/data/cifar10-jpg.tar.gz unless --smoke: the CIFAR-10 JPEG archive
+# (cifar10-jpg.tar.gz: train/<class>/*.jpg, test/<class>/*.jpg).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)

@@ -1,6 +1,6 @@
-"""What a training step costs, counted exactly (PERFORMANCE.md): no host synchronisation, and the
-number of dispatched ops within a budget set from measurement, so that a change that adds work
-to the step (a Python loop over samples, a repeated forward) shows up here."""
+"""What a training step costs, counted exactly (docs/development.md, "How it is fast"): no host
+synchronisation, and the number of dispatched ops within a budget set from measurement, so that a
+change that adds work to the step (a Python loop over samples, a repeated forward) shows up here."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What makes X-DER X-DER: the behaviours of SPEC-XDER.md sections 1-2."""
+"""What makes X-DER X-DER: the behaviours docs/xder.md describes."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_buffer_is_empty_through_task_0_then_class_balanced(stream, transforms, 
             method.begin_task(t)
             method.observe(batch(stream, transforms, t))
         method.end_task(t, task_data(stream, t))
-        assert class_counts(method) == expected[t]  # M = 20, c = 2: SPEC's shrink and quotas
+        assert class_counts(method) == expected[t]  # M = 20, c = 2: the shrink and quotas of docs/xder.md
 
 
 def test_shrink_keeps_the_earliest_items_of_each_class(stream, transforms, tiny_net, setting_of) -> None:

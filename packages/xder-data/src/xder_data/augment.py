@@ -3,9 +3,9 @@
 Every transform is a callable ``transform(x, generator) -> Tensor`` that acts on a whole batch
 ``x: (B, C, H, W)`` on any device and draws its random parameters from ``generator`` (a
 ``torch.Generator`` on the same device as ``x``), one draw per sample. Nothing here reads the
-global RNG, and no transform loops over samples in Python (see PERFORMANCE.md, design point 2;
-torchvision's v2 transforms draw one parameter set per batch tensor, which is why they are not
-used here).
+global RNG, and no transform loops over samples in Python (docs/development.md, "How it is
+fast", point 2; torchvision's v2 transforms draw one parameter set per batch tensor, which is why
+they are not used here).
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def colour_transforms(
     order: Tensor, brightness: Tensor, contrast: Tensor, saturation: Tensor, hue: Tensor, mean_rgb: Tensor
 ) -> tuple[Tensor, Tensor]:
     """Per-sample affine colour maps ``x -> A x + o`` composing the four jitter operations in each
-    sample's order (PERFORMANCE.md, design point 2: "per-sample colour matrices").
+    sample's order (one per-sample colour matrix: docs/development.md, "How it is fast", point 2).
 
     The operations, each linear in the image: brightness ``b x``; contrast ``c x + (1 - c) m``
     with m the mean grey level of the image at that point; saturation ``s x + (1 - s) grey(x)``;
@@ -241,8 +241,8 @@ class StrongAugment:
     One-channel inputs skip the colour steps (3 and 4). The crop and flip are one
     ``affine_grid``/``grid_sample`` over the batch; nothing loops over samples.
 
-    Deviation from torchvision's ``ColorJitter`` (PERFORMANCE.md's design): the four operations
-    are composed as linear maps and clamped to [0, 1] once at the end instead of after each
+    Deviation from torchvision's ``ColorJitter`` (for speed, docs/development.md): the four
+    operations are composed as linear maps and clamped to [0, 1] once at the end instead of after each
     operation, and the hue shift is a rotation of RGB about the grey axis instead of a shift of
     the hue in HSV. Both are the same operations up to clipping and the hue geometry; the cost is
     one 3x3 map per image instead of four HSV round trips.

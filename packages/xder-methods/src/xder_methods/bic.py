@@ -1,7 +1,8 @@
 """BiC (``bic``): Bias Correction (Wu et al., "Large Scale Incremental Learning", CVPR 2019).
 
 X-DER paper Sec. 5.2: "BiC pairs Experience Replay with a regularization term that resembles the
-objective of LwF [and] a separate layer that aims at counteracting bias". SPEC-XDER.md section 3.
+objective of LwF [and] a separate layer that aims at counteracting bias". docs/methods.md, "What the
+competitors compute".
 
 Stage 1 (every step of task t, n old and m new classes, n + m seen): the stream batch and
 ``minibatch_size`` replayed items go through one forward pass;

@@ -2,7 +2,8 @@
 
 Rows ``0 .. len(buffer) - 1`` hold items; one extra scratch row (index ``capacity``) receives the
 writes a policy discards, so that insertion never needs a data-dependent branch (no host
-synchronisation, PERFORMANCE.md point 3). Policies are pure functions that return slots.
+synchronisation; docs/development.md, "How it is fast", point 3). Policies are pure functions that
+return slots.
 
 The count of items ever offered lives on the device (``Buffer.seen``), so that a step that
 inserts by reservoir sampling runs the same ops on every step once the buffer is full: the

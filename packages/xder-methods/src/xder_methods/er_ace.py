@@ -16,8 +16,8 @@ Hyperparameters: none besides the buffer. The X-DER paper's App. "Hyperparameter
 CIFAR-100, M = 500 and 2000) selects lr 0.03, momentum 0, weight decay 0: those belong to the
 benchmark protocol (``TrainingSchedule``) and the CLI presets, not to this config.
 
-Deviations from the authors' code (Caccia et al.'s release and mammoth's ``er_ace``), all
-following SPEC-XDER.md section 3:
+Deviations from the authors' code (Caccia et al.'s release and mammoth's ``er_ace``; also in
+docs/methods.md, "What the competitors compute"):
 
 * both codes leave the logits of the classes not yet seen (labels from the largest seen one on)
   UNMASKED in the stream term, so that future classes are pushed down by new data; here they are

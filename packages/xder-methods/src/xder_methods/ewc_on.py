@@ -168,8 +168,8 @@ class OnlineEWC(MethodBase):
       evaluated next. Deviation: the Fisher is taken in eval mode (running statistics, nothing
       updated), i.e. of the network that is anchored and evaluated.
     * Softmax span: mammoth's log-likelihood and cross-entropy span all outputs (future classes
-      included); here both span the classes seen so far, as FT's cross-entropy does (SPEC-XDER
-      section 3).
+      included); here both span the classes seen so far, as FT's cross-entropy does
+      (docs/methods.md, "What the competitors compute").
     * State: F and theta* are flat buffers over ``net.parameters()`` (mammoth's ``get_params``
       order), so checkpoints and resume carry them.
     """

@@ -30,7 +30,7 @@ fits with the stream batch size); GDumb's code used 16.
 Deviations:
 
 * mammoth's ``gdumb`` stores the stream by reservoir sampling; this module implements GDumb's
-  greedy class-balanced sampler (SPEC-XDER.md section 3). Ties for the largest class go to the
+  greedy class-balanced sampler (docs/methods.md). Ties for the largest class go to the
   lowest label. The sampler is inherently sequential: it runs on the host over the batch's labels
   (one read-back per step; GDumb has no training step to stall);
 * mammoth fits the network only after the LAST task (earlier rows of its accuracy matrix come from

@@ -1,7 +1,7 @@
 """Classifier heads and output geometries a method puts after (or instead of) the network's own
 classifier.
 
-They live here, not in xder-models, because xder-methods imports nothing but torch (DESIGN.md):
+They live here, not in xder-models, because xder-methods imports nothing but torch (docs/development.md):
 a method builds the head it needs on ``net.forward_features``. The others are pure functions in
 their method's module: the bias-correction layer (:func:`xder_methods.bic.bias_correct`) and
 nearest-mean-of-exemplars scores (:func:`xder_methods.icarl.nearest_mean_scores`).

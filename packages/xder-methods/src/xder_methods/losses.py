@@ -173,7 +173,7 @@ def past_constraint(
     labels: Tensor | None = None,
     form: ConstraintForm = "reference",
 ) -> Tensor:
-    """Keep past heads below the present one on stream items (X-DER Sec. 4.3; SPEC 1.4).
+    """Keep past heads below the present one on stream items (X-DER Sec. 4.3; docs/xder.md, step 6).
 
     ``reference`` (the authors' code, the default): on ``p = softmax(logits[:, :(t+1)c])``,
     ``v = max(p_past).detach() + margin - max(p_present)``, averaged over the rows with v > 0
@@ -205,7 +205,7 @@ def future_constraint(
     weights: Tensor | None = None,
     form: ConstraintForm = "reference",
 ) -> Tensor:
-    """Keep future heads below each item's own head (X-DER Sec. 4.3; SPEC 1.5).
+    """Keep future heads below each item's own head (X-DER Sec. 4.3; docs/xder.md, step 7).
 
     ``reference`` (default): on raw logits, nothing detached,
     ``v = max(logits[:, (t+1)c:]) + margin - max(logits of the item's own head label // c)``,

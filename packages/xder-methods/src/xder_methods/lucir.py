@@ -9,7 +9,7 @@ The parts (LUCIR Sec. 3):
 2. Less-forget constraint (Eq. 6): ``1 - cos(f*(x), f(x))`` between the features of the frozen
    previous model f* and of the current one, on every item, weighted by
    ``lambda = lambda_base * sqrt(|C_o| / |C_n|)`` (old and new classes of the task). With the same
-   number of classes per task this is SPEC's ``lambda_base * sqrt(t)`` and mammoth's.
+   number of classes per task this is ``lambda_base * sqrt(t)``, as in mammoth.
 3. Inter-class separation (margin ranking, Eq. 7): for each item of an old class, its
    ground-truth cosine must exceed each of the top-``k`` cosines of the new classes by
    ``margin``.

@@ -2,7 +2,7 @@
 
 Hardware-independent (it intercepts dispatched ATen ops with a ``TorchDispatchMode``), so the
 counts are exact on a CPU too: a test can assert that a step has no host synchronisation even
-where no GPU exists (PERFORMANCE.md, "How it is measured").
+where no GPU exists (docs/development.md, "How it is fast").
 """
 
 from __future__ import annotations

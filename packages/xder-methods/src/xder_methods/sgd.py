@@ -22,9 +22,9 @@ class SGDConfig:
 class SGD(MethodBase):
     """Fine-tuning (FT), X-DER paper Sec. 5.2: cross-entropy on the current task, no remedy.
 
-    The softmax spans the classes seen so far (SPEC-XDER section 3). Deviation from the authors'
-    code: mammoth's ``sgd`` takes the cross-entropy over all outputs, future classes included;
-    under Class-IL evaluation over seen classes both forget alike.
+    The softmax spans the classes seen so far (docs/methods.md, "What the competitors compute").
+    Deviation from the authors' code: mammoth's ``sgd`` takes the cross-entropy over all outputs,
+    future classes included; under Class-IL evaluation over seen classes both forget alike.
     """
 
     def graph_key(self) -> Hashable | None:

@@ -144,7 +144,7 @@ class SI(MethodBase):
     * Surrogate form: both write ``c * sum Omega (theta - theta*) ** 2`` (no 1/2), and both
       accumulate ``Omega`` over tasks without decay.
     * Cross-entropy span: mammoth's spans all outputs (future classes included); here the classes
-      seen so far, as FT's (SPEC-XDER section 3).
+      seen so far, as FT's (docs/methods.md, "What the competitors compute").
     * State: ``omega``, ``Omega`` and ``theta*`` are flat buffers over ``net.parameters()``
       (mammoth's ``get_params`` order), so checkpoints, mid-task included, carry them.
     """

@@ -1,7 +1,7 @@
 """X-DER (``xder``): eXtended Dark Experience Replay (Boschini et al., TPAMI 2022).
 
-Implements SPEC-XDER.md sections 1-2: the paper's Sec. 4 and Alg. 1-2, with the facts the
-authors' public code adds. Every ablation of the paper's Table 1 is a config field of this one
+Implements the paper's Sec. 4 and Alg. 1-2, with the facts the authors' public code adds, as
+docs/xder.md describes them. Every ablation of the paper's Table 1 is a config field of this one
 module: ``memory_update=False`` ("w/o memory update"), ``future_heads="none" | "ce" | "rpc"``
 ("w/o future heads", "w/ CE future heads", "w/ RPC future heads"), ``preallocated_heads``
 (Sec. "Pre-allocation of Future Tasks") and ``constraint_form`` (the authors' constraints or
@@ -41,7 +41,7 @@ __all__ = ["XDER", "XDERConfig", "class_balanced_quotas", "first_occurrence", "r
 @dataclass(frozen=True, kw_only=True)
 class XDERConfig(DarkReplayConfig):
     """X-DER's hyperparameters. Defaults: the paper's Split CIFAR-100, M = 500 row
-    (App. "Hyperparameter Choice"; SPEC-XDER section 1); M = 2000 uses alpha 0.6, beta 0.9,
+    (App. "Hyperparameter Choice"; docs/xder.md); M = 2000 uses alpha 0.6, beta 0.9,
     eta 0.01, margin 0.2.
 
     Attributes:
@@ -146,7 +146,7 @@ def class_balanced_quotas(free: int, n_classes: int, generator: torch.Generator 
 
 @register_method("xder", XDERConfig)
 class XDER(MethodBase):
-    """eXtended Dark Experience Replay (X-DER paper Sec. 4, Alg. 1-2; SPEC-XDER.md).
+    """eXtended Dark Experience Replay (X-DER paper Sec. 4, Alg. 1-2; docs/xder.md).
 
     One training step of task t (c classes per head, heads are slices ``[k c, (k+1) c)``):
 
@@ -171,7 +171,7 @@ class XDER(MethodBase):
     augmented view, their past heads rescaled; the whole buffer is re-forwarded and the
     present and future heads of every past item implanted; visit counters reset.
 
-    Deviations (also in SPEC-XDER.md): the rescale follows Eq. 7 (max <= gamma g; the authors'
+    Deviations (also in docs/xder.md): the rescale follows Eq. 7 (max <= gamma g; the authors'
     code only rescales above g) and skips rows whose stored ground-truth logit is <= 0;
     duplicates and non-updated rows are written to a scratch row instead of being masked out,
     so that a step needs no host synchronisation.
@@ -360,7 +360,7 @@ class XDER(MethodBase):
         task: int,
         available: int,
     ) -> None:
-        """Online "future past" update (SPEC 1.2): the k-th visit updates with probability 1/k."""
+        """Online "future past" update (docs/xder.md, step 4): the k-th visit updates with probability 1/k."""
         scratch = self.buffer.capacity
         visited = torch.where(keep, index, torch.full_like(index, scratch))
         self.visits.index_add_(0, visited, torch.ones_like(index, dtype=self.visits.dtype))

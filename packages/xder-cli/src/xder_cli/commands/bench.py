@@ -24,8 +24,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     bench = commands.add_parser(
         "bench",
         help="step time vs the hardware floor, host syncs and ops per step, per method",
-        description="Benchmark training steps (PERFORMANCE.md): in one process, methods interleaved, on "
-        "synthetic data shaped like the benchmark with each method at task T and its buffer full. Reports "
+        description="Benchmark training steps (docs/development.md#how-it-is-fast): in one process, "
+        "methods interleaved, on synthetic data shaped like the benchmark with each method at task T and "
+        "its buffer full. Reports "
         "seconds per step (median after warm-up), images per step, the floor (one forward+backward of the "
         "backbone over the same images), their ratio, host syncs and ops per step (counted by intercepting "
         "dispatched ops), peak device memory (CUDA), one synthetic epoch and the projected time of the "

@@ -2,7 +2,7 @@
 :func:`run_bench` with its :class:`BenchOptions`; the command, :mod:`xder_cli.commands.bench`,
 turns its arguments into those options and prints the figures).
 
-PERFORMANCE.md, "How it is measured": in one process, methods interleaved round by round so that
+docs/development.md, "How it is fast": in one process, methods interleaved round by round so that
 machine drift hits all of them alike (for CUDA graphs one network after the other:
 :func:`timing_order`), each method is brought to task T on synthetic data shaped
 like the benchmark (its buffer full), then:

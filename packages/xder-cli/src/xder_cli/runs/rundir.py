@@ -1,7 +1,7 @@
 """The run directory: crash-safe files (atomic replace, fsync), its one-writer lock and the
 checkpoint format.
 
-Layout (DESIGN.md, "The run directory")::
+Layout (docs/reliability.md, "What a run writes")::
 
     <out>/<date>-<method>-<benchmark>-m<buffer>-s<seed>/
       config.toml     every setting, resolved
