@@ -12,8 +12,17 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-SEARCHES = {"buffer": "buffer", "resume": "resume", "checkpoint": "checkpoint"}
-"""Queries, each with a word every result's text must hold."""
+SEARCHES = {
+    "buffer": ("buffer", None),
+    "resume": ("resume", "reliability.html"),
+    "checkpoint": ("checkpoint", None),
+}
+"""Queries, each with a word the first result's text must hold and the page it must open (None: any)."""
+VIEWPORT = {"width": 1440, "height": 900}
+"""A laptop's screen: every table of every page fits the page's width there (none scrolls sideways)."""
+OVERFLOWING_TABLES = """() => [...document.querySelectorAll('.md-typeset__scrollwrap')]
+    .filter(wrap => wrap.scrollWidth > wrap.clientWidth + 1)
+    .map(wrap => (wrap.querySelector('th') || wrap).innerText.slice(0, 40))"""
 
 
 def check(site: Path, chromium: str) -> list[str]:
@@ -21,7 +30,7 @@ def check(site: Path, chromium: str) -> list[str]:
     index = (site / "index.html").as_uri()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        page = browser.new_page()
+        page = browser.new_page(viewport=VIEWPORT)
         page.goto(index)
         hrefs = page.eval_on_selector_all(
             "nav.md-nav--primary a.md-nav__link[href]", "links => links.map(a => a.href)"
@@ -35,13 +44,17 @@ def check(site: Path, chromium: str) -> list[str]:
                 problems.append(f"{url}: a navigation link to a folder, not a page")
             elif page.locator("article h1").count() == 0:
                 problems.append(f"{url}: no page title (got {page.title()!r})")
+            for table in page.evaluate(OVERFLOWING_TABLES):
+                problems.append(
+                    f"{url}: a table wider than the page at {VIEWPORT['width']} px ({table!r}...)"
+                )
         page.goto(index)
         page.locator("nav.md-nav--primary a.md-nav__link:visible").filter(has_text="Commands").first.click()
         if not page.url.endswith("/commands.html") or not page.locator("article h1").inner_text().startswith(
             "Commands"
         ):
             problems.append(f"clicking Commands in the navigation opened {page.url}")
-        for query, word in SEARCHES.items():
+        for query, (word, opens) in SEARCHES.items():
             page.goto(index)
             box = page.locator("input.md-search__input")
             try:
@@ -63,6 +76,8 @@ def check(site: Path, chromium: str) -> list[str]:
             page.wait_for_load_state()
             if not page.url.startswith("file:") or page.locator("article h1").count() == 0:
                 problems.append(f"search {query!r}: its first result opened {page.url}")
+            elif opens is not None and page.url.split("#", 1)[0].split("?", 1)[0].rsplit("/", 1)[-1] != opens:
+                problems.append(f"search {query!r}: its first result opened {page.url}, not {opens}")
         browser.close()
     return problems
 
