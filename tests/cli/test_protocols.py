@@ -41,8 +41,9 @@ def cifar_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def cifar100_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny CIFAR-100 in the official format (DATA-FORMATS.md 1.1): ``cifar-100-python/{train,test,
-    meta}``, pickled dicts (protocol 2), 2 train and 1 test image per class."""
+    """A tiny CIFAR-100, files written in the exact real format (docs/data-formats.md):
+    ``cifar-100-python/{train,test,meta}``, pickled dicts (protocol 2), 2 train and 1 test image per
+    class."""
     root = tmp_path_factory.mktemp("cifar100")
     folder = root / "cifar-100-python"
     folder.mkdir()

@@ -1,10 +1,10 @@
 """seq-cifar100: the reader on tiny files in the exact official format, its checks, md5 and download.
 
-The fixtures follow DATA-FORMATS.md 1.1 and 7: ``cifar-100-python/{train,test,meta}`` pickled dicts
-(protocol 2) with the five keys, ``data`` uint8 (n, 3072) in R, G, B plane order, labels as lists,
-all 100 classes. They are written three ways: Python 3 with ``str`` keys, Python 3 with ``bytes``
-keys, and as Python 2 wrote them (``str`` objects as BINSTRING opcodes, which only load with
-``encoding='latin1'``).
+The fixtures are files written in the exact real format (docs/data-formats.md, "CIFAR-10 and
+CIFAR-100"): ``cifar-100-python/{train,test,meta}`` pickled dicts (protocol 2) with the five keys,
+``data`` uint8 (n, 3072) in R, G, B plane order, labels as lists, all 100 classes. They are written
+three ways: Python 3 with ``str`` keys, Python 3 with ``bytes`` keys, and as Python 2 wrote them
+(``str`` objects as BINSTRING opcodes, which only load with ``encoding='latin1'``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """coco-stitch: the secondary-targets converter and benchmark on a tiny COCO and a tiny CIFAR-100.
 
-The fixtures follow DATA-FORMATS.md 1.1, 1.5 and 7: ``annotations/instances_{train,val}2017.json``
-with ``info``, ``licenses``, ``images``, ``annotations`` (polygons with ``iscrowd=0``, an
-uncompressed RLE with ``iscrowd=1``, a tiny instance, a 4-number sliver polygon, a non-shared
-category) and ``categories`` with COCO's real non-contiguous ids; matching JPEGs in ``train2017/``
+The fixtures are files written in the exact real format (docs/data-formats.md, "COCO 2017
+(coco-stitch)" and "CIFAR-10 and CIFAR-100"): ``annotations/instances_{train,val}2017.json`` with
+``info``, ``licenses``, ``images``, ``annotations`` (polygons with ``iscrowd=0``, an uncompressed
+RLE with ``iscrowd=1``, a tiny instance, a 4-number sliver polygon, a non-shared category) and
+``categories`` with COCO's real non-contiguous ids; matching JPEGs in ``train2017/``
 and ``val2017/`` (each photo one uniform colour, so that a pasted object's colour is known); and
 ``cifar-100-python/{train,test,meta}`` pickles (protocol 2, the five keys, all 100 classes, the real
 fine label names).
@@ -38,7 +39,7 @@ from xder_data import (
 )
 from xder_data import coco_stitch as cs  # registers coco-stitch
 
-# CIFAR-100's fine_label_names, alphabetical (DATA-FORMATS.md 1.1).
+# CIFAR-100's fine_label_names, alphabetical (docs/data-formats.md, "CIFAR-10 and CIFAR-100").
 CIFAR100_FINE_NAMES = (  # noqa: SIM905
     "apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus butterfly "
     "camel can castle caterpillar cattle chair chimpanzee clock cloud cockroach couch crab crocodile "
@@ -49,7 +50,7 @@ CIFAR100_FINE_NAMES = (  # noqa: SIM905
     "spider squirrel streetcar sunflower sweet_pepper table tank telephone television tiger tractor "
     "train trout tulip turtle wardrobe whale willow_tree wolf woman worm"
 ).split()
-# The paper's list (App. "Primary and secondary datasets") and COCO's ids (DATA-FORMATS.md 1.5).
+# The paper's list (App. "Primary and secondary datasets") and COCO's ids (docs/data-formats.md).
 PAPER_CLASSES = (  # noqa: SIM905
     "bed cup chair clock bicycle elephant apple bowl bottle keyboard motorcycle train bear bus mouse "
     "couch orange"
@@ -124,7 +125,7 @@ def star_polygon(rng: np.random.Generator, width: int, height: int, radius: floa
 
 
 def uncompressed_rle(mask: np.ndarray) -> dict[str, Any]:
-    """Runs of 0s and 1s in column-major order, starting with 0s (DATA-FORMATS.md 1.5)."""
+    """Runs of 0s and 1s in column-major order, starting with 0s (docs/data-formats.md)."""
     flat = mask.astype(np.uint8).ravel(order="F")
     counts, current, run = [], 0, 0
     for value in flat:
@@ -309,7 +310,7 @@ def test_polygon_and_rle_masks_equal_pycocotools_ann_to_mask(prepared) -> None:
 
 def test_hand_computed_masks() -> None:
     rectangle = cs.decode_mask([[10, 10, 30, 10, 30, 25, 10, 25]], 40, 50)
-    assert rectangle.sum() == 20 * 15  # DATA-FORMATS.md 1.5: pycocotools gives 300 pixels
+    assert rectangle.sum() == 20 * 15  # pycocotools gives 300 pixels (docs/data-formats.md)
     # Uncompressed RLE, column-major: 5 zeros, then 10 ones down column 0 (rows 5..14).
     rle = cs.decode_mask({"counts": [5, 10, 1985], "size": [40, 50]}, 40, 50)
     expected = np.zeros((40, 50), dtype=bool)

@@ -1,5 +1,6 @@
 """seq-cub200: the CUB-200-2011 reader, its checks, the cache, the annotations and the training
-transform, on a tiny tree written in exactly the distributed format (DATA-FORMATS.md 1.4 and 7).
+transform, on a tiny tree of files written in the exact real format (docs/data-formats.md,
+"CUB-200-2011").
 
 The tree has all 200 class folders (the benchmark's 10 x 20 tasks need them) with one or two
 JPEGs of 10-16 x 8-13 pixels each (some grayscale), the seven txt files with 1-based ids, and

@@ -1,8 +1,9 @@
 """seq-miniimg: the reader of the authors' npy layout, its checks, and the three importers.
 
-Fixtures follow DATA-FORMATS.md 1.2 and 7: ``MINIIMG/{train,test}_{x,y}.npy`` (uint8 (n, 84, 84, 3)
-and int64 labels, all 100 classes); for the importers, the Ravi & Larochelle tree (``images/*.jpg``
-of mixed sizes and modes with ``train.csv``/``val.csv``/``test.csv``), the
+Fixtures are files written in the exact real format (docs/data-formats.md, "miniImageNet"):
+``MINIIMG/{train,test}_{x,y}.npy`` (uint8 (n, 84, 84, 3) and int64 labels, all 100 classes); for
+the importers, the Ravi & Larochelle tree (``images/*.jpg`` of mixed sizes and modes with
+``train.csv``/``val.csv``/``test.csv``), the
 ``mini-imagenet-cache-*.pkl`` dicts (bytes keys), with 2-3 images a class, and image folders
 already split, ``train/<wnid>/<wnid><index>.jpg`` (2 a class) + ``val/<wnid>/...`` (1 a class),
 84x84 JPEGs, as a folder and as a ``.tar.gz``.

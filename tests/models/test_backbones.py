@@ -22,7 +22,7 @@ SMALL = {
     "efficientgcn-b2": ({}, (3, 16, 25, 2), 192),
     "efficientgcn-b4": ({"edge": False}, (3, 16, 25, 2), 272),
 }
-# name -> (num_classes, options, parameters): the figures of DATA-FORMATS.md.
+# name -> (num_classes, options, parameters): the figures of docs/data-formats.md ("Backbones").
 PARAMETERS = {
     "resnet18-cifar": (100, {"width": 64, "in_channels": 3}, 11_220_132),
     "resnet18": (200, {}, 11_279_112),

@@ -1,7 +1,8 @@
 """EfficientGCN: scaling, the hop-partitioned NTU graph, input streams, graph conv, bodies, layout.
 
-The expected figures are those of DATA-FORMATS.md section 2; the graph and the streams are checked
-against independent plain-Python computations (a BFS over the edge list, loops over joints).
+The expected figures are those of docs/data-formats.md ("EfficientGCN-B0"); the graph and the
+streams are checked against independent plain-Python computations (a BFS over the edge list, loops
+over joints).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from xder_models.efficientgcn import (
     skeleton_streams,
 )
 
-# Copied from DATA-FORMATS.md section 2 (1-based), not from the module under test.
+# Copied from docs/data-formats.md (the bones of "NTU RGB+D 60", the parents of "EfficientGCN-B0";
+# 1-based), not from the module under test.
 EDGES = [
     (1, 2), (2, 21), (3, 21), (4, 3), (5, 21), (6, 5), (7, 6), (8, 7), (9, 21), (10, 9), (11, 10),
     (12, 11), (13, 1), (14, 13), (15, 14), (16, 15), (17, 1), (18, 17), (19, 18), (20, 19), (22, 23),

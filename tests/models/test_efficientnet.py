@@ -1,4 +1,4 @@
-"""EfficientNet-B2 at 84x84: the stage sizes and layout of DATA-FORMATS.md section 3."""
+"""EfficientNet-B2 at 84x84: the stage sizes and layout of docs/data-formats.md (its section of that name)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from torch import nn
 
 from xder_models import EfficientNetB2, create_backbone
 
-# DATA-FORMATS.md section 3: (channels, map side) of stem, stages 1-7 and head at 84x84.
+# docs/data-formats.md: (channels, map side) of stem, stages 1-7 and head at 84x84.
 STAGES_AT_84 = [(32, 42), (16, 42), (24, 21), (48, 11), (88, 6), (120, 6), (208, 3), (352, 3), (1408, 3)]
 
 

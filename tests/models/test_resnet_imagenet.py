@@ -49,7 +49,7 @@ def test_imagenet_layout_and_names() -> None:
         net.eval()(torch.zeros(1, 3, 224, 224))
         net(torch.zeros(1, 3, 32, 32))
     hook.remove()
-    assert maps == [(1, 512, 7, 7), (1, 512, 1, 1)]  # DATA-FORMATS.md section 4
+    assert maps == [(1, 512, 7, 7), (1, 512, 1, 1)]  # docs/data-formats.md, "ResNet18"
 
 
 def test_loads_torchvision_weights_and_replaces_the_head(reference_file: tuple[nn.Module, Path]) -> None:

@@ -1,4 +1,4 @@
-"""Reading and writing the pickled "python version" files of CIFAR-10 and CIFAR-100 (DATA-FORMATS.md 1.1).
+"""Reading and writing the pickled "python version" files of CIFAR-10 and CIFAR-100 (docs/data-formats.md).
 
 Both distributions are pickled dicts written by Python 2: ``data`` uint8 (N, 3072) with the R, G and B
 planes of a 32x32 image per row, labels as lists of int, names as lists of str. The files are read

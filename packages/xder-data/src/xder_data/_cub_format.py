@@ -1,5 +1,5 @@
-"""CUB-200-2011 as distributed (DATA-FORMATS.md 1.4): the txt listings, the annotations, and the
-decoding of one image or segmentation mask into the benchmark's geometry.
+"""CUB-200-2011 as distributed (docs/data-formats.md, "CUB-200-2011"): the txt listings, the
+annotations, and the decoding of one image or segmentation mask into the benchmark's geometry.
 
 Every reader checks what it reads and raises :class:`~xder_data.errors.DataNotFoundError` (a file
 is missing or cannot be opened) or :class:`~xder_data.errors.BenchmarkFormatError` (a file is not

@@ -1,6 +1,6 @@
 """NTU RGB+D on-disk machinery: the raw ``.skeleton`` parser, body selection, time resampling and
 the project's HDF5 layout (writer and validator). Public names are re-exported by
-:mod:`xder_data.ntu60`; see DATA-FORMATS.md section 1.3 for the formats.
+:mod:`xder_data.ntu60`; see docs/data-formats.md, "NTU RGB+D 60", for the formats.
 """
 
 from __future__ import annotations
@@ -374,7 +374,7 @@ class H5Writer:
 
 
 def layout_attrs(num_frames: int, body_selection: str, source: str) -> dict[str, object]:
-    """The file attributes DATA-FORMATS 1.3 suggests, plus ``source``."""
+    """The file attributes of the project's layout (docs/data-formats.md, "The converted file")."""
     return {
         "layout": "CTVM",
         "num_class": NUM_CLASSES,

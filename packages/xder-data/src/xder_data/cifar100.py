@@ -1,7 +1,7 @@
 """``seq-cifar100``: CIFAR-100 ("python version", Krizhevsky 2009) as 10 tasks of 10 classes.
 
 Reads the files exactly as the official archive ``cifar-100-python.tar.gz`` unpacks them
-(DATA-FORMATS.md 1.1)::
+(docs/data-formats.md, "CIFAR-10 and CIFAR-100")::
 
     <root>/cifar-100-python/train   pickled dict (Python 2): data (50000, 3072) uint8, fine_labels,
                                     coarse_labels, filenames, batch_label
@@ -301,7 +301,7 @@ def seq_cifar100(root: Path | None, *, image_size: int = _NATIVE_SIZE) -> Benchm
 
 
 def verify_cifar100(root: str | Path) -> list[str]:
-    """md5-check ``train``, ``test`` and ``meta`` against the official files (DATA-FORMATS 1.1).
+    """md5-check ``train``, ``test`` and ``meta`` against the official files (docs/data-formats.md).
 
     Returns:
         The paths (as str, in the order train, test, meta) of the files whose md5 differs; an

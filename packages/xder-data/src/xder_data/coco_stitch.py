@@ -10,7 +10,7 @@ scored by F1 and pointing accuracy on the secondary targets.
 
 :func:`prepare_coco_stitch` builds the set from the official files::
 
-    <coco_root>/annotations/instances_train2017.json   COCO instances (DATA-FORMATS.md 1.5)
+    <coco_root>/annotations/instances_train2017.json   COCO instances (docs/data-formats.md)
     <coco_root>/annotations/instances_val2017.json
     <coco_root>/train2017/*.jpg, <coco_root>/val2017/*.jpg
     <data_root>/cifar-100-python/{train,test,meta}      read by :mod:`xder_data.cifar100`
@@ -218,9 +218,9 @@ def _mask_api() -> Any:
 def decode_mask(segmentation: Any, height: int, width: int) -> np.ndarray:
     """Decode a COCO ``segmentation`` into a (height, width) bool mask with pycocotools.
 
-    Accepts the three forms of DATA-FORMATS.md 1.5: a list of polygons ``[[x1, y1, x2, y2, ...],
-    ...]`` (merged, as ``COCO.annToMask`` does), uncompressed RLE ``{"counts": [int, ...],
-    "size": [h, w]}`` and compressed RLE (``counts`` a string).
+    Accepts the three forms of docs/data-formats.md, "COCO 2017 (coco-stitch)": a list of polygons
+    ``[[x1, y1, x2, y2, ...], ...]`` (merged, as ``COCO.annToMask`` does), uncompressed RLE
+    ``{"counts": [int, ...], "size": [h, w]}`` and compressed RLE (``counts`` a string).
 
     Raises:
         ImportError: pycocotools is not installed.

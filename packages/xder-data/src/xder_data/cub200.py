@@ -1,6 +1,6 @@
 """``seq-cub200``: Split CUB-200 (Caltech-UCSD Birds-200-2011, Wah et al. 2011), 10 tasks x 20 classes.
 
-Reads the data exactly as distributed (DATA-FORMATS.md 1.4)::
+Reads the data exactly as distributed (docs/data-formats.md, "CUB-200-2011")::
 
     <root>/CUB_200_2011/images.txt               <image_id> <class_dir>/<file>.jpg
     <root>/CUB_200_2011/classes.txt              <class_id> <class_dir>   (ids 1..200)
@@ -49,7 +49,7 @@ each test image's segmentation mask carried through the test geometry: a nearest
 224x224 (output pixel j takes source pixel ``floor((j + 0.5) * W / 224)``, pixel centres matched,
 as Pillow's NEAREST), then binarised with ``value >= mask_threshold``. The soft value is the
 average of 4-5 annotators' masks; the default 128 keeps the pixels that at least half of them
-marked (DATA-FORMATS.md 1.4); mammoth's ``> 0`` is ``mask_threshold=1``.
+marked (docs/data-formats.md, "CUB-200-2011"); mammoth's ``> 0`` is ``mask_threshold=1``.
 :func:`read_cub200_annotations` gives the test images' boxes and part locations in the same
 geometry.
 
@@ -115,7 +115,7 @@ __all__ = [
 
 CUB200_MEAN = (0.4856, 0.4994, 0.4324)
 CUB200_STD = (0.2272, 0.2226, 0.2613)
-"""The X-DER authors' CUB-200 statistics (mammoth ``seq_cub200``; DATA-FORMATS.md 1.4)."""
+"""The X-DER authors' CUB-200 statistics (mammoth ``seq_cub200``; docs/data-formats.md)."""
 
 TRAIN_SIZE = 256
 """Training images are stored resized to 256x256 (App. "Details on Split CUB-200")."""
@@ -124,7 +124,7 @@ IMAGE_SIZE = 224
 MAX_ROTATION = 10.0
 """Training rotations are drawn uniformly in [-10, 10] degrees ("10 degrees random rotation")."""
 MASK_THRESHOLD = 128
-"""A mask pixel is the bird when its soft value is >= 128 (DATA-FORMATS.md 1.4)."""
+"""A mask pixel is the bird when its soft value is >= 128 (docs/data-formats.md, "CUB-200-2011")."""
 
 N_TASKS = 10
 CLASSES_PER_TASK = 20

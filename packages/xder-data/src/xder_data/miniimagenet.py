@@ -1,7 +1,7 @@
 """``seq-miniimg``: miniImageNet (Vinyals et al., 2016; 100 classes at 84x84) as 20 tasks of 5 classes.
 
-The benchmark reads the layout the X-DER authors used (their mammoth ``seq_miniimg``,
-DATA-FORMATS.md 1.2 item 4)::
+The benchmark reads the layout the X-DER authors used (their mammoth ``seq_miniimg``;
+docs/data-formats.md, "miniImageNet")::
 
     <root>/MINIIMG/train_x.npy   uint8 (N, 84, 84, 3): RGB images, height x width x channel
     <root>/MINIIMG/train_y.npy   integer (N,): labels 0..99
@@ -20,7 +20,7 @@ SGD lr 0.1 divided by 10 at epochs 35, 60 and 75 (the paper's text; the authors'
 a factor of 0.2); buffer 2000; EfficientNet-B2, trained from scratch.
 
 The authors' arrays come from a zip that is not publicly mirrored, so three importers build the
-same layout from the common distributions (DATA-FORMATS.md 1.2 items 1 and 2):
+same layout from the common distributions (docs/data-formats.md, "miniImageNet"):
 
 * :func:`import_miniimagenet_csv` (``images/`` + ``train.csv``/``val.csv``/``test.csv``) and
   :func:`import_miniimagenet_pickle` (``mini-imagenet-cache-*.pkl``) pool all 100 classes

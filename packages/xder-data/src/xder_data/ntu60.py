@@ -2,7 +2,7 @@
 
 The benchmark reads ``<root>/ntu60/xsub.h5``, which :func:`prepare_ntu60` writes from the raw
 ``.skeleton`` files and :func:`import_ntu60_stgcn` / :func:`import_ntu60_efficientgcn` from the
-two common preprocessed distributions (DATA-FORMATS.md section 1.3).
+two common preprocessed distributions (docs/data-formats.md, "NTU RGB+D 60").
 
 The HDF5 layout: groups ``train`` and ``test``, each with ``data`` float32 (N, 3, T, 25, 2) in
 "CTVM" order (x/y/z, frames, joints, bodies) chunked per sample, ``label`` int64 (action - 1),

@@ -143,7 +143,7 @@ class SkeletonNormalize:
 
     * ``"center"`` (default): subtract one 3-D point per sample, body 0's mid-spine joint (NTU
       joint 2) in the first frame where it is real, from every real joint of every body and
-      frame. One fixed centre per sequence (DATA-FORMATS section 6, the "first-valid-frame" option)
+      frame. One fixed centre per sequence (docs/data-formats.md, "Skeleton preprocessing")
       keeps the global motion that actions such as *falling*, *sit down* or *walking towards* are
       made of, and keeps the two bodies' relative position; a per-frame centre would erase both.
       A sample whose body 0 has no real mid-spine joint is left unshifted.

@@ -1,6 +1,6 @@
 """EfficientGCN-B0/B2/B4 for NTU RGB+D skeletons (Song et al., TPAMI 2022), as in the X-DER paper.
 
-The architecture of the official code (``EfficientGCNv1``, as read in DATA-FORMATS.md section 2):
+The architecture of the official code (``EfficientGCNv1``; docs/data-formats.md, "EfficientGCN-B0"):
 
 * Input: raw joints ``(N, 3, T, 25, M)``. The model builds the three input streams itself, 6 channels
   each (:func:`skeleton_streams`): joints J, velocities V and bones B. Bodies are folded into the
@@ -34,7 +34,7 @@ Differences from the official code:
   features come from ``forward_features`` and the map from a hook on ``gradcam_layer``.
 * torch-geometric (the ``[gcn]`` extra) builds the adjacency once, at construction; the forward pass
   is one dense einsum per graph layer: on a fixed 25-node graph, message passing was about 4x slower
-  to train on CPU and changes the operator (DATA-FORMATS.md section 2).
+  to train on CPU and changes the operator (the one docs/data-formats.md, "EfficientGCN-B0", describes).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """EfficientNet-B2, as in the X-DER paper's Split miniImageNet experiments (84x84, trained from scratch).
 
 The network is torchvision's ``efficientnet_b2``, which matches the paper's table channel for channel
-(DATA-FORMATS.md section 3): a stride-2 3x3 stem of 32 channels, 23 MBConv blocks in seven stages
-(16, 24, 48, 88, 120, 208, 352 channels; repeats 2, 3, 3, 4, 4, 5, 2), a 1x1 head conv to 1408
-channels, global average pooling, dropout 0.3 and a linear layer: 7,841,894 parameters with 100
-classes. At 84x84 the maps are 42, 42, 21, 11, 6, 6, 3, 3 and 3 pixels wide (stem, stages 1-7, head).
+(docs/data-formats.md, "EfficientNet-B2 at 84x84"): a stride-2 3x3 stem of 32 channels, 23 MBConv
+blocks in seven stages (16, 24, 48, 88, 120, 208, 352 channels; repeats 2, 3, 3, 4, 4, 5, 2), a 1x1
+head conv to 1408 channels, global average pooling, dropout 0.3 and a linear layer: 7,841,894
+parameters with 100 classes. At 84x84 the maps are 42, 42, 21, 11, 6, 6, 3, 3 and 3 pixels wide
+(stem, stages 1-7, head).
 
 Differences from the port in the X-DER authors' code (mammoth ``backbone/EfficientNet.py``, after
 lukemelas/EfficientNet-PyTorch):

@@ -3,7 +3,7 @@
 The layout of the authors' code (mammoth ``backbone/ResNet18.py``, after iCaRL): a 3x3 stride-1
 stem without max-pool, BasicBlocks [2, 2, 2, 2] with widths w, 2w, 4w, 8w and first strides
 1/2/2/2, 1x1-conv + BN shortcuts where shape changes, global average pooling, one linear layer.
-With w = 64 and 100 classes it has 11,220,132 parameters (DATA-FORMATS.md section 4).
+With w = 64 and 100 classes it has 11,220,132 parameters (docs/data-formats.md, "ResNet18").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 This is torchvision's ``resnet18``: a 7x7 stride-2 stem and a 3x3 stride-2 max-pool before the four
 stages of BasicBlocks, so ImageNet checkpoints load (a CIFAR-style 3x3 stem cannot take their 7x7
-``conv1``; DATA-FORMATS.md section 4). Parameter and buffer names are torchvision's (``conv1``,
+``conv1``; docs/data-formats.md, "ResNet18"). Parameter and buffer names are torchvision's (``conv1``,
 ``bn1``, ``layer1.0.conv1``, ``layer2.0.downsample.0``, ``fc``), those of ``resnet18-f37072fd.pth``.
 With a 200-class head it has 11,279,112 parameters.
 
