@@ -123,6 +123,14 @@ def test_paper_values_spot_checked_against_the_appendix() -> None:
     assert gdumb.chosen["method.epochs_fitting"] == 256
     assert gdumb.chosen["method.cutmix_probability"] == 0
     assert preset_entry("paper", "seq-miniimg", None, "lwf_mc").chosen["train.lr"] == 0.3
+    # The authors' wd_reg (a loss term wd_reg * sum(theta^2)) as SGD's weight decay, 2 * wd_reg:
+    # LwF.MC's (its code requires wd_reg) and BiC's at 2000 (their SGD's chosen value there is 0).
+    lwf_mc = preset_entry("paper", "seq-cifar100", None, "lwf_mc")
+    assert lwf_mc.chosen["train.weight_decay"] == 2 * 5e-4
+    assert lwf_mc.grid["train.weight_decay"] == [0, 2 * 1e-5, 2 * 5e-4]
+    assert preset_entry("paper", "seq-miniimg", None, "lwf_mc").chosen["train.weight_decay"] == 2 * 1e-5
+    assert preset_entry("paper", "seq-cifar100", 2000, "bic").chosen["train.weight_decay"] == 2 * 5e-5
+    assert preset_entry("paper", "seq-cifar100", 500, "bic").chosen["train.weight_decay"] == 0
     rpc = preset_entry("paper", "seq-cifar100", 2000, "xder-rpc")
     assert rpc.method == "xder"
     assert rpc.chosen["method.future_heads"] == "rpc"
