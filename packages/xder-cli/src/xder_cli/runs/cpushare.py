@@ -198,7 +198,9 @@ class ThreadPolicy:
         requested: ``run.threads`` (0: the fair share, unless ``OMP_NUM_THREADS`` fixes it).
         share: the register to use (default: a :class:`CpuShare` of :func:`share_dir`).
 
-    ``used`` lists every thread count the run trained with, in the order first used.
+    ``used`` lists every thread count the run trained with, in the order first used; ``threads``
+    is the count now and ``runs`` the training runs that shared the cores at the last reading of
+    the register, this one included (1 for a fixed count, which reads no share).
     """
 
     def __init__(
@@ -212,6 +214,8 @@ class ThreadPolicy:
         self.share = share if share is not None else CpuShare()
         self.clock = clock
         self.used: list[int] = []
+        self.threads = 0
+        self.runs = 1
         self._next = 0.0
         self._before: int | None = None
 
@@ -233,7 +237,12 @@ class ThreadPolicy:
 
     def apply(self) -> int:
         """Set torch's thread count now; returns it."""
-        threads = self.fixed if self.fixed is not None else self.share.threads()
+        if self.fixed is not None:
+            threads = self.fixed
+        else:
+            self.runs = self.share.runs()
+            threads = fair_threads(self.share.cores, self.runs)
+        self.threads = threads
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
         if threads not in self.used:
