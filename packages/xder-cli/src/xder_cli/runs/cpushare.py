@@ -26,7 +26,9 @@ Changing the thread count changes the order of floating-point sums, so a CPU run
 depend on its thread count (a fact of PyTorch's kernels, not of this module): a run alone keeps
 every core for its whole life and repeats the numbers of a run alone; for numbers that repeat
 whatever else runs, fix the count (``--set run.threads=N`` or ``OMP_NUM_THREADS``). Each run
-records the counts it used (``results.json``, ``environment.threads``).
+records the counts it used (``results.json``, ``environment.threads``) and tells its display the
+count it starts with, each change and, at the end, the counts used
+(:class:`xder_cli.runs.recorder.ThreadNews`), which ``xder-run`` prints.
 """
 
 from __future__ import annotations
