@@ -152,9 +152,9 @@ def thread_line(news: ThreadNews) -> str | None:
 
 
 class ThreadLines:
-    """Prints a run's :func:`thread_line` as it comes (:attr:`RunDisplay.threads
-    <xder_cli.runs.lifecycle.RunDisplay>`), above a progress bar without breaking it; the end's
-    line only where ``summary`` (``xder-run train`` prints it with its own summary instead)."""
+    """Prints a run's :func:`thread_line` as it comes (a display's ``threads``:
+    :class:`~xder_cli.runs.lifecycle.RunDisplay`), above a progress bar without breaking it; the
+    end's line only where ``summary`` (``xder-run train`` prints it with its own summary instead)."""
 
     def __init__(self, *, summary: bool = True) -> None:
         self.summary = summary
