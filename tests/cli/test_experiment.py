@@ -116,9 +116,13 @@ def test_flatness_pairs_regularisers_interrupt_and_resume(tmp_path: Path, monkey
 def test_class_order_forward_and_backward(tmp_path: Path, capsys) -> None:
     out = tmp_path / "order"
     argv = ["experiment", "class-order", "--methods", "er", "--seeds", "0,1", "--out", str(out), *TINY]
-    assert main(argv) == 0
+    assert main([*argv, "--threads", "1"]) == 0
     printed = capsys.readouterr().out
     assert printed.count(" finished | FAA ") == 4
+    # Each run's log says the thread count its numbers come from, as xder-run train does.
+    log = (out / "runs" / "er-natural-s0" / "log.txt").read_text().splitlines()
+    assert log[0] == "threads: 1 (fixed)"
+    assert log[1].startswith("task 1/5 | class-il [")
     assert "| er |" in printed
     summary = _check_files(out, "class_order.png")
     (row,) = summary["rows"]

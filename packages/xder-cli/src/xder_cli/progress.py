@@ -1,17 +1,19 @@
 """What a training run shows on a terminal: a progress bar per task and one line per task, bars
-over the images a reader walks through, and the run's notes and warnings; and the line a sweep or
-an experiment prints as each of its runs ends (:class:`OutcomeLines`)."""
+over the images a reader walks through, the run's notes and warnings, and on a CPU its thread
+count (:class:`ThreadLines`: at the start, at each change, at the end where it changed); and the
+line a sweep or an experiment prints as each of its runs ends (:class:`OutcomeLines`)."""
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tqdm import tqdm
 
 from xder_cli.runs.lifecycle import RunDisplay
+from xder_cli.runs.recorder import ThreadNews
 from xder_cli.runs.scheduler import outcome_note
 from xder_methods import (
     Callback,
@@ -20,7 +22,17 @@ from xder_methods import (
     TaskRecord,
 )
 
-__all__ = ["OutcomeLines", "TaskProgress", "on_terminal", "print_notice", "progress_bar"]
+__all__ = [
+    "OutcomeLines",
+    "TaskProgress",
+    "ThreadLines",
+    "in_run_log",
+    "on_terminal",
+    "print_notice",
+    "progress_bar",
+    "thread_line",
+    "threads_summary",
+]
 
 
 def progress_bar(description: str) -> Callable[[Iterable[Any]], Iterable[Any]]:
@@ -77,10 +89,97 @@ class TaskProgress(Callback):
         )
 
 
+def _threads(count: int) -> str:
+    return f"{count} thread{'' if count == 1 else 's'}"
+
+
+def _cores(count: int) -> str:
+    return f"{count} core{'' if count == 1 else 's'}"
+
+
+def _others(runs: int) -> str:
+    others = runs - 1
+    if others == 0:
+        return "no other xder-run training"
+    return f"{others} other xder-run training{'' if others == 1 else 's'}"
+
+
+def _listed(counts: Sequence[int]) -> str:
+    words = [str(c) for c in counts]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def threads_summary(device: str, used: Sequence[int]) -> str | None:
+    """The summary's line about a run that trained on more than one CPU thread count (its numbers
+    will not repeat), else None; nothing for a run on another device, whose numbers the count
+    does not change.
+
+    >>> threads_summary("cpu", [2, 1])
+    'threads: trained on 2 and 1 threads, so these numbers will not repeat; --threads 2 fixes the count'
+    >>> threads_summary("cpu", [2]), threads_summary("cuda:0", [2, 1])
+    (None, None)
+    """
+    if not device.startswith("cpu") or len(used) < 2:
+        return None
+    return (
+        f"threads: trained on {_listed(used)} threads, so these numbers will not repeat; "
+        f"--threads {used[0]} fixes the count"
+    )
+
+
+def thread_line(news: ThreadNews) -> str | None:
+    """The line a run's :class:`~xder_cli.runs.recorder.ThreadNews` prints: at the start, the
+    count and where it comes from; at a change, the new count, why and how to keep one; at the end,
+    :func:`threads_summary`."""
+    if news.kind == "start":
+        if not news.auto:
+            return f"threads: {news.threads} (fixed)"
+        share = f"this machine's fair share ({_cores(news.cores)}, {_others(news.runs)})"
+        return f"threads: {news.threads}, {share}; --threads {news.threads} fixes the count"
+    if news.kind == "change":
+        assert news.before is not None
+        why = (
+            "another xder-run training started on this machine"
+            if news.threads < news.before
+            else "an xder-run training on this machine ended"
+        )
+        first, where = news.used[0], f"task {news.task + 1}, epoch {news.epoch + 1}"
+        return (
+            f"threads {news.before} -> {news.threads} in {where}: {why}; the numbers will differ "
+            f"from a run on {_threads(first)} throughout; --threads {first} fixes the count"
+        )
+    return threads_summary("cpu", news.used)
+
+
+class ThreadLines:
+    """Prints a run's :func:`thread_line` as it comes (a display's ``threads``:
+    :class:`~xder_cli.runs.lifecycle.RunDisplay`), above a progress bar without breaking it; the
+    end's line only where ``summary`` (``xder-run train`` prints it with its own summary instead)."""
+
+    def __init__(self, *, summary: bool = True) -> None:
+        self.summary = summary
+
+    def __call__(self, news: ThreadNews) -> None:
+        if news.kind == "end" and not self.summary:
+            return
+        line = thread_line(news)
+        if line is not None:
+            tqdm.write(line, file=sys.stdout)
+            sys.stdout.flush()
+
+
 def on_terminal() -> RunDisplay:
-    """What shows a run on the terminal (:class:`xder_cli.runs.lifecycle.RunDisplay`): a bar per
-    task and a line per task, a bar over the images read, notes and warnings."""
-    return RunDisplay((TaskProgress(),), print_notice, progress_bar("images"))
+    """What shows ``xder-run train``'s run on the terminal (:class:`xder_cli.runs.lifecycle.RunDisplay`):
+    a bar per task and a line per task, a bar over the images read, notes and warnings, the thread
+    count on a CPU (the summary's line is the command's)."""
+    return RunDisplay((TaskProgress(),), print_notice, progress_bar("images"), ThreadLines(summary=False))
+
+
+def in_run_log() -> RunDisplay:
+    """What shows each run of a sweep or an experiment, into its ``log.txt``
+    (:data:`xder_cli.runs.scheduler.LogOutput`): :func:`on_terminal`'s lines, the thread count's
+    summary line included."""
+    return RunDisplay((TaskProgress(),), print_notice, progress_bar("images"), ThreadLines())
 
 
 class OutcomeLines:

@@ -115,10 +115,10 @@ def add_protocol_argument(parser: argparse.ArgumentParser, *, recorded: bool = T
 def scheduling(args: argparse.Namespace, lines: Any) -> dict[str, Any]:
     """What ``sweep`` and ``experiment`` pass on to the scheduler: :func:`add_ray_arguments`'
     values, and the terminal's progress lines (an ``OutcomeLines``) and run output."""
-    from xder_cli.progress import on_terminal
+    from xder_cli.progress import in_run_log
 
     ray = {"max_concurrent": args.max_concurrent, "address": args.address, "gpus_per_run": args.gpus_per_run}
-    return ray | {"on_start": lines.on_start, "on_done": lines.on_done, "log_output": on_terminal}
+    return ray | {"on_start": lines.on_start, "on_done": lines.on_done, "log_output": in_run_log}
 
 
 def add_ray_arguments(parser: argparse.ArgumentParser, unit: str) -> None:

@@ -21,7 +21,7 @@ from xder_cli.commands.common import (
     run_flag_settings,
 )
 from xder_cli.errors import Interrupted, UsageError
-from xder_cli.progress import on_terminal
+from xder_cli.progress import on_terminal, threads_summary
 from xder_cli.runs import rundir
 from xder_cli.runs.lifecycle import Start, live
 from xder_cli.runs.plugins import loaded_plugins
@@ -37,11 +37,17 @@ def _fmt(value: float | None) -> str:
 
 
 def print_summary(results: dict[str, Any], run_dir: Path) -> None:
+    """The run's last lines: its figures, where its files are, and on a CPU whether it trained on
+    more than one thread count (its numbers then do not repeat: :func:`threads_summary`)."""
     print(
         f"FAA {_fmt(results['faa'])}  FF {_fmt(results['ff'])}  |  Task-IL FAA {_fmt(results['task_il_faa'])}"
         f"  |  wall time {results['wall_time_s']:.1f} s"
     )
     print(f"results: {run_dir / rundir.RESULTS}  plots: {run_dir / rundir.PLOTS}")
+    environment = results.get("environment", {})
+    note = threads_summary(str(environment.get("device", "")), environment.get("threads", []))
+    if note is not None:
+        print(note)
 
 
 TRAIN_FLAGS = {

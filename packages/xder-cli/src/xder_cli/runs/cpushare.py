@@ -26,7 +26,9 @@ Changing the thread count changes the order of floating-point sums, so a CPU run
 depend on its thread count (a fact of PyTorch's kernels, not of this module): a run alone keeps
 every core for its whole life and repeats the numbers of a run alone; for numbers that repeat
 whatever else runs, fix the count (``--set run.threads=N`` or ``OMP_NUM_THREADS``). Each run
-records the counts it used (``results.json``, ``environment.threads``).
+records the counts it used (``results.json``, ``environment.threads``) and tells its display the
+count it starts with, each change and, at the end, the counts used
+(:class:`xder_cli.runs.recorder.ThreadNews`), which ``xder-run`` prints.
 """
 
 from __future__ import annotations
@@ -198,7 +200,9 @@ class ThreadPolicy:
         requested: ``run.threads`` (0: the fair share, unless ``OMP_NUM_THREADS`` fixes it).
         share: the register to use (default: a :class:`CpuShare` of :func:`share_dir`).
 
-    ``used`` lists every thread count the run trained with, in the order first used.
+    ``used`` lists every thread count the run trained with, in the order first used; ``threads``
+    is the count now and ``runs`` the training runs that shared the cores at the last reading of
+    the register, this one included (1 for a fixed count, which reads no share).
     """
 
     def __init__(
@@ -212,6 +216,8 @@ class ThreadPolicy:
         self.share = share if share is not None else CpuShare()
         self.clock = clock
         self.used: list[int] = []
+        self.threads = 0
+        self.runs = 1
         self._next = 0.0
         self._before: int | None = None
 
@@ -233,7 +239,12 @@ class ThreadPolicy:
 
     def apply(self) -> int:
         """Set torch's thread count now; returns it."""
-        threads = self.fixed if self.fixed is not None else self.share.threads()
+        if self.fixed is not None:
+            threads = self.fixed
+        else:
+            self.runs = self.share.runs()
+            threads = fair_threads(self.share.cores, self.runs)
+        self.threads = threads
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
         if threads not in self.used:

@@ -42,7 +42,7 @@ from xder_cli.runs.build import (
 )
 from xder_cli.runs.cpushare import ThreadPolicy
 from xder_cli.runs.errors import RunError
-from xder_cli.runs.recorder import RunRecorder, ThreadShare
+from xder_cli.runs.recorder import RunRecorder, ThreadNews, ThreadShare
 from xder_cli.runs.settings import Notify, RunPlan, ignore, load_plan
 from xder_cli.runs.trackers import check_loggers, start_loggers
 from xder_data import DataError, Progress
@@ -66,16 +66,23 @@ USER_ERRORS = (RunError, DataError, MethodError, UnknownBackboneError)
 """What a run raises for its user's mistakes (each one line, exit status 2 on the command line)."""
 
 
+def _no_news(news: ThreadNews) -> None:
+    """The default ``threads`` of a display: nobody listens."""
+
+
 @dataclass(frozen=True)
 class RunDisplay:
     """What shows a run while it trains: ``callbacks`` follow the training after the run's own
     (e.g. a progress bar); ``notify`` hears the lines the run has for its user (where a tracker
     logs, a test set split off from the data, a buffer larger than the training set);
-    ``read_progress`` wraps the loop that reads a benchmark's files."""
+    ``read_progress`` wraps the loop that reads a benchmark's files; ``threads`` hears the CPU
+    thread count of a run on the CPU (:class:`~xder_cli.runs.recorder.ThreadNews`: at the start,
+    at each change of a fair share, at the end), which the run's numbers depend on."""
 
     callbacks: Sequence[Callback] = ()
     notify: Notify = ignore
     read_progress: Progress = no_progress
+    threads: Callable[[ThreadNews], None] = _no_news
 
 
 class Start(enum.Enum):
@@ -244,7 +251,9 @@ def run_training(
     with ThreadPolicy(plan.settings.threads) as threads:
         before = [] if state is None else list(state.get("run", {}).get("threads", []))
         recorder = RunRecorder(run_dir, plan, device, events, elapsed, threads, before)
-        share = ThreadShare(threads, recorder.log)
+        # Only on the CPU does the count change the numbers: on another device it goes unsaid.
+        report = display.threads if device.type == "cpu" else _no_news
+        share = ThreadShare(threads, recorder.log, report, recorder.threads_used)
         return _record_run(plan, run_dir, device, state, recorder, [share, *display.callbacks], display)
 
 

@@ -1,6 +1,6 @@
 """What a run records while it trains: the run directory kept current (events, checkpoint,
-results, plots: :class:`RunRecorder`), the thread count followed (:class:`ThreadShare`), and the
-results of a history (:func:`summarize`)."""
+results, plots: :class:`RunRecorder`), the thread count followed and reported
+(:class:`ThreadShare`, :class:`ThreadNews`), and the results of a history (:func:`summarize`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import platform
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -36,7 +37,7 @@ from xder_methods import (
     TaskRecord,
 )
 
-__all__ = ["RunRecorder", "ThreadShare", "summarize"]
+__all__ = ["RunRecorder", "ThreadNews", "ThreadShare", "summarize"]
 
 
 def _matrix_metrics(matrix: list[list[float]], prefix: str) -> dict[str, Any]:
@@ -224,13 +225,80 @@ class RunRecorder(Callback):
         self.write_results(loop, complete=True)
 
 
+@dataclass(frozen=True)
+class ThreadNews:
+    """What a run on the CPU tells its display about its thread count, which its numbers depend on
+    (:class:`ThreadShare`): once as it starts (``"start"``), at each change of a fair-share count
+    (``"change"``), and once as it ends (``"end"``).
+
+    Attributes:
+        kind: ``"start"``, ``"change"`` or ``"end"``.
+        threads: the count now.
+        auto: whether it is the machine's fair share (else fixed: ``run.threads``,
+            ``OMP_NUM_THREADS``, a Ray trial's reservation).
+        cores: the cores the fair share divides.
+        runs: the training runs sharing them at the last reading, this one included (1 when fixed).
+        used: every count the run trained with, before a resume too, in the order first used.
+        before: the count before a change (None otherwise).
+        task, epoch: where the run is (0-based; the next to train at the start).
+    """
+
+    kind: Literal["start", "change", "end"]
+    threads: int
+    auto: bool
+    cores: int
+    runs: int
+    used: tuple[int, ...]
+    before: int | None = None
+    task: int = 0
+    epoch: int = 0
+
+
+def _ignore_news(news: ThreadNews) -> None:
+    """The default report: nobody listens."""
+
+
 class ThreadShare(Callback):
     """Keeps a fair-share run's CPU thread count current (:class:`ThreadPolicy`), between steps,
-    and logs each change to ``events.jsonl`` (``{"event": "threads", ...}``)."""
+    logs each change to ``events.jsonl`` (``{"event": "threads", ...}``) and tells ``report``
+    (:class:`ThreadNews`): the count at the start, each change, the counts used at the end.
 
-    def __init__(self, policy: ThreadPolicy, log: Callable[[dict[str, Any]], None]) -> None:
+    Args:
+        policy: the run's thread policy, entered.
+        log: appends an event to ``events.jsonl``.
+        report: hears the :class:`ThreadNews` (the caller passes it for a run on the CPU only: on
+            another device the count does not change the numbers).
+        used: every count the run trained with, a resume's earlier ones included (default: the
+            policy's).
+    """
+
+    def __init__(
+        self,
+        policy: ThreadPolicy,
+        log: Callable[[dict[str, Any]], None],
+        report: Callable[[ThreadNews], None] = _ignore_news,
+        used: Callable[[], list[int]] | None = None,
+    ) -> None:
         self.policy = policy
         self.log = log
+        self.report = report
+        self.used = used if used is not None else lambda: list(policy.used)
+
+    def _news(
+        self, loop: Loop, kind: Literal["start", "change", "end"], before: int | None = None
+    ) -> ThreadNews:
+        policy = self.policy
+        return ThreadNews(
+            kind,
+            policy.threads,
+            policy.auto,
+            policy.share.cores,
+            policy.runs,
+            tuple(self.used()),
+            before,
+            loop.task,
+            loop.epoch,
+        )
 
     def on_fit_start(self, loop: Loop) -> None:
         self.log(
@@ -242,10 +310,16 @@ class ThreadShare(Callback):
                 "auto": self.policy.auto,
             }
         )
+        self.report(self._news(loop, "start"))
 
     def on_step(self, loop: Loop) -> None:
+        before = self.policy.threads
         changed = self.policy.poll()
         if changed is not None:
             self.log(
                 {"event": "threads", "task": loop.task, "epoch": loop.epoch, "threads": changed, "auto": True}
             )
+            self.report(self._news(loop, "change", before))
+
+    def on_fit_end(self, loop: Loop) -> None:
+        self.report(self._news(loop, "end"))

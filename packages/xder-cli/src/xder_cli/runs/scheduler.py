@@ -82,7 +82,7 @@ its lease runs out (NFSv4: about 90 s)."""
 LogOutput = Callable[[], RunDisplay]
 """Makes, for one run, the :class:`~xder_cli.runs.lifecycle.RunDisplay` that shows a run (its
 callbacks, notices and read progress); what they print goes to the run's ``log.txt``. The
-commands pass :func:`xder_cli.progress.on_terminal`; on Ray it is called in the worker (a
+commands pass :func:`xder_cli.progress.in_run_log`; on Ray it is called in the worker (a
 module-level function travels by its name)."""
 
 
