@@ -103,7 +103,7 @@ def get_experiment(name: str) -> Experiment:
     return _EXPERIMENTS[name]
 
 
-OWN_OPTIONS = ("pairs", "methods", "method", "params", "buffer_size")
+OWN_OPTIONS = ("pairs", "methods", "method", "params", "buffer_size", "paper")
 """The fields of :class:`ExperimentOptions` that only some experiments take (each experiment's
 ``options`` names its own)."""
 
