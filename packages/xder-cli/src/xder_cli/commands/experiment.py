@@ -61,15 +61,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "not separated by two standard errors) and table.png (ours against published). Another --protocol "
         "(laptop on seq-cifar10 or seq-cifar100) gives a quick table, "
         "the published values for orientation only; a benchmark with nothing published (seq-digits) trains "
-        "the X-DER paper's Table 1 methods and tabulates ours alone. --paper der or x-der trains that "
-        "paper's methods on any benchmark (--paper der on seq-digits: the DER paper's), and --methods may "
-        "name any registered method: a row the benchmark's published table lacks shows - beside ours, and "
-        "the papers' claims are checked on the benchmarks they are about. A method no preset has values for"
-        " (benchmark, buffer size) runs with preset none: the benchmark's protocol and its own defaults. "
-        "flatness, class-order and table train in this process one run after the other unless "
-        "--max-concurrent or --address sends them to Ray. Rerunning skips finished runs and resumes "
-        "interrupted ones; a run another process is training is "
-        "reported as running elsewhere and left to it.",
+        "the X-DER paper's Table 1 methods and tabulates ours alone. --paper der (or x-der) trains that "
+        "paper's methods on any benchmark, and --methods may name any registered method: a row with no "
+        "published value shows -; a method no preset has values for runs with preset none. flatness, "
+        "class-order and table train in this process one run after the other unless --max-concurrent or "
+        "--address sends them to Ray. Rerunning skips finished runs and resumes interrupted ones; a run "
+        "another process is training is reported as running elsewhere and left to it.",
     )
     choices = list_experiments()
     experiment.add_argument("name", choices=choices, metavar="NAME", help=", ".join(choices))
@@ -105,18 +102,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--methods",
         type=name_list,
         metavar="A,B",
-        help=f"class-order: methods ({','.join(DEFAULT_METHODS)}); table: the rows, by method or variant "
-        "entry, e.g. er,derpp,xder-rpc: any of the table's rows and any registered method (default: every "
-        "row of the table)",
+        help=f"class-order: methods ({','.join(DEFAULT_METHODS)}); table: rows by method or variant entry, "
+        "e.g. er,derpp,xder-rpc: the table's or any registered method's (default: every row)",
     )
     papers = ", ".join(table_papers())
-    experiment.add_argument(
-        "--paper",
-        metavar="NAME",
-        help=f"table: whose table's methods are the rows, {papers} (default: the paper of the "
-        "benchmark's published table, else x-der), e.g. --paper der on seq-digits for the DER paper's "
-        "methods; a row with a published value on the benchmark shows it, the others -",
-    )
+    help_paper = f"table: the rows are this paper's methods, {papers} (default: the benchmark's, else x-der)"
+    experiment.add_argument("--paper", metavar="NAME", help=help_paper)
     experiment.add_argument(
         "--buffer-size",
         type=int,
