@@ -600,6 +600,132 @@ def test_table_on_seq_digits_trains_and_tabulates_with_nothing_published(tmp_pat
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["derpp-m20-s0", "derpp-m200-s0", "sgd-s0"]
 
 
+# seq-digits at buffer 200 with a method of the DER paper's table beside the X-DER paper's: nothing is
+# published for seq-digits, so ours alone. Seeds 0-1 (synthetic run directories: nothing trains):
+#   sgd    FAA 19, 21 -> 20.00 ± 1.41;  derpp 90, 94 -> 92.00 ± 2.83;  gem 60, 61 -> 60.50 ± 0.71
+DIGITS = {"sgd": [19.0, 21.0], "derpp": [90.0, 94.0], "gem": [60.0, 61.0]}
+
+
+def test_table_on_seq_digits_takes_any_registered_method(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "digits"
+    entries = table_entries("seq-digits", 200, methods=["sgd", "gem", "derpp"])
+    assert [e.name for e in entries] == ["sgd", "derpp", "gem"]  # the X-DER table's rows, then the others
+    for run in plan_table("seq-digits", 200, entries, [0, 1], {}):
+        _write_run(out / "runs" / run.name, run.config, DIGITS[run.tags["entry"]][run.seed], 10.0)
+    argv = ["experiment", "table", "--benchmark", "seq-digits", "--buffer-size", "200", "--seeds", "0,1"]
+    assert main([*argv, "--methods", "sgd,gem,derpp", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[:2] == [
+        "note: no published results for seq-digits: training the X-DER paper's Table 1 methods (sgd, derpp) "
+        "and gem and tabulating ours alone",
+        "note: no preset has values of sgd, gem for seq-digits at buffer 200: preset none, the benchmark's "
+        "protocol and the method's own defaults",
+    ]
+    assert "6 runs, 6 already finished; training 0 in this process" in printed
+    summary = json.loads((out / "experiment.json").read_text())
+    assert (summary["mode"], summary["paper"], summary["claims"]) == ("ours only", "x-der", [])
+    rows = {row["entry"]: row for row in summary["rows"]}
+    assert rows["gem"]["faa"]["mean"] == pytest.approx(60.5)
+    assert rows["gem"]["faa"]["std"] == pytest.approx(math.sqrt(0.5))
+    assert (rows["gem"]["preset"], rows["derpp"]["preset"]) == ("none", "tuned")
+    table = (out / "table.md").read_text()
+    assert "Rows: the methods of the X-DER paper's Table 1, and gem." in table
+    assert "No published results for seq-digits: ours alone." in table
+    assert "the benchmark's protocol and the method's own defaults, for sgd, gem." in table
+    assert "| gem | none | 60.50 ± 0.71 | 10.00 ± 0.00 | 60.50 ± 0.71 | 2/2 | 1.0 min |" in table
+    assert "claims" not in table  # no claim is about seq-digits
+    assert [line["entry"] for line in csv.DictReader(io.StringIO((out / "table.csv").read_text()))] == [
+        "sgd",
+        "derpp",
+        "gem",
+    ]
+
+
+DER_PAPER = [
+    "joint",
+    "sgd",
+    "ewc_on",
+    "si",
+    "lwf",
+    "er",
+    "gem",
+    "agem",
+    "icarl",
+    "fdr",
+    "gss",
+    "hal",
+    "der",
+    "derpp",
+]
+
+
+def test_table_on_seq_digits_with_the_der_papers_methods(tmp_path: Path, capsys) -> None:
+    """--paper der: the DER paper's Table 2 rows on a benchmark it never ran; every row FAA 50 + its
+    index, seed 0 only (so no std, n 1)."""
+    entries = table_entries("seq-digits", 200, paper="der")
+    assert [e.name for e in entries] == DER_PAPER
+    assert all(e.published is None and e.name == e.method for e in entries)
+    out = tmp_path / "der"
+    runs = plan_table("seq-digits", 200, entries, [0], {})
+    assert {r.name: r.config["run"]["preset"] for r in runs}["gem-m200-s0"] == "none"
+    for run in runs:
+        _write_run(out / "runs" / run.name, run.config, 50.0 + DER_PAPER.index(run.tags["entry"]), 5.0)
+    argv = ["experiment", "table", "--benchmark", "seq-digits", "--buffer-size", "200", "--seeds", "0"]
+    assert main([*argv, "--paper", "der", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0] == (
+        "note: no published results for seq-digits: training the DER paper's Table 2 methods "
+        f"({', '.join(DER_PAPER)}) and tabulating ours alone"
+    )
+    summary = json.loads((out / "experiment.json").read_text())
+    assert (summary["mode"], summary["paper"], summary["paper_name"]) == (
+        "ours only",
+        "der",
+        "DER paper's Table 2",
+    )
+    assert [r["entry"] for r in summary["rows"]] == DER_PAPER
+    table = (out / "table.md").read_text()
+    assert "Rows: the methods of the DER paper's Table 2." in table
+    assert "| gem | none | 56.00 | 5.00 | 56.00 | 1/1 | 1.0 min |" in table
+    assert "| derpp | tuned | 63.00 | 5.00 | 63.00 | 1/1 | 1.0 min |" in table
+
+
+def test_a_row_the_published_table_lacks_shows_a_dash(tmp_path: Path, capsys) -> None:
+    """seq-cifar10 at buffer 200, ER (published 44.79 ± 1.86) and X-DER (not in the DER paper's
+    table), seeds 0-1: ER 44, 46 -> 45.00 ± 1.41, Δ +0.21, σ the published 1.86, SE 1.86/sqrt(2)
+    = 1.315: no; X-DER 60, 62 -> 61.00 ± 1.41 beside -. The DER paper's claims name ER but not
+    X-DER: DER and DER++ above ER is not checked (they were not trained)."""
+    out = tmp_path / "mixed"
+    entries = table_entries("seq-cifar10", 200, methods=["xder", "er"])
+    assert [(e.name, e.published is not None) for e in entries] == [("er", True), ("xder", False)]
+    values = {"er": [44.0, 46.0], "xder": [60.0, 62.0]}
+    for run in plan_table("seq-cifar10", 200, entries, [0, 1], {}):
+        _write_run(out / "runs" / run.name, run.config, values[run.tags["entry"]][run.seed], 30.0)
+    argv = ["experiment", "table", "--benchmark", "seq-cifar10", "--buffer-size", "200", "--seeds", "0,1"]
+    assert main([*argv, "--methods", "xder,er", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "note: nothing published for xder on seq-cifar10 at buffer 200: ours alone in those rows "
+        "(- in the published columns)" in printed
+    )
+    summary = json.loads((out / "experiment.json").read_text())
+    assert summary["mode"] == "judged"
+    rows = {row["entry"]: row for row in summary["rows"]}
+    assert rows["er"]["faa"]["difference"] == pytest.approx(0.21)
+    assert rows["er"]["faa"]["standard_error"] == pytest.approx(1.86 / math.sqrt(2))
+    assert rows["xder"]["faa"]["published"] is None
+    table = (out / "table.md").read_text()
+    assert "Rows: the methods of the DER paper's Table 2, and xder." in table
+    assert "Not in the published table, so - in its columns: xder." in table
+    assert (
+        "| xder | none | 61.00 ± 1.41 | - | - | - | 30.00 ± 0.00 | - | - | - | 61.00 ± 1.41 | - | - | - |"
+        in table
+    )
+    claims = {c["id"]: c for c in summary["claims"]}
+    assert claims["der-above-er"]["verdict"] == "not checked"
+    assert "xder" not in json.dumps(summary["claims"])
+
+
 def test_table_usage_errors_are_one_line(tmp_path: Path, capsys) -> None:
     out = str(tmp_path / "out")
     bad = [
@@ -609,15 +735,18 @@ def test_table_usage_errors_are_one_line(tmp_path: Path, capsys) -> None:
             "seq-cifar10 has no published table at buffer size 300: the published ones are at 200, 500, 5120",
         ),
         (
-            ["--benchmark", "seq-cifar10", "--buffer-size", "200", "--methods", "xder"],
-            "the published table of seq-cifar10 at buffer 200 has no 'xder'; its rows are joint, sgd, "
-            "ewc_on, si, lwf, er",
+            ["--benchmark", "seq-cifar10", "--buffer-size", "200", "--methods", "xder-rpc"],
+            "--methods: no method registers 'xder-rpc' and the DER paper's Table 2 has no row of that name; "
+            "its rows are joint, sgd, ewc_on, si, lwf, er, gem",
         ),
         (
-            ["--benchmark", "seq-cifar10", "--buffer-size", "5120", "--methods", "icarl"],
-            "at buffer 5120 has no 'icarl'",
+            ["--benchmark", "seq-digits", "--buffer-size", "200", "--methods", "sgd,nope"],
+            "--methods: no method registers 'nope' and the X-DER paper's Table 1 has no row of that name",
         ),
-        (["--benchmark", "seq-digits", "--buffer-size", "200", "--methods", "nope"], "has no 'nope'"),
+        (
+            ["--benchmark", "seq-digits", "--buffer-size", "200", "--paper", "mammoth"],
+            "--paper 'mammoth': no such paper; choose one of x-der, der",
+        ),
         (["--benchmark", "seq-digits"], "experiment table needs --buffer-size M"),
         (["--buffer-size", "0"], "--buffer-size must be >= 1"),
         (["--buffer-size", "200", "--set", "method.buffer_size=20"], "use --buffer-size"),
@@ -626,10 +755,12 @@ def test_table_usage_errors_are_one_line(tmp_path: Path, capsys) -> None:
     for flags, _ in bad:
         assert main(["experiment", "table", *flags, "--out", out]) == 2, flags
     assert main(["experiment", "class-order", "--buffer-size", "200", "--out", out]) == 2
+    assert main(["experiment", "class-order", "--paper", "der", "--out", out]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line]
-    assert len(errors) == len(bad) + 1
+    assert len(errors) == len(bad) + 2
     assert all(line.startswith("xder-run experiment: error: ") for line in errors)
     for (flags, message), line in zip(bad, errors, strict=False):
         assert message in line, (flags, line)
-    assert "--buffer-size is an option of experiment table, not of class-order" in errors[-1]
+    assert "--buffer-size is an option of experiment table, not of class-order" in errors[-2]
+    assert "--paper is an option of experiment table, not of class-order" in errors[-1]
     assert not (tmp_path / "out").exists()  # nothing planned, nothing created

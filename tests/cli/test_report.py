@@ -205,6 +205,40 @@ def test_runs_placed_differently_are_one_group(tmp_path: Path, capsys) -> None:
     assert "data_device" not in table
 
 
+def test_a_seed_run_twice_counts_once_and_the_command_says_which(tmp_path: Path, capsys) -> None:
+    """Seeds [0, 0, 1] with FAA [95.4, 95.0, 93.0]: seed 0's earlier run (its folder name sorts
+    first) counts, n = 2, mean (95.0 + 93.0) / 2 = 94.0, std sqrt(2); a note names both runs. DER++
+    seed 0 run twice and nothing else: n = 1, no std."""
+    runs = tmp_path / "runs"
+    er = {"buffer_size": 200}
+    _paper_run(runs, "20240102-000000-er-s0", "er", "seq-cifar10", 0, [[96.4], [95.4, 95.4]], **er)
+    _paper_run(runs, "20240101-000000-er-s0", "er", "seq-cifar10", 0, [[96.0], [95.0, 95.0]], **er)
+    _paper_run(runs, "20240101-000000-er-s1", "er", "seq-cifar10", 1, [[94.0], [93.0, 93.0]], **er)
+    _paper_run(runs, "20240103-derpp-s0", "derpp", "seq-cifar10", 0, [[90.0], [80.0, 80.0]], **er)
+    _paper_run(runs, "20240104-derpp-s0", "derpp", "seq-cifar10", 0, [[92.0], [82.0, 82.0]], **er)
+    out = tmp_path / "report"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| er | paper | 94.00 ± 1.41 (1.00 ± 0.00) n=2; published 44.79 ± 1.86 (-) |" in printed
+    assert "| derpp | paper | 80.00 (10.00) n=1; published" in printed
+    first, second = runs / "20240101-000000-er-s0", runs / "20240102-000000-er-s0"
+    notes = [line for line in printed.splitlines() if line.startswith("note: ")]
+    assert notes == [
+        f"note: er [paper] on seq-cifar10 m200, seed 0: counted {first}, set aside {second} "
+        "(one run per seed: the first by folder name)",
+        f"note: derpp [paper] on seq-cifar10 m200, seed 0: counted {runs / '20240103-derpp-s0'}, set aside "
+        f"{runs / '20240104-derpp-s0'} (one run per seed: the first by folder name)",
+    ]
+    table = (out / "table.md").read_text()
+    assert f"seed 0 run 2 times, counted once: {first} counts, set aside {second}" in table
+    lines = {r["method"]: r for r in csv.DictReader(io.StringIO((out / "table.csv").read_text()))}
+    assert (lines["er"]["n"], lines["er"]["seeds"], lines["er"]["faa_mean"]) == ("2", "0;1", "94.0000")
+    assert lines["er"]["runs"] == f"{first};{runs / '20240101-000000-er-s1'}"
+    assert (lines["derpp"]["n"], lines["derpp"]["faa_std"]) == ("1", "")
+    groups = {g["method"]: g for g in json.loads((out / "report.json").read_text())["groups"]}
+    assert groups["er"]["repeated_seeds"] == [{"seed": 0, "counted": str(first), "set_aside": [str(second)]}]
+
+
 def test_the_published_value_stands_beside_matching_groups(tmp_path: Path, capsys) -> None:
     runs = tmp_path / "runs"
     # DER++ on seq-cifar100 at 500, seeds 0-1: FAA (30+32)/2 = 31 and 33, FF 80-30 = 50 and 52.

@@ -12,9 +12,11 @@ import pytest
 
 from xder_eval import (
     GroupKey,
+    RepeatedSeed,
     ReportColumn,
     RunRecord,
     build_report,
+    count_each_seed_once,
     group_runs,
     plot_report_curves,
     plot_report_matrix,
@@ -388,12 +390,75 @@ def test_malformed_results_are_listed_not_raised() -> None:
     assert [g.seeds for g in report.groups] == [(2,)]
 
 
-def test_a_seed_run_twice_is_flagged() -> None:
-    report = build_report([record("er", 0, ER[0], path="a"), record("er", 0, ER[1], path="b")])
+def test_a_seed_run_twice_counts_once() -> None:
+    report = build_report([record("er", 0, ER[1], path="runs/b"), record("er", 0, ER[0], path="runs/a")])
     (problem,) = report.problems
     assert problem.kind == "duplicate_seed"
-    assert problem.seeds == (0,)
-    assert problem.message == "er [none] on seq-a m200: seed 0 run more than once, each run counted"
+    assert (problem.seed, problem.seeds) == (0, (0,))
+    assert problem.message == (
+        "er [none] on seq-a m200: seed 0 run 2 times, counted once: runs/a counts, set aside runs/b "
+        "(the first run directory by folder name counts)"
+    )
+    (group,) = report.groups
+    assert (group.seeds, group.paths, group.n) == ((0,), ("runs/a",), 1)
+    assert group.repeated == (RepeatedSeed(0, "runs/a", ("runs/b",)),)
+    assert group.class_il.faa.values == (60.0,)  # ER[0]'s FAA alone: one seed, no std
+    assert "| er | none | 60.00 (10.00) n=1 |" in report_markdown(report)
+    (payload,) = report_dict(report)["groups"]
+    assert payload["runs"] == ["runs/a"]
+    assert payload["repeated_seeds"] == [{"seed": 0, "counted": "runs/a", "set_aside": ["runs/b"]}]
+
+
+def _two_tasks(faa: float) -> list[list[float]]:
+    """A two-task Class-IL matrix of final average accuracy ``faa`` (FF 1)."""
+    return [[faa + 1.0], [faa, faa]]
+
+
+# Seeds [0, 0, 1], FAA [95.0, 95.4, 93.0]: seed 0's runs are 20240101-...-s0 (95.0) and
+# 20240102-...-s0 (95.4): the first by folder name, the earlier, counts. n = 2, the mean of 95.0 and
+# 93.0 = 94.0, the sample std |95.0 - 93.0| / sqrt(2) = sqrt(2) = 1.414; never three values.
+REPEATED = [
+    ("runs/20240102-000000-er-s0", 0, 95.4),
+    ("runs/20240101-000000-er-s0", 0, 95.0),
+    ("runs/20240101-000000-er-s1", 1, 93.0),
+]
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 2, 0)])
+def test_the_mean_is_over_distinct_seeds_worked_out_by_hand(order: tuple[int, ...]) -> None:
+    runs = [REPEATED[i] for i in order]
+    report = build_report([record("er", seed, _two_tasks(faa), path=path) for path, seed, faa in runs])
+    (group,) = report.groups
+    assert group.seeds == (0, 1)
+    assert group.n == 2
+    assert group.class_il.faa.values == (95.0, 93.0)
+    assert group.class_il.faa.mean == pytest.approx(94.0)
+    assert group.class_il.faa.std == pytest.approx(math.sqrt(2))
+    assert group.paths == ("runs/20240101-000000-er-s0", "runs/20240101-000000-er-s1")
+    assert group.repeated == (RepeatedSeed(0, "runs/20240101-000000-er-s0", ("runs/20240102-000000-er-s0",)),)
+    assert "| er | none | 94.00 ± 1.41 (1.00 ± 0.00) n=2 |" in report_markdown(report)
+
+
+def test_count_each_seed_once_by_folder_name_then_path() -> None:
+    runs = [
+        ("z/er-s0", 0, 95.4),  # same folder name as a/er-s0: the path decides
+        ("a/er-s0", 0, 95.0),
+        ("c/er-s1", 1, 93.0),
+        ("b/er-s0-again", 0, 90.0),  # another folder name, after er-s0
+        ("c/er-s2", 2, 91.0),
+        ("d/er-s2", 2, 92.0),
+    ]
+    kept, repeated = count_each_seed_once(runs, seed=lambda r: r[1], path=lambda r: r[0])
+    assert kept == [("a/er-s0", 0, 95.0), ("c/er-s1", 1, 93.0), ("c/er-s2", 2, 91.0)]
+    assert repeated == [
+        RepeatedSeed(0, "a/er-s0", ("z/er-s0", "b/er-s0-again")),
+        RepeatedSeed(2, "c/er-s2", ("d/er-s2",)),
+    ]
+    assert count_each_seed_once(list(reversed(runs)), seed=lambda r: r[1], path=lambda r: r[0]) == (
+        kept,
+        repeated,
+    )
+    assert count_each_seed_once([], seed=lambda r: r[1], path=lambda r: r[0]) == ([], [])
 
 
 def test_nothing_complete_gives_an_empty_table() -> None:

@@ -4,11 +4,13 @@ published."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from xder_cli.runs.errors import SettingError
+from xder_cli.runs.experiments import ExperimentOptions, plan_experiment
 from xder_cli.runs.experiments.flatness import REGULARISERS, pair_class_order, plot_flatness
 from xder_cli.runs.experiments.table import plan_table, table_entries
 from xder_cli.runs.settings import parse_values
@@ -76,6 +78,15 @@ def test_table_with_nothing_published_plans_every_method_of_the_x_der_table() ->
     assert presets["xder-m200-s0"] == presets["derpp-m200-s0"] == "tuned"
     assert presets["er-m200-s0"] == presets["lwf_mc-s0"] == "none"
     assert [r.name for r in runs if "-m200-" not in r.name] == ["joint-s0", "sgd-s0", "lwf_mc-s0"]
+
+
+def test_an_experiment_refuses_a_seed_given_twice() -> None:
+    """Each (setting, seed) is one run directory named after its seed: seeds (0, 1, 0) would count
+    seed 0's run twice in every mean."""
+    options = ExperimentOptions(benchmark="seq-digits", seeds=(0, 1, 0), methods=("er",), buffer_size=200)
+    with pytest.raises(SettingError, match=r"^seeds 0,1,0: seed 0 is given more than once"):
+        plan_experiment("table", options)
+    assert len(plan_experiment("table", dataclasses.replace(options, seeds=(0, 1))).runs) == 2
 
 
 def test_one_runs_time_reads_in_seconds_under_a_minute() -> None:

@@ -12,10 +12,15 @@ from xder_cli.runs.errors import SettingError
 from xder_cli.runs.experiments.table import table_entries
 from xder_cli.runs.presets import default_preset, list_presets, preset_entries, preset_entry
 from xder_cli.runs.published import (
+    benchmark_paper,
+    paper_methods,
+    paper_name,
+    published_at,
     published_benchmarks,
     published_buffer_sizes,
     published_results,
     published_table,
+    table_papers,
     xder_table_methods,
 )
 from xder_methods import list_methods, method_config_class
@@ -189,6 +194,40 @@ def test_lookups() -> None:
     assert {"published", "published_analyses", "claims"}.isdisjoint(
         list_presets()
     )  # data beside the presets, not presets
+
+
+def test_the_papers_and_their_methods() -> None:
+    assert table_papers() == ["x-der", "der"]
+    assert (paper_name("x-der"), paper_name("der")) == ("X-DER paper's Table 1", "DER paper's Table 2")
+    assert paper_methods("x-der") == xder_table_methods()
+    der = ("joint", "sgd", "ewc_on", "si", "lwf", "er", "gem", "agem", "icarl", "fdr", "gss", "hal")
+    assert paper_methods("der") == (*der, "der", "derpp")
+    assert [benchmark_paper(b) for b in ("seq-cifar100", "seq-cifar10", "seq-digits", "sources")] == [
+        "x-der",
+        "der",
+        None,
+        None,
+    ]
+    assert published_at("seq-cifar10", 300) == published_at("seq-digits", 200) == []  # never raises
+    assert published_at("seq-cifar10", 200) == published_table("seq-cifar10", 200)
+    for bad in (lambda: paper_name("mammoth"), lambda: paper_methods("mammoth")):
+        with pytest.raises(SettingError, match="'mammoth': no such paper; choose one of x-der, der"):
+            bad()
+
+
+def test_a_papers_methods_on_any_benchmark() -> None:
+    """--paper: the paper's registered methods, each with the benchmark's published value where it
+    has one at that buffer size; on the benchmark's own paper, its published table as before."""
+    der_on_c100 = {e.name: e.published for e in table_entries("seq-cifar100", 500, paper="der")}
+    assert list(der_on_c100) == list(paper_methods("der"))
+    assert der_on_c100["derpp"].faa == 38.25  # the X-DER paper's figure for seq-cifar100
+    assert der_on_c100["gem"] is None
+    assert table_entries("seq-cifar10", 200, paper="der") == table_entries("seq-cifar10", 200)
+    xder_on_c10 = {e.name: e.published for e in table_entries("seq-cifar10", 300, paper="x-der")}
+    assert list(xder_on_c10) == list(xder_table_methods())  # any buffer size: nothing published at 300
+    assert set(xder_on_c10.values()) == {None}
+    with pytest.raises(SettingError, match="no published table at buffer size 300"):
+        table_entries("seq-cifar10", 300, paper="der")  # its own paper: a published buffer size
 
 
 def test_the_published_analyses_and_a_malformed_file() -> None:

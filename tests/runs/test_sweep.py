@@ -149,6 +149,13 @@ def test_grid_from_the_paper_preset() -> None:
     assert len(plan_trials(spec)) == 2 * points
 
 
+def test_a_seed_given_twice_is_refused_before_anything_is_planned() -> None:
+    """A trial is named after its seed: seeds (0, 0) would be one run directory counted twice."""
+    spec = spec_from_preset("paper:seq-cifar100:500:xder-rpc", (0, 1, 0))
+    with pytest.raises(SettingError, match=r"^seeds 0,1,0: seed 0 is given more than once"):
+        plan_trials(spec)
+
+
 def test_the_commands_flags_fix_a_setting_of_every_trial(tmp_path: Path) -> None:
     grid = tmp_path / "GRID.toml"
     grid.write_text(
@@ -175,6 +182,10 @@ def test_the_commands_flags_fix_a_setting_of_every_trial(tmp_path: Path) -> None
         ('benchmark = "seq-digits"\n[grid]\n"method.alpha" = [0.1]\n', "'method' is missing"),
         ('method = "er"\nbenchmark = "seq-digits"\n[grid]\n"method.alpha" = 0.1\n', "non-empty list"),
         ('method = "er"\nbenchmark = "seq-digits"\nseeds = []\n[grid]\n"train.lr" = [0.1]\n', "seeds"),
+        (
+            'method = "er"\nbenchmark = "seq-digits"\nseeds = [0, 1, 0]\n[grid]\n"train.lr" = [0.1]\n',
+            "seeds 0,1,0: seed 0 is given more than once; each seed is one run, counted once",
+        ),
         (
             'method = "er"\nbenchmark = "seq-digits"\nvalidation = 0\n[grid]\n"train.lr" = [0.1]\n',
             "validation",

@@ -1,7 +1,8 @@
 """What a training run shows on a terminal: a progress bar per task and one line per task, bars
 over the images a reader walks through, the run's notes and warnings, and on a CPU its thread
-count (:class:`ThreadLines`: at the start, at each change, at the end where it changed); and the
-line a sweep or an experiment prints as each of its runs ends (:class:`OutcomeLines`)."""
+count (:class:`ThreadLines`: at the start, at each change, at the end where it changed); the
+line a sweep or an experiment prints as each of its runs ends (:class:`OutcomeLines`); and the
+note of a report on a seed run more than once (:func:`repeated_seed_notes`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tqdm import tqdm
 
 from xder_cli.runs.lifecycle import RunDisplay
 from xder_cli.runs.recorder import ThreadNews
+from xder_cli.runs.report import WrittenReport
 from xder_cli.runs.scheduler import outcome_note
 from xder_methods import (
     Callback,
@@ -30,6 +32,7 @@ __all__ = [
     "on_terminal",
     "print_notice",
     "progress_bar",
+    "repeated_seed_notes",
     "thread_line",
     "threads_summary",
 ]
@@ -42,6 +45,15 @@ def progress_bar(description: str) -> Callable[[Iterable[Any]], Iterable[Any]]:
         return tqdm(items, desc=description, unit="item", leave=False, disable=None)
 
     return wrap
+
+
+def repeated_seed_notes(written: WrittenReport) -> list[str]:
+    """One line per seed a report's group holds more than once: the run that counted, those set aside."""
+    return [
+        f"note: {where}, seed {r.seed}: counted {r.counted}, set aside {', '.join(r.set_aside)} "
+        "(one run per seed: the first by folder name)"
+        for where, r in written.repeated
+    ]
 
 
 def print_notice(message: str) -> None:

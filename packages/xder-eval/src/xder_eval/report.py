@@ -27,17 +27,23 @@ sections of ``config.toml`` and the ``results.json`` object); this module reads 
    benchmark holding only such runs gets one column. A replay method run with buffer size 0 is
    not one of them: it has its column ``m0``.
    Each group's seeds are compared with the union of seeds run on its benchmark (complete or
-   not): the seeds it lacks are listed as a problem, as is a seed that was run twice.
+   not): the seeds it lacks are listed as a problem.
+   **One run per seed.** A group counts each seed once (:func:`count_each_seed_once`): where
+   several complete runs share the group's configuration and a seed, the one whose run directory's
+   folder name sorts first counts (ties: the whole path), the others are set aside. ``xder-run
+   train`` folders begin with their start time, so that is the earliest started. The set-aside
+   runs are listed as a problem (``duplicate_seed``) naming the run that counted, and kept in
+   :attr:`GroupSummary.repeated`; n is the number of distinct seeds.
 4. **Published values** (optional, :class:`xder_eval.PublishedResult`, passed in by the caller):
    a group that matches a published cell (same benchmark, buffer size, and method or preset
    variant: :meth:`PublishedResult.matches`) shows the published FAA (FF) beside its own in the
    Class-IL table, the CSV and the JSON. A run on another protocol than ``full`` matches none:
    its benchmark is ``"<benchmark> (<protocol>)"``.
 
-Statistics are the mean and the sample standard deviation (``ddof=1``) over a group's seeds;
-with one seed there is no standard deviation. Accuracies are in percent, as in ``results.json``.
-FAA and FF are recomputed from the accuracy matrices (:mod:`xder_eval.metrics`), Class-IL by
-default and Task-IL on request.
+Statistics are the mean and the sample standard deviation (``ddof=1``) over a group's distinct
+seeds, one run each; with one seed there is no standard deviation. Accuracies are in percent, as
+in ``results.json``. FAA and FF are recomputed from the accuracy matrices
+(:mod:`xder_eval.metrics`), Class-IL by default and Task-IL on request.
 
 matplotlib (the ``[plots]`` extra) is imported only when a plot is drawn.
 """
@@ -45,14 +51,15 @@ matplotlib (the ``[plots]`` extra) is imported only when a plot is drawn.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import re
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePath
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -65,6 +72,7 @@ __all__ = [
     "RUN_IDENTITY_KEYS",
     "GroupKey",
     "GroupSummary",
+    "RepeatedSeed",
     "Report",
     "ReportColumn",
     "ReportRow",
@@ -73,8 +81,10 @@ __all__ = [
     "SeedStats",
     "SettingSummary",
     "build_report",
+    "count_each_seed_once",
     "file_token",
     "group_runs",
+    "group_title",
     "plot_report_curves",
     "plot_report_matrix",
     "report_csv",
@@ -167,7 +177,8 @@ class RunProblem:
     Attributes:
         kind: ``unreadable``, ``missing`` (no results.json), ``incomplete`` (``complete: false``),
             ``missing_seeds`` (a group lacks seeds its benchmark's other runs have) or
-            ``duplicate_seed`` (a group holds one seed more than once).
+            ``duplicate_seed`` (a group holds one seed more than once: one run counted, the others
+            set aside, :func:`count_each_seed_once`).
         message: one line for people, naming the path or group.
         path: the run directory (empty for group-level problems).
         method, benchmark, buffer_size, seed: what is known of the run or group (None if unknown).
@@ -229,8 +240,19 @@ class SettingSummary:
 
 
 @dataclass(frozen=True)
+class RepeatedSeed:
+    """A seed that several complete runs of one group share: the run that counts
+    (:func:`count_each_seed_once`) and those set aside, by path."""
+
+    seed: int
+    counted: str
+    set_aside: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class GroupSummary:
-    """The statistics of one group of complete runs (seeds in ascending order).
+    """The statistics of one group of complete runs: one run per seed (seeds in ascending order,
+    ``paths`` the runs that count), ``repeated`` the seeds run more than once and the runs set aside.
 
     ``class_il`` and ``task_il`` hold the FAA and FF :class:`SeedStats`, the mean and std of the
     accuracy-after-each-task curve, and the element-wise mean accuracy matrix.
@@ -242,6 +264,7 @@ class GroupSummary:
     class_il: SettingSummary
     task_il: SettingSummary
     missing_seeds: tuple[int, ...] = ()
+    repeated: tuple[RepeatedSeed, ...] = ()
 
     @property
     def n(self) -> int:
@@ -524,6 +547,49 @@ def group_runs(
 # ---------------------------------------------------------------------------------------------
 # Statistics
 
+_T = TypeVar("_T")
+
+
+def _counting_order(path: str) -> tuple[str, str]:
+    """The order in which runs of one seed are considered: folder name, then the whole path."""
+    return (PurePath(path).name, path)
+
+
+def count_each_seed_once(
+    runs: Iterable[_T], seed: Callable[[_T], int], path: Callable[[_T], str]
+) -> tuple[list[_T], list[RepeatedSeed]]:
+    """One run per seed, the rule of every aggregate over seeds: of the runs sharing a seed, the
+    one whose folder name (the last part of ``path``) sorts first counts, ties broken by the whole
+    path; the others are set aside. ``xder-run train`` names a run's folder after its start time,
+    so of its runs the earliest started counts. The rule reads only the paths: the same runs give
+    the same choice in any order.
+
+    Args:
+        runs: the runs of one group (one configuration), complete.
+        seed: a run's seed.
+        path: a run's directory.
+
+    Returns:
+        The runs that count, by ascending seed, and for each seed run more than once (ascending)
+        the run that counts and those set aside (in the rule's order).
+
+    >>> runs = [("b/er-s0", 0), ("c/er-s1", 1), ("a/er-s0", 0)]
+    >>> kept, repeated = count_each_seed_once(runs, seed=lambda r: r[1], path=lambda r: r[0])
+    >>> kept, repeated
+    ([('a/er-s0', 0), ('c/er-s1', 1)], [RepeatedSeed(seed=0, counted='a/er-s0', set_aside=('b/er-s0',))])
+    """
+    by_seed: dict[int, list[_T]] = defaultdict(list)
+    for run in runs:
+        by_seed[seed(run)].append(run)
+    kept: list[_T] = []
+    repeated: list[RepeatedSeed] = []
+    for value in sorted(by_seed):
+        ordered = sorted(by_seed[value], key=lambda run: _counting_order(path(run)))
+        kept.append(ordered[0])
+        if len(ordered) > 1:
+            repeated.append(RepeatedSeed(value, path(ordered[0]), tuple(path(r) for r in ordered[1:])))
+    return kept, repeated
+
 
 def _stat(values: Sequence[float | None]) -> SeedStats:
     finite = tuple(float(v) for v in values if v is not None and math.isfinite(v))
@@ -575,29 +641,39 @@ def _mode_summary(matrices: Sequence[list[list[float]]], forgetting_defined: boo
     )
 
 
+def _seed_of(record: RunRecord) -> int:
+    """The seed of a complete run (:func:`_status` has checked that it is known)."""
+    seed = _identify(record).seed
+    if seed is None:  # pragma: no cover - excluded by _status
+        raise ValueError(f"{record.path}: seed unknown")
+    return seed
+
+
 def summarize_group(key: GroupKey, records: Sequence[RunRecord]) -> GroupSummary:
     """Mean and sample std over seeds of FAA, FF, the accuracy curve and the accuracy matrix,
-    for Class-IL and Task-IL; records are sorted by seed first.
+    for Class-IL and Task-IL, one run per seed (:func:`count_each_seed_once`: the others are
+    the summary's ``repeated``); the runs that count are sorted by seed.
 
     Raises:
         ValueError: no records, or a record without valid results (use :func:`group_runs`).
     """
     if not records:
         raise ValueError(f"group {key} has no runs")
-    runs = sorted(records, key=lambda r: (_int_or_none((r.results or {}).get("seed")) or 0, r.path))
-    for run in runs:
+    for run in records:
         if run.results is None or _status(_identify(run)) is not None:
             raise ValueError(f"{run.path} is not a complete run")
+    runs, repeated = count_each_seed_once(records, seed=_seed_of, path=lambda r: r.path)
     class_il = [_as_float_rows(r.results["accuracy_matrix"]) for r in runs]  # type: ignore[index]
     task_il = [_as_float_rows(r.results["task_il_accuracy_matrix"]) for r in runs]  # type: ignore[index]
     # A run can declare forgetting meaningless (JT trained once after the last task: the paper's "-").
     defined = all((r.results or {}).get("forgetting_defined", True) for r in runs)
     return GroupSummary(
         key=key,
-        seeds=tuple(int(r.results["seed"]) for r in runs),  # type: ignore[index]
+        seeds=tuple(_seed_of(r) for r in runs),
         paths=tuple(r.path for r in runs),
         class_il=_mode_summary(class_il, defined),
         task_il=_mode_summary(task_il, defined),
+        repeated=tuple(repeated),
     )
 
 
@@ -632,16 +708,9 @@ def build_report(
     for key in sorted(grouped, key=lambda k: (k.benchmark, k.buffer_size, *_method_rank(k.method), k)):
         summary = summarize_group(key, grouped[key])
         missing = tuple(sorted(expected[key.benchmark] - set(summary.seeds)))
-        summary = GroupSummary(
-            key=summary.key,
-            seeds=summary.seeds,
-            paths=summary.paths,
-            class_il=summary.class_il,
-            task_il=summary.task_il,
-            missing_seeds=missing,
-        )
+        summary = dataclasses.replace(summary, missing_seeds=missing)
         summaries.append(summary)
-        where = _group_title(key)
+        where = group_title(key)
         if missing:
             group_problems.append(
                 RunProblem(
@@ -654,17 +723,18 @@ def build_report(
                     seeds=missing,
                 )
             )
-        repeated = tuple(sorted({s for s in summary.seeds if summary.seeds.count(s) > 1}))
-        if repeated:
+        for repeat in summary.repeated:
             group_problems.append(
                 RunProblem(
                     "duplicate_seed",
-                    f"{where}: seed{'s' if len(repeated) > 1 else ''} {_join(repeated)} run more than once, "
-                    "each run counted",
+                    f"{where}: seed {repeat.seed} run {1 + len(repeat.set_aside)} times, counted once: "
+                    f"{repeat.counted} counts, set aside {', '.join(repeat.set_aside)} "
+                    "(the first run directory by folder name counts)",
                     method=key.method,
                     benchmark=key.benchmark,
                     buffer_size=key.buffer_size,
-                    seeds=repeated,
+                    seed=repeat.seed,
+                    seeds=(repeat.seed,),
                 )
             )
 
@@ -708,7 +778,9 @@ def _variant_name(method: str, preset: str, settings: str) -> str:
     return f"{method} [{preset}; {settings}]" if settings else f"{method} [{preset}]"
 
 
-def _group_title(key: GroupKey) -> str:
+def group_title(key: GroupKey) -> str:
+    """A group in words: ``er [none] on seq-cifar10 m200`` (its method, preset and settings, on
+    its column)."""
     where = ReportColumn(key.benchmark, key.buffer_size, key.buffered).header
     return f"{_variant_name(key.method, key.preset, key.settings)} on {where}"
 
@@ -882,7 +954,8 @@ def _published_dict(published: PublishedResult | None) -> dict[str, Any] | None:
 
 def report_dict(report: Report, *, task_il: bool = False) -> dict[str, Any]:
     """Everything in the report as strict-JSON-ready data (NaN -> None): the table layout, each
-    group's statistics (both settings, per-seed values, curves, mean matrices), its published
+    group's statistics (both settings, per-seed values, curves, mean matrices), the runs that count
+    (``runs``) and the seeds run more than once with the runs set aside (``repeated_seeds``), its published
     (Class-IL) cell where it matches one (else None), and the problems. ``setting`` records which
     of Class-IL/Task-IL the table shows."""
     return {
@@ -908,6 +981,9 @@ def report_dict(report: Report, *, task_il: bool = False) -> dict[str, Any]:
                 "seeds": list(g.seeds),
                 "missing_seeds": list(g.missing_seeds),
                 "runs": list(g.paths),
+                "repeated_seeds": [
+                    {"seed": r.seed, "counted": r.counted, "set_aside": list(r.set_aside)} for r in g.repeated
+                ],
                 "class_il": _mode_dict(g.class_il),
                 "task_il": _mode_dict(g.task_il),
                 "published": _published_dict(report.published_for(g)),

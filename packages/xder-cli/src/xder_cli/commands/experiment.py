@@ -28,6 +28,7 @@ __all__ = ["add_parser", "run"]
 EXPERIMENT_EXAMPLES = """examples:
   xder-run experiment table --benchmark seq-cifar100 --protocol laptop --buffer-size 500 \\
       --seeds 0,1,2 --set run.data_root=data --out tables/c100-laptop
+  xder-run experiment table --benchmark seq-digits --buffer-size 200 --paper der --out tables/digits-der
   xder-run experiment class-order --benchmark seq-digits --methods xder,er --out exp/order
   xder-run experiment sensitivity --method xder --param method.alpha=0.1,0.3,0.6 --out exp/alpha"""
 
@@ -37,6 +38,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     from xder_cli.runs.experiments import DEFAULT_SEEDS, list_experiments
     from xder_cli.runs.experiments.class_order import DEFAULT_METHODS
     from xder_cli.runs.experiments.sensitivity import DEFAULT_METHOD as DEFAULT_SENSITIVITY_METHOD
+    from xder_cli.runs.published import table_papers
 
     experiment = commands.add_parser(
         "experiment",
@@ -59,10 +61,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "not separated by two standard errors) and table.png (ours against published). Another --protocol "
         "(laptop on seq-cifar10 or seq-cifar100) gives a quick table, "
         "the published values for orientation only; a benchmark with nothing published (seq-digits) trains "
-        "the X-DER paper's Table 1 methods and tabulates ours alone. flatness, class-order and table train "
-        "in this process one run after the other unless --max-concurrent or --address sends them to Ray. "
-        "Rerunning skips finished runs and resumes interrupted ones; a run another process is training is "
-        "reported as running elsewhere and left to it.",
+        "the X-DER paper's Table 1 methods and tabulates ours alone. --paper der (or x-der) trains that "
+        "paper's methods on any benchmark, and --methods may name any registered method: a row with no "
+        "published value shows -; a method no preset has values for runs with preset none. flatness, "
+        "class-order and table train in this process one run after the other unless --max-concurrent or "
+        "--address sends them to Ray. Rerunning skips finished runs and resumes interrupted ones; a run "
+        "another process is training is reported as running elsewhere and left to it.",
     )
     choices = list_experiments()
     experiment.add_argument("name", choices=choices, metavar="NAME", help=", ".join(choices))
@@ -98,9 +102,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--methods",
         type=name_list,
         metavar="A,B",
-        help=f"class-order: methods ({','.join(DEFAULT_METHODS)}); table: some of the table's rows, by "
-        "method or variant entry, e.g. er,derpp,xder-rpc (default: every row)",
+        help=f"class-order: methods ({','.join(DEFAULT_METHODS)}); table: rows by method or variant entry, "
+        "e.g. er,derpp,xder-rpc: the table's or any registered method's (default: every row)",
     )
+    papers = ", ".join(table_papers())
+    help_paper = f"table: the rows are this paper's methods, {papers} (default: the benchmark's, else x-der)"
+    experiment.add_argument("--paper", metavar="NAME", help=help_paper)
     experiment.add_argument(
         "--buffer-size",
         type=int,
@@ -150,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
         method=args.method,
         params=tuple(parse_values(text) for text in args.param or ()),
         buffer_size=args.buffer_size,
+        paper=args.paper,
     )
     planned = experiments.plan_experiment(args.name, options, notify=print_notice)
     out = Path(args.out)

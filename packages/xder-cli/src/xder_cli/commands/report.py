@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from xder_cli.commands.common import add_plugin_argument
+from xder_cli.progress import repeated_seed_notes
 from xder_cli.runs.report import DEFAULT_REPORT_OUT, write_report
 
 __all__ = ["add_parser", "run"]
@@ -13,10 +14,11 @@ __all__ = ["add_parser", "run"]
 
 def run(args: argparse.Namespace) -> int:
     """Run ``xder-run report`` (``args``: ``run_dirs``, ``out``, ``task_il``): write the report,
-    print its tables and what it wrote."""
+    print its tables, a note per seed run twice or more, and what it wrote."""
     written = write_report(list(args.run_dirs), args.out, task_il=bool(args.task_il))
     print(written.markdown, end="")
     print(written.analyses_markdown, end="")
+    print("".join(f"{note}\n" for note in repeated_seed_notes(written)), end="")
     print(
         f"\n{written.runs} runs read, {written.groups} groups"
         + (f" ({written.analysed} runs analysed)" if written.analysed else "")
@@ -41,7 +43,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             "curves_<benchmark>_m<buffer>.png and matrix_<benchmark>_m<buffer>_<method>.png. Runs "
             "analysed with xder-run analyze add analyses.md and analyses_<benchmark>_m<buffer>.png: "
             "SS-ERR, SS-NLL, ECE and the newest-head share over seeds, beside the paper's figures, with "
-            "the paper's claims on them checked."
+            "the paper's claims on them checked. n counts distinct seeds: of complete runs sharing a "
+            "configuration and a seed, the first by folder name counts, the others are named in a note."
         ),
     )
     report.add_argument(

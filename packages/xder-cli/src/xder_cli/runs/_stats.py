@@ -1,6 +1,8 @@
 """The statistics over seeds of the sweep's and the experiments' summaries, and their number
 formats: the mean and the sample standard deviation, which is undefined below two seeds (shown as
-the mean alone, never as ``± 0.00``)."""
+the mean alone, never as ``± 0.00``). Each seed counts once: a sweep or an experiment plans one run
+per (setting, seed), named after its seed, so its seeds must be distinct (:func:`check_distinct_seeds`;
+the report's rule for runs of one seed found twice is :func:`xder_eval.count_each_seed_once`)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,26 @@ import math
 import statistics
 from collections.abc import Sequence
 
-__all__ = ["fmt", "fmt_stat", "mean_std"]
+from xder_cli.runs.errors import SettingError, option
+
+__all__ = ["check_distinct_seeds", "fmt", "fmt_stat", "mean_std"]
+
+
+def check_distinct_seeds(seeds: Sequence[int], named: str | None = None) -> None:
+    """A sweep's or an experiment's seeds, each once: a planned run is named after its seed, so a
+    seed given twice would be one run directory planned twice and its figures counted twice in the
+    mean over seeds. ``named``: how the message names the seeds (default: the option ``seeds``).
+
+    Raises:
+        SettingError: a seed given more than once.
+    """
+    repeated = sorted({seed for seed in seeds if list(seeds).count(seed) > 1})
+    if repeated:
+        name = option("seeds") if named is None else named
+        raise SettingError(
+            f"{name} {','.join(map(str, seeds))}: seed {', '.join(map(str, repeated))} is given more than "
+            "once; each seed is one run, counted once in the mean over seeds"
+        )
 
 
 def mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:

@@ -62,6 +62,7 @@ OPTIONS = (
     "seeds",  # ExperimentOptions (and a sweep's seeds) ...
     "pairs",
     "methods",
+    "paper",
     "params",
     "task",  # ... and the bench's task, backbone width and batch size
     "width",

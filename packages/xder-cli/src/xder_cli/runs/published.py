@@ -34,11 +34,16 @@ __all__ = [
     "PUBLISHED_ANALYSES_FILE",
     "PUBLISHED_FILE",
     "XDER_TABLE",
+    "benchmark_paper",
+    "paper_methods",
+    "paper_name",
     "published_analyses",
+    "published_at",
     "published_benchmarks",
     "published_buffer_sizes",
     "published_results",
     "published_table",
+    "table_papers",
     "xder_table_methods",
 ]
 
@@ -127,8 +132,13 @@ def _parse(data: dict[str, Any]) -> tuple[dict[str, tuple[str, int | None]], tup
 
 
 @functools.cache
+def _load_raw() -> dict[str, Any]:
+    return tomllib.loads((resources.files("xder_cli.runs") / PAPERS / PUBLISHED_FILE).read_text())
+
+
+@functools.cache
 def _load() -> tuple[dict[str, tuple[str, int | None]], tuple[PublishedResult, ...]]:
-    return _parse(tomllib.loads((resources.files("xder_cli.runs") / PAPERS / PUBLISHED_FILE).read_text()))
+    return _parse(_load_raw())
 
 
 def published_results() -> tuple[PublishedResult, ...]:
@@ -168,15 +178,65 @@ def published_table(benchmark: str, buffer_size: int) -> list[PublishedResult]:
     return [p for p in rows if p.benchmark == benchmark and p.buffer_size in (None, buffer_size)]
 
 
-def xder_table_methods() -> tuple[str, ...]:
-    """The methods of the X-DER paper's Table 1 rows, in its order, each once (its X-DER variants
-    are entries of ``xder``): the table trained on a benchmark without published results."""
+def published_at(benchmark: str, buffer_size: int) -> list[PublishedResult]:
+    """The published cells of ``benchmark`` at ``buffer_size`` (:func:`published_table`), or ``[]``
+    where it has none at that buffer size (never raises)."""
+    if buffer_size not in published_buffer_sizes(benchmark):
+        return []
+    return published_table(benchmark, buffer_size)
+
+
+def table_papers() -> list[str]:
+    """The papers whose tables are shipped, by their source name in ``published.toml``
+    (``x-der``, ``der``): ``xder-run experiment table --paper NAME`` takes their methods."""
+    return list(_load()[0])
+
+
+def _source(paper: str) -> tuple[str, int | None]:
+    sources = _load()[0]
+    if paper not in sources:
+        raise SettingError(f"{option('paper')} {paper!r}: no such paper; choose one of {', '.join(sources)}")
+    return sources[paper]
+
+
+def paper_name(paper: str) -> str:
+    """A paper's table in words, from its source: ``X-DER paper's Table 1``, ``DER paper's Table 2``.
+
+    Raises:
+        SettingError: no shipped table is of ``paper``.
+    """
+    _source(paper)
+    raw = _load_raw()["sources"][paper]
+    return f"{raw['paper'].split(' (')[0]}'s {raw['table'].split(',')[0]}"
+
+
+def benchmark_paper(benchmark: str) -> str | None:
+    """The paper whose table ``benchmark``'s published results are (its section's ``source``),
+    or None for a benchmark with nothing published."""
+    section = _load_raw().get(benchmark)
+    return str(section["source"]) if isinstance(section, dict) and benchmark != "sources" else None
+
+
+def paper_methods(paper: str) -> tuple[str, ...]:
+    """The registered methods of ``paper``'s table rows, in its order, each once (a variant's row,
+    e.g. ``xder-rpc``, counts as its method): the rows ``experiment table`` trains for that paper on
+    a benchmark whose published table is not that paper's.
+
+    Raises:
+        SettingError: no shipped table is of ``paper``.
+    """
     from xder_methods import list_methods
 
-    text = _load()[0][XDER_TABLE][0]
+    text = _source(paper)[0]
     registered = set(list_methods())
     methods = [p.method for p in published_results() if p.source == text and p.method in registered]
     return tuple(dict.fromkeys(methods))
+
+
+def xder_table_methods() -> tuple[str, ...]:
+    """The methods of the X-DER paper's Table 1 rows, in its order, each once (its X-DER variants
+    are entries of ``xder``): the table trained on a benchmark without published results."""
+    return paper_methods(XDER_TABLE)
 
 
 def _parse_analyses(data: dict[str, Any]) -> tuple[PublishedAnalysis, ...]:

@@ -34,6 +34,7 @@ from xder_data import DataError
 from xder_eval import (
     ANALYSIS_METRICS,
     GroupKey,
+    RepeatedSeed,
     Report,
     RunRecord,
     analyses_dict,
@@ -42,6 +43,7 @@ from xder_eval import (
     base_benchmark,
     build_report,
     file_token,
+    group_title,
     plot_analyses,
     plot_report_curves,
     plot_report_matrix,
@@ -221,7 +223,9 @@ def overrides_markdown(overrides: list[dict[str, Any]]) -> str:
 
 @dataclass(frozen=True)
 class WrittenReport:
-    """What :func:`write_report` wrote: the tables as text, and the counts its last line gives."""
+    """What :func:`write_report` wrote: the tables as text, the counts its last line gives, and
+    the seeds run more than once (``repeated``: each with its group in words, the run that
+    counted and those set aside)."""
 
     markdown: str
     analyses_markdown: str
@@ -231,6 +235,7 @@ class WrittenReport:
     runs: int
     groups: int
     analysed: int
+    repeated: tuple[tuple[str, RepeatedSeed], ...] = ()
 
 
 def write_report(paths: Sequence[str | Path], out: str | Path, *, task_il: bool = False) -> WrittenReport:
@@ -287,6 +292,7 @@ def write_report(paths: Sequence[str | Path], out: str | Path, *, task_il: bool 
     payload["overrides"] = overrides
     payload["analyses"] = analyses_payload
     rundir.write_json(out / REPORT_JSON, payload)
+    repeated = tuple((group_title(g.key), r) for g in report.groups for r in g.repeated)
     return WrittenReport(
-        markdown, analyses_md, out, written, plots, len(records), len(report.groups), len(analysed)
+        markdown, analyses_md, out, written, plots, len(records), len(report.groups), len(analysed), repeated
     )

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from xder_cli.runs import rundir
-from xder_cli.runs._stats import fmt_stat, mean_std
+from xder_cli.runs._stats import check_distinct_seeds, fmt_stat, mean_std
 from xder_cli.runs.errors import RunDirError, SettingError, option
 from xder_cli.runs.presets import preset_entry
 from xder_cli.runs.scheduler import (
@@ -165,6 +165,7 @@ def load_spec(path: Path, *, seeds: tuple[int, ...] | None = None, protocol: str
     file_seeds = data.get("seeds", [0])
     if not isinstance(file_seeds, list) or not file_seeds or not all(isinstance(s, int) for s in file_seeds):
         raise SettingError(f"{path}: seeds must be a non-empty list of integers, e.g. seeds = [0, 1]")
+    check_distinct_seeds(file_seeds, f"{path}: seeds")
     fixed = data.get("set", {})
     if not isinstance(fixed, dict):
         raise SettingError(f'{path}: [set] must map "section.key" to a value')
@@ -267,8 +268,10 @@ def plan_trials(spec: SweepSpec) -> list[Trial]:
     """Every (grid point, seed), each with a validated configuration (nothing is trained).
 
     Raises:
-        SettingError (and the packages' config errors): a point that cannot be configured.
+        SettingError (and the packages' config errors): a seed given twice
+            (:func:`xder_cli.runs._stats.check_distinct_seeds`), a point that cannot be configured.
     """
+    check_distinct_seeds(spec.seeds)
     keys = list(spec.grid)
     points = [dict(zip(keys, values, strict=True)) for values in itertools.product(*spec.grid.values())]
     trials = []

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from xder_cli.runs._stats import check_distinct_seeds
 from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.experiments.class_order import ClassOrder
 from xder_cli.runs.experiments.common import (
@@ -102,7 +103,7 @@ def get_experiment(name: str) -> Experiment:
     return _EXPERIMENTS[name]
 
 
-OWN_OPTIONS = ("pairs", "methods", "method", "params", "buffer_size")
+OWN_OPTIONS = ("pairs", "methods", "method", "params", "buffer_size", "paper")
 """The fields of :class:`ExperimentOptions` that only some experiments take (each experiment's
 ``options`` names its own)."""
 
@@ -113,9 +114,11 @@ def plan_experiment(name: str, options: ExperimentOptions, *, notify: Notify = i
 
     Raises:
         SettingError (and the packages' configuration errors): an unknown experiment, an option
-            of another experiment only, or a run that cannot be configured.
+            of another experiment only, a seed given twice
+            (:func:`xder_cli.runs._stats.check_distinct_seeds`), or a run that cannot be configured.
     """
     experiment = get_experiment(name)
+    check_distinct_seeds(options.seeds)
     for field in OWN_OPTIONS:  # an option of another experiment only
         if getattr(options, field) not in (None, ()) and field not in experiment.options:
             owners = [other for other in list_experiments() if field in get_experiment(other).options]

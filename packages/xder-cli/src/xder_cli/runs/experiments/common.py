@@ -77,10 +77,13 @@ class ExperimentOptions:
         sets: the settings of every run, dotted keys (``--set``, and the flags that are settings).
         loggers: experiment trackers of every run (``run.loggers``; not an override).
         pairs: flatness: the pairs (k, k+1) to run, by k (None: all).
-        methods: class-order: the methods; table: some of the table's rows (None: the default).
+        methods: class-order: the methods; table: some of the table's rows, or any registered
+            methods (None: the default).
         method: sensitivity: the method (None: the default).
         params: sensitivity: ``(section.key, values)`` of each parameter varied.
         buffer_size: table: the buffer size of the published table.
+        paper: table: whose table's methods are the rows (``der``, ``x-der``; None: the benchmark's
+            published table's paper, else the X-DER paper's).
     """
 
     benchmark: str
@@ -93,6 +96,7 @@ class ExperimentOptions:
     method: str | None = None
     params: tuple[tuple[str, list[Any]], ...] = ()
     buffer_size: int | None = None
+    paper: str | None = None
 
     def run_sets(self) -> dict[str, Any]:
         """The settings of every run: ``sets``, then ``run.loggers`` where there are loggers."""
@@ -143,7 +147,7 @@ class Experiment(Protocol):
     Attributes:
         name: its name on the command line.
         options: the fields of :class:`ExperimentOptions` of its own that it reads (of ``pairs``,
-            ``methods``, ``method``, ``params``, ``buffer_size``): their flags are mistakes for the
+            ``methods``, ``method``, ``params``, ``buffer_size``, ``paper``): their flags are mistakes for the
             experiments that do not name them.
     """
 

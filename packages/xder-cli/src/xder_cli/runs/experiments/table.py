@@ -14,15 +14,23 @@ judged; the claims are checked all the same. A benchmark with no published resul
 (:func:`xder_cli.runs.published.xder_table_methods`: ``joint``, ``sgd``, ``lwf_mc``, ``er``,
 ``gdumb``, ``er_ace``, ``rpc``, ``bic``, ``icarl``, ``lucir``, ``der``, ``derpp``, ``xder``; not
 the X-DER variants, which are ``paper`` preset entries of the paper's benchmarks only), ours alone.
+
+Any paper's methods on any benchmark (the rows: :mod:`~xder_cli.runs.experiments.table_rows`):
+``paper="der"`` trains the DER paper's Table 2 methods (``gem``, ``agem``, ``fdr``, ``gss``,
+``hal``, ``ewc_on``, ``si``, ``lwf``, ...) on ``seq-digits`` too; and ``methods`` may name any
+registered method beside the table's rows. A row shows the benchmark's published value where it
+has one at that buffer size, else ``-``; the claims are those about the benchmark's own table,
+checked among its rows (none on ``seq-digits``). A method no preset has values of for the
+benchmark and buffer size runs with preset ``none`` (the benchmark's protocol and the method's own
+defaults), as every run without a preset entry does; the plan's notes and ``table.md`` name those
+rows.
 """
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,17 +50,28 @@ from xder_cli.runs.experiments.common import (
     or_nan,
     overrides_label,
     overrides_text,
-    run_config,
     run_records,
     with_overrides,
 )
-from xder_cli.runs.presets import DEFAULT_ORDER, list_presets, preset_entry
-from xder_cli.runs.published import published_table, xder_table_methods
+from xder_cli.runs.experiments.table_rows import (
+    TableEntry,
+    plan_table,
+    rows_text,
+    table_entries,
+    table_paper,
+)
+from xder_cli.runs.published import (
+    XDER_TABLE,
+    benchmark_paper,
+    paper_methods,
+    paper_name,
+    published_at,
+    published_benchmarks,
+)
 from xder_cli.runs.settings import Notify, ignore
-from xder_data import DEFAULT_PROTOCOL, list_benchmarks
+from xder_data import DEFAULT_PROTOCOL
 from xder_eval import PublishedResult, compare_to_published
 from xder_eval.plots import new_figure, save_figure
-from xder_methods import method_config_class
 
 __all__ = [
     "TABLE_CSV",
@@ -67,122 +86,11 @@ __all__ = [
     "table_entries",
     "table_markdown",
     "table_metrics",
+    "table_paper",
 ]
 
 TABLE_MD, TABLE_CSV = "table.md", "table.csv"
 PLOT = "table.png"
-
-
-@dataclass(frozen=True)
-class TableEntry:
-    """One row of ``experiment table``: a method, or a variant of one (an entry of a preset).
-
-    Attributes:
-        name: the entry's name (``derpp``, ``xder-rpc``): its run directories' prefix.
-        method: the registered method it runs.
-        preset: the preset its runs name (``paper:xder-rpc`` for a variant); None: the method's
-            default preset (tuned, else paper, where it has an entry, else none).
-        buffered: whether the method keeps a buffer (else it trains once for every buffer size).
-        published: its published cell; None where nothing is published.
-    """
-
-    name: str
-    method: str
-    preset: str | None
-    buffered: bool
-    published: PublishedResult | None = None
-
-    def run_name(self, buffer_size: int, seed: int) -> str:
-        """``<entry>-m<buffer>-s<seed>``; ``<entry>-s<seed>`` for a method without a buffer."""
-        return f"{self.name}-m{buffer_size}-s{seed}" if self.buffered else f"{self.name}-s{seed}"
-
-
-def _variant_preset(benchmark: str, buffer_size: int, entry: str, method: str, protocol: str) -> str:
-    """``NAME:ENTRY`` of the first preset (tuned, then paper) holding the variant ``entry``."""
-    for name in DEFAULT_ORDER:
-        if name not in list_presets():
-            continue
-        try:
-            preset_entry(name, benchmark, buffer_size, entry, method=method, protocol=protocol)
-        except SettingError:
-            continue
-        return f"{name}:{entry}"
-    on = benchmark if protocol == DEFAULT_PROTOCOL else f"{benchmark} (protocol {protocol})"
-    raise SettingError(
-        f"no preset holds the variant {entry!r} for {on} at buffer {buffer_size}: "
-        f"leave it out of {option('methods')}"
-    )
-
-
-def table_entries(
-    benchmark: str,
-    buffer_size: int,
-    protocol: str = DEFAULT_PROTOCOL,
-    methods: Sequence[str] | None = None,
-) -> list[TableEntry]:
-    """The rows ``experiment table`` trains, in the paper's order: every entry of the benchmark's
-    published table at ``buffer_size`` (:func:`xder_cli.runs.published.published_table`), or, for a
-    benchmark with no published results, every method of the X-DER paper's Table 1; only those
-    named in ``methods`` when given.
-
-    Raises:
-        SettingError: an unknown benchmark, a buffer size below 1 or with no published table, a name
-            in ``methods`` that the table lacks.
-    """
-    if benchmark not in list_benchmarks():
-        raise SettingError(f"unknown benchmark {benchmark!r}: choose one of {', '.join(list_benchmarks())}")
-    if buffer_size < 1:
-        raise SettingError(f"{option('buffer_size')} must be >= 1, got {buffer_size}")
-    published = published_table(benchmark, buffer_size)
-    candidates: list[tuple[str, str, PublishedResult | None]]
-    if published:
-        candidates = [(p.entry, p.method, p) for p in published]
-        what = f"the published table of {benchmark} at buffer {buffer_size}"
-    else:
-        candidates = [(m, m, None) for m in xder_table_methods()]
-        what = f"{benchmark} has no published table, and the X-DER paper's Table 1 trained in its place"
-    names = [name for name, _, _ in candidates]
-    for name in methods or ():
-        if name not in names:
-            raise SettingError(
-                f"{option('methods')}: {what} has no {name!r}; its rows are {', '.join(names)}"
-            )
-    entries = []
-    for name, method, cell in candidates:
-        if methods is not None and name not in methods:
-            continue
-        fields = {f.name for f in dataclasses.fields(method_config_class(method))}
-        preset = None if name == method else _variant_preset(benchmark, buffer_size, name, method, protocol)
-        entries.append(TableEntry(name, method, preset, "buffer_size" in fields, cell))
-    return entries
-
-
-def plan_table(
-    benchmark: str,
-    buffer_size: int,
-    entries: Sequence[TableEntry],
-    seeds: Sequence[int],
-    sets: Mapping[str, Any],
-    protocol: str = DEFAULT_PROTOCOL,
-) -> list[ExperimentRun]:
-    """Every (entry, seed) of a table, configured and validated: the entry's preset, the buffer
-    size for methods that keep a buffer, then ``sets``."""
-    runs = []
-    for entry in entries:
-        buffer = {"method.buffer_size": buffer_size} if entry.buffered else {}
-        for seed in seeds:
-            config = run_config(
-                entry.method, benchmark, seed, {**buffer, **sets}, protocol, preset=entry.preset
-            )
-            runs.append(
-                ExperimentRun(
-                    entry.run_name(buffer_size, seed),
-                    seed,
-                    config,
-                    {"entry": entry.name, "method": entry.method},
-                )
-            )
-    return runs
 
 
 TABLE_MODES = ("judged", "orientation", "ours only")
@@ -270,14 +178,17 @@ def summarize_table(
     *,
     entries: Sequence[TableEntry],
     buffer_size: int,
+    paper: str = XDER_TABLE,
 ) -> dict[str, Any]:
     """experiment.json of ``table``: per entry our FAA and FF (mean, std over the finished seeds),
-    the published values, the differences and their 2-SE judgement, the papers' claims about the
-    table checked on our rows (:func:`xder_cli.runs.claims.check_table_claims`, whatever the mode: they
-    compare our rows with each other), and every run.
+    the published values (None for a row the benchmark's published table lacks), the differences
+    and their 2-SE judgement, the papers' claims about the benchmark's table checked on our rows
+    (:func:`xder_cli.runs.claims.check_table_claims`, whatever the mode: they compare our rows with
+    each other; none on a benchmark no claim is about), and every run. ``paper``: whose table's
+    methods the rows are (:func:`table_paper`; ``paper`` and ``paper_name`` in the summary).
 
     ``mode``: ``judged`` (paper protocol, published values), ``orientation`` (another protocol:
-    published values shown, nothing judged) or ``ours only`` (nothing published).
+    published values shown, nothing judged) or ``ours only`` (no row has a published value).
     """
     records = run_records(runs, outcomes, root, table_metrics)
     published = [e.published for e in entries if e.published is not None]
@@ -288,8 +199,9 @@ def summarize_table(
     presets = {run.tags["entry"]: run.config["run"]["preset"] for run in runs}
     rows = []
     per_seed: dict[str, dict[str, list[float]]] = {metric: {} for metric in METRICS}
-    # the claims are about the published table's rows (all of them, even where --methods trains some)
-    table_rows = [p.entry for p in published_table(common["benchmark"], buffer_size)]
+    # the claims are about the published table's rows (all of them, even where --methods trains some
+    # or adds others); a benchmark with nothing published at this buffer size has none
+    table_rows = [p.entry for p in published_at(common["benchmark"], buffer_size)]
     for entry in entries:
         chosen = [r for r in records if r["entry"] == entry.name]
         done = [r for r in chosen if r["status"] == "finished"]
@@ -314,6 +226,8 @@ def summarize_table(
     return {
         **common,
         "buffer_size": buffer_size,
+        "paper": paper,
+        "paper_name": paper_name(paper),
         "mode": mode,
         "sources": list(dict.fromkeys(p.source for p in published)),
         "metric": "FAA and FF (%, Class-IL, test) and Task-IL FAA; published: the paper protocol's",
@@ -353,10 +267,17 @@ def table_markdown(summary: dict[str, Any]) -> str:
         "parts summed).",
     ]
     sources = "; ".join(summary["sources"])
-    if mode == "ours only":
+    rows = summary["rows"]
+    paper = summary.get("paper", XDER_TABLE)
+    of_paper = set(paper_methods(paper)) | {p.entry for p in published_at(benchmark, summary["buffer_size"])}
+    if benchmark_paper(benchmark) != paper or any(r["entry"] not in of_paper for r in rows):
+        named = ", ".join(r["entry"] for r in rows if r["entry"] not in of_paper)
         lines.append(
-            f"No published results for {benchmark}: ours alone, for the methods of the X-DER paper's Table 1."
+            f"Rows: the methods of the {paper_name(paper)}" + (f", and {named}" if named else "") + "."
         )
+    if mode == "ours only":
+        at = f" at buffer {summary['buffer_size']}" if benchmark in published_benchmarks() else ""
+        lines.append(f"No published results for {benchmark}{at}: ours alone.")
     elif mode == "orientation":
         lines.append(
             f"Published: {sources}, on the paper protocol: shown for orientation only, since protocol "
@@ -364,9 +285,17 @@ def table_markdown(summary: dict[str, Any]) -> str:
         )
     else:
         lines.append(f"Published: {sources}. Δ = ours − published; {TWO_SE_RULE}.")
+    lacking = [r["entry"] for r in rows if r["faa"]["published"] is None]
+    if mode != "ours only" and lacking:
+        lines.append(f"Not in the published table, so - in its columns: {', '.join(lacking)}.")
+    defaults = [r["entry"] for r in rows if r["preset"] == "none"]
+    if defaults:
+        lines.append(
+            "Preset none (no preset has values of the method for this benchmark and buffer size): the "
+            f"benchmark's protocol and the method's own defaults, for {', '.join(defaults)}."
+        )
     # A metric's published columns where the table has published values of it (Task-IL: the DER
     # paper's table only); Δ and the 2-SE judgement on the paper protocol.
-    rows = summary["rows"]
     shown = {
         m: mode != "ours only" and (m != "task_il" or any(r[m]["published"] is not None for r in rows))
         for m in METRICS
@@ -483,17 +412,20 @@ def plot_table(summary: dict[str, Any], path: Path) -> None:
 
 
 class Table:
-    """``table`` (an :class:`~xder_cli.runs.experiments.common.Experiment`): every entry of the
-    published table at ``options.buffer_size`` (or those of ``options.methods``) x seed."""
+    """``table`` (an :class:`~xder_cli.runs.experiments.common.Experiment`): every entry of a
+    paper's table (``options.paper``: by default the benchmark's published table, else the X-DER
+    paper's Table 1) at ``options.buffer_size``, or those of ``options.methods`` (any registered
+    method besides), x seed."""
 
     name = "table"
-    options = frozenset({"methods", "buffer_size"})
+    options = frozenset({"methods", "buffer_size", "paper"})
 
     def plan(
         self, options: ExperimentOptions, common: dict[str, Any], notify: Notify = ignore
     ) -> PlannedExperiment:
         """Plan every run (see :class:`~xder_cli.runs.experiments.common.Experiment`);
-        ``notify`` hears a note when nothing is published, or the protocol is not the paper's.
+        ``notify`` hears a note when nothing is published (for any row, or for some), when the
+        protocol is not the paper's, and naming the rows that run with preset ``none``.
 
         Raises:
             SettingError: no buffer size, or one of :func:`table_entries`' mistakes.
@@ -508,23 +440,38 @@ class Table:
             sets,
             OWNED_BY_ALL | {"method.buffer_size": f"the experiment sets it: use {option('buffer_size')}"},
         )
-        entries = table_entries(benchmark, buffer_size, protocol, options.methods)
+        paper = table_paper(benchmark, options.paper)
+        entries = table_entries(benchmark, buffer_size, protocol, options.methods, paper)
         if not any(e.published for e in entries):
+            at = f" at buffer {buffer_size}" if benchmark in published_benchmarks() else ""
             notify(
-                f"note: no published results for {benchmark}: training the X-DER paper's Table 1 methods "
-                f"({', '.join(e.name for e in entries)}) and tabulating ours alone"
+                f"note: no published results for {benchmark}{at}: training {rows_text(entries, paper)} and "
+                "tabulating ours alone"
             )
-        elif protocol != DEFAULT_PROTOCOL:
-            notify(
-                f"note: protocol {protocol} is not the paper's: a quick table, the published values shown "
-                "for orientation only (no difference judged)"
-            )
+        else:
+            lacking = [e.name for e in entries if e.published is None]
+            if lacking:
+                notify(
+                    f"note: nothing published for {', '.join(lacking)} on {benchmark} at buffer "
+                    f"{buffer_size}: ours alone in those rows (- in the published columns)"
+                )
+            if protocol != DEFAULT_PROTOCOL:
+                notify(
+                    f"note: protocol {protocol} is not the paper's: a quick table, the published values "
+                    "shown for orientation only (no difference judged)"
+                )
         runs = plan_table(benchmark, buffer_size, entries, options.seeds, sets, protocol)
+        defaults = list(dict.fromkeys(r.tags["entry"] for r in runs if r.config["run"]["preset"] == "none"))
+        if defaults:
+            notify(
+                f"note: no preset has values of {', '.join(defaults)} for {benchmark} at buffer "
+                f"{buffer_size}: preset none, the benchmark's protocol and the method's own defaults"
+            )
 
         return PlannedExperiment(
             runs,
             lambda outcomes, root: summarize_table(
-                runs, outcomes, root, common, entries=entries, buffer_size=buffer_size
+                runs, outcomes, root, common, entries=entries, buffer_size=buffer_size, paper=paper
             ),
             table_markdown,
             plot_table,
