@@ -129,6 +129,22 @@ def test_importing_the_library_loads_no_command() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_the_library_s_names_load_on_first_use() -> None:
+    """``import xder_cli.runs.errors`` (the command line's, before it parses) loads no library
+    package; each name xder_cli.runs exports is there once asked for."""
+    code = (
+        "import sys, xder_cli.runs.errors, xder_cli.runs.plugins\n"
+        "library = ('torch', 'xder_data', 'xder_methods', 'xder_models', 'xder_eval')\n"
+        "print([m for m in library if m in sys.modules])\n"
+        "import xder_cli.runs\n"
+        "print(all(getattr(xder_cli.runs, name).__module__.startswith('xder_cli.runs.') "
+        "for name in xder_cli.runs.__all__))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "True"]
+
+
 def test_modules_stay_short_and_main_only_assembles() -> None:
     lengths = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
     assert {m: n for m, n in lengths.items() if n > LONGEST_MODULE} == {}

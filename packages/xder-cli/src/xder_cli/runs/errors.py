@@ -16,21 +16,25 @@ nothing of it:
 :func:`render` does the same for a template kept as text (:data:`xder_cli.runs.analyses.RECORD_HINT`).
 Only the names of :data:`OPTIONS` are placeholders: other braces in a message (a value, an error's
 text) stay as they are.
+
+This module imports no library package: the command line words its errors and loads its plugins
+with it before it parses. :class:`NonFiniteLossError`, which extends the training loop's
+:class:`xder_methods.NonFiniteLossError`, is made when first asked for (``xder_methods`` imports
+torch).
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from pathlib import Path
-
-from xder_methods import NonFiniteLossError as LoopNonFiniteLossError
 
 __all__ = [
     "OPTIONS",
     "AnalysisSkipped",
     "BenchError",
-    "NonFiniteLossError",
+    "NonFiniteLossError",  # noqa: F822  (made when first asked for: __getattr__)
     "PluginError",
     "ResultsUnreadableError",
     "RunDirBusyError",
@@ -155,6 +159,27 @@ class AnalysisSkipped(RunError):
     """An analysis that does not apply to this run (the message says why)."""
 
 
-class NonFiniteLossError(RunError, LoopNonFiniteLossError):
-    """The run diverged: the loop's :class:`xder_methods.NonFiniteLossError` (what callers catch,
-    by the name a sweep's record gives it), with where the last good state is or what to change."""
+_MADE_LOCK = threading.Lock()
+
+
+def __getattr__(name: str) -> type[RunError]:
+    """``NonFiniteLossError``: made once, when first asked for (:func:`_non_finite_loss_error`)."""
+    if name != "NonFiniteLossError":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    with _MADE_LOCK:
+        if name not in globals():
+            globals()[name] = _non_finite_loss_error()
+    made: type[RunError] = globals()[name]
+    return made
+
+
+def _non_finite_loss_error() -> type[RunError]:
+    from xder_methods import NonFiniteLossError as LoopNonFiniteLossError
+
+    class NonFiniteLossError(RunError, LoopNonFiniteLossError):
+        """The run diverged: the loop's :class:`xder_methods.NonFiniteLossError` (what callers
+        catch, by the name a sweep's record gives it), with where the last good state is or what
+        to change."""
+
+    NonFiniteLossError.__qualname__ = NonFiniteLossError.__name__  # pickled by its module's name
+    return NonFiniteLossError
