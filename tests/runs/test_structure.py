@@ -151,6 +151,52 @@ def test_modules_stay_short_and_main_only_assembles() -> None:
     assert lengths["xder_cli.main"] < LONGEST_MAIN
 
 
+STREAMS = ("stdout", "stderr", "__stdout__", "__stderr__")
+
+
+def printing_calls(source: str) -> list[str]:
+    """Each call in ``source`` that prints: ``print(...)``, or ``write``/``writelines`` on
+    ``sys.stdout`` or ``sys.stderr``, as ``line: call``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "print":
+            found.append(f"{node.lineno}: print")
+        elif (
+            isinstance(func, ast.Attribute)
+            and func.attr in ("write", "writelines")
+            and isinstance(func.value, ast.Attribute)
+            and func.value.attr in STREAMS
+            and isinstance(func.value.value, ast.Name)
+            and func.value.value.id == "sys"
+        ):
+            found.append(f"{node.lineno}: sys.{func.value.attr}.{func.attr}")
+    return found
+
+
+def test_the_library_never_prints() -> None:
+    """xder_cli.runs hands its lines to its caller (callbacks, return values, errors); the
+    commands and xder_cli.progress print them."""
+    planted = (
+        "import sys\n"
+        "def f(log):\n"
+        "    print('x', file=sys.stderr)\n"
+        "    sys.stdout.write('y')\n"
+        "    sys.stderr.writelines(['z'])\n"
+        "    log.write('kept in a file: fine')\n"
+    )
+    assert printing_calls(planted) == ["3: print", "4: sys.stdout.write", "5: sys.stderr.writelines"]
+    found = [
+        f"{module}:{call}"
+        for module, path in MODULES.items()
+        if module.startswith("xder_cli.runs")
+        for call in printing_calls(path.read_text(encoding="utf-8"))
+    ]
+    assert found == []
+
+
 RUN_FILES = {
     "config.toml",
     "events.jsonl",

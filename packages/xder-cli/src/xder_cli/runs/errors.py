@@ -151,8 +151,8 @@ class ResultsUnreadableError(RunDirError):
 
 
 class BenchError(RunError):
-    """The fair-share bench's processes: one failed (the message ends with the last line it
-    printed), or they did not get ready in time."""
+    """The fair-share bench's processes: one failed (the message ends with its error, or the
+    last line it printed on stderr), or they did not get ready in time."""
 
 
 class AnalysisSkipped(RunError):
