@@ -29,12 +29,13 @@ import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 __all__ = [
     "OPTIONS",
     "AnalysisSkipped",
     "BenchError",
-    "NonFiniteLossError",  # noqa: F822  (made when first asked for: __getattr__)
+    "NonFiniteLossError",
     "PluginError",
     "ResultsUnreadableError",
     "RunDirBusyError",
@@ -159,11 +160,21 @@ class AnalysisSkipped(RunError):
     """An analysis that does not apply to this run (the message says why)."""
 
 
+if TYPE_CHECKING:  # as type checkers and the API reference read it; made by __getattr__ when used
+    from xder_methods import NonFiniteLossError as LoopNonFiniteLossError
+
+    class NonFiniteLossError(RunError, LoopNonFiniteLossError):
+        """The run diverged: the loop's :class:`xder_methods.NonFiniteLossError` (what callers
+        catch, by the name a sweep's record gives it), with where the last good state is or what
+        to change."""
+
+
 _MADE_LOCK = threading.Lock()
 
 
 def __getattr__(name: str) -> type[RunError]:
-    """``NonFiniteLossError``: made once, when first asked for (:func:`_non_finite_loss_error`)."""
+    """``NonFiniteLossError``: made once, when first asked for (:func:`_non_finite_loss_error`),
+    so that importing this module imports no library package."""
     if name != "NonFiniteLossError":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     with _MADE_LOCK:
@@ -174,6 +185,7 @@ def __getattr__(name: str) -> type[RunError]:
 
 
 def _non_finite_loss_error() -> type[RunError]:
+    """The class :data:`NonFiniteLossError` (declared above for type checkers) at run time."""
     from xder_methods import NonFiniteLossError as LoopNonFiniteLossError
 
     class NonFiniteLossError(RunError, LoopNonFiniteLossError):
