@@ -75,6 +75,16 @@ def test_concurrent_bench_runs_processes_together(tmp_path: Path, capsys) -> Non
     assert any(max(1, cores // 2) in used for used in together["threads"])
 
 
+def test_a_failing_concurrent_process_is_one_line_with_its_flags(capsys) -> None:
+    """A process of the fair-share bench that the library refuses: its error, as the command
+    line words it, in the one line."""
+    argv = ["bench", "--benchmark", "seq-digits", "--device", "cpu", "--methods", "er", "--batch-size", "0"]
+    assert main([*argv, "--steps", "1", "--warmup", "1", "--concurrent", "2", "--rounds", "1"]) == 2
+    assert capsys.readouterr().err == (
+        "xder-run bench: error: bench: a process for er failed: --batch-size must be >= 1, got 0\n"
+    )
+
+
 @pytest.mark.parametrize("groups", ["1", "x", "2,0", ""])
 def test_concurrent_bench_mistakes_exit_2(groups: str, capsys) -> None:
     code = main(["bench", "--benchmark", "seq-digits", "--device", "cpu", "--concurrent", groups])

@@ -129,10 +129,72 @@ def test_importing_the_library_loads_no_command() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_the_library_s_names_load_on_first_use() -> None:
+    """``import xder_cli.runs.errors`` (the command line's, before it parses) loads no library
+    package; each name xder_cli.runs exports is there once asked for."""
+    code = (
+        "import sys, xder_cli.runs.errors, xder_cli.runs.plugins\n"
+        "library = ('torch', 'xder_data', 'xder_methods', 'xder_models', 'xder_eval')\n"
+        "print([m for m in library if m in sys.modules])\n"
+        "import xder_cli.runs\n"
+        "print(all(getattr(xder_cli.runs, name).__module__.startswith('xder_cli.runs.') "
+        "for name in xder_cli.runs.__all__))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "True"]
+
+
 def test_modules_stay_short_and_main_only_assembles() -> None:
     lengths = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
     assert {m: n for m, n in lengths.items() if n > LONGEST_MODULE} == {}
     assert lengths["xder_cli.main"] < LONGEST_MAIN
+
+
+STREAMS = ("stdout", "stderr", "__stdout__", "__stderr__")
+
+
+def printing_calls(source: str) -> list[str]:
+    """Each call in ``source`` that prints: ``print(...)``, or ``write``/``writelines`` on
+    ``sys.stdout`` or ``sys.stderr``, as ``line: call``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "print":
+            found.append(f"{node.lineno}: print")
+        elif (
+            isinstance(func, ast.Attribute)
+            and func.attr in ("write", "writelines")
+            and isinstance(func.value, ast.Attribute)
+            and func.value.attr in STREAMS
+            and isinstance(func.value.value, ast.Name)
+            and func.value.value.id == "sys"
+        ):
+            found.append(f"{node.lineno}: sys.{func.value.attr}.{func.attr}")
+    return found
+
+
+def test_the_library_never_prints() -> None:
+    """xder_cli.runs hands its lines to its caller (callbacks, return values, errors); the
+    commands and xder_cli.progress print them."""
+    planted = (
+        "import sys\n"
+        "def f(log):\n"
+        "    print('x', file=sys.stderr)\n"
+        "    sys.stdout.write('y')\n"
+        "    sys.stderr.writelines(['z'])\n"
+        "    log.write('kept in a file: fine')\n"
+    )
+    assert printing_calls(planted) == ["3: print", "4: sys.stdout.write", "5: sys.stderr.writelines"]
+    found = [
+        f"{module}:{call}"
+        for module, path in MODULES.items()
+        if module.startswith("xder_cli.runs")
+        for call in printing_calls(path.read_text(encoding="utf-8"))
+    ]
+    assert found == []
 
 
 RUN_FILES = {

@@ -13,9 +13,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from xder_cli.catalogue import PROTOCOL_ALIASES
+from xder_cli.runs._dotted import parse_assignment  # settings' reader; settings imports the library
 from xder_cli.runs.errors import OPTIONS, RunError
-from xder_cli.runs.settings import parse_assignment
-from xder_data import canonical_protocol
 
 __all__ = [
     "FLAGS",
@@ -174,8 +174,9 @@ class ExamplesFormatter(argparse.HelpFormatter):
 
 
 def protocol_name(text: str) -> str:
-    """``--protocol NAME``; a former name (``paper``, now ``full``) still works, with a warning."""
-    name = canonical_protocol(text)
+    """``--protocol NAME``; a former name (``paper``, now ``full``: :func:`xder_data.canonical_protocol`)
+    still works, with a warning."""
+    name = PROTOCOL_ALIASES.get(text, text)
     if name != text:
         print(
             f"warning: --protocol {text} is now called {name} (the same protocol); {text} goes in the next "

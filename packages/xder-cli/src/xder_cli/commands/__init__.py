@@ -1,6 +1,8 @@
 """The ``xder-run`` subcommands: one module each, owning its parser (``add_parser``) and its
 handler (``run``); :mod:`xder_cli.main` only assembles them. They parse, print and show
-progress; the work is in :mod:`xder_cli.runs` and the four library packages."""
+progress; the work is in :mod:`xder_cli.runs` and the four library packages, which a command's
+handler imports, never its module: ``--help`` and a usage mistake answer without them (what a
+parser names of them is :mod:`xder_cli.catalogue`'s)."""
 
 from __future__ import annotations
 

@@ -9,17 +9,19 @@ import json
 import sys
 from typing import Any
 
+from xder_cli import catalogue
 from xder_cli.arguments import flag
 from xder_cli.commands.common import add_plugin_argument
-from xder_cli.runs.analyses import ANALYSIS_FOLDER, AnalysisOptions
-from xder_cli.runs.run_analysis import ANALYSIS_JSON, analyze_run, summary_line
-from xder_cli.runs.rundir import json_safe
 
 __all__ = ["add_parser", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``xder-run analyze`` (``args`` from its parser)."""
+    from xder_cli.runs.analyses import ANALYSIS_FOLDER, AnalysisOptions
+    from xder_cli.runs.run_analysis import ANALYSIS_JSON, analyze_run, summary_line
+    from xder_cli.runs.rundir import json_safe
+
     names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
 
     def show(name: str, value: dict[str, Any] | None, skipped: str | None) -> None:
@@ -49,15 +51,13 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Add ``xder-run analyze`` to the subcommands."""
-    from xder_cli.runs.analyses import ANALYSES, RECORDED
-
     analyze = commands.add_parser(
         "analyze",
         help="the paper's analyses of a trained run, into RUN_DIR/analysis/",
         description="Analyses of a trained run (X-DER paper Sec. 6): "
-        + ", ".join(ANALYSES)
+        + ", ".join(catalogue.ANALYSES)
         + ". Those that do not apply (no super-classes, no masks, no buffer...) are skipped with the reason; "
-        + " and ".join(RECORDED)
+        + " and ".join(catalogue.RECORDED_ANALYSES)
         + " need a run trained with --record-analyses (asked for with --only on a run without, they are "
         "an error). "
         "Results: RUN_DIR/analysis/analysis.json and PNG plots. Refused while another process writes "

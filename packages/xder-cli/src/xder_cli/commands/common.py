@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xder_cli.arguments import DeprecatedAlias, at_least, protocol_name
-from xder_cli.runs.settings import LOGGERS
+from xder_cli.catalogue import LOGGERS
 
 __all__ = [
     "DEFAULT_BENCHMARK",

@@ -8,29 +8,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from xder_cli import catalogue
 from xder_cli.arguments import Parser, assignment, class_order
 from xder_cli.commands.common import add_plugin_argument, add_protocol_argument
-from xder_cli.progress import progress_bar
-from xder_cli.runs.settings import benchmark_section, benchmark_settings
-from xder_data import (
-    DEFAULT_PROTOCOL,
-    MINIIMAGENET_FORMATS,
-    ImportOptions,
-    benchmark_defaults,
-    benchmark_info,
-    download_data,
-    list_benchmarks,
-    list_downloads,
-    list_importers,
-    load_benchmark,
-    prepare_data,
-)
 
 __all__ = ["add_parser", "run"]
 
 
 def run(args: Any) -> int:
     """Entry point of ``xder-run data {info,prepare,download}``."""
+    from xder_cli.progress import progress_bar
+    from xder_data import ImportOptions, download_data, prepare_data
+
     root = Path(args.data_root)
     if args.data_command == "info":
         return _info(args, root)
@@ -51,6 +40,10 @@ def run(args: Any) -> int:
 
 
 def _info(args: Any, root: Path) -> int:
+    from xder_cli.progress import progress_bar
+    from xder_cli.runs.settings import benchmark_section, benchmark_settings
+    from xder_data import DEFAULT_PROTOCOL, benchmark_defaults, benchmark_info, load_benchmark
+
     protocol = args.protocol or DEFAULT_PROTOCOL
     given = benchmark_section(args.set or [], "data info")
     benchmark_defaults(args.benchmark, protocol)  # an unknown benchmark or protocol first
@@ -123,7 +116,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     data_commands.required = True
 
     info = data_commands.add_parser("info", help="what a benchmark holds: tasks, classes, sizes, protocol")
-    info.add_argument("benchmark", metavar="BENCHMARK", help=f"one of {', '.join(list_benchmarks())}")
+    info.add_argument(
+        "benchmark", metavar="BENCHMARK", help=f"one of {', '.join(catalogue.BENCHMARKS.names())}"
+    )
     info.add_argument("--data-root", default="data", metavar="DIR", help="folder holding the datasets (data)")
     info.add_argument("--class-order", type=class_order, metavar="ORDER", help="as for train (natural)")
     add_protocol_argument(info, recorded=False)
@@ -157,7 +152,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "coco-stitch: COCO 2017 objects (--source: annotations/, train2017/, val2017/) pasted on "
         "CIFAR-100 images of DATA_ROOT (the secondary-targets set, DATA_ROOT/coco_stitch/).",
     )
-    kinds = list_importers()
+    kinds = catalogue.IMPORTERS.names()
     prepare.add_argument("kind", choices=kinds, metavar="KIND", help=", ".join(kinds))
     prepare.add_argument("--raw", metavar="DIR", help="ntu60: the folder of raw .skeleton files")
     prepare.add_argument(
@@ -173,7 +168,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     prepare.add_argument(
         "--format",
-        choices=MINIIMAGENET_FORMATS,
+        choices=catalogue.MINIIMAGENET_FORMATS,
         help="miniimagenet: the source's format (detected)",
     )
     prepare.add_argument(
@@ -188,7 +183,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_plugin_argument(prepare)
 
     download = data_commands.add_parser("download", help="fetch and checksum an official archive")
-    downloads = list_downloads()
+    downloads = catalogue.DOWNLOADS.names()
     download.add_argument("dataset", choices=downloads, metavar="DATASET", help=", ".join(downloads))
     download.add_argument("--data-root", default="data", metavar="DIR", help="where to unpack it (data)")
     add_plugin_argument(download)

@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from xder_cli import catalogue
 from xder_cli.arguments import ExamplesFormatter, assignment, int_list, name_list
 from xder_cli.commands.common import (
     DEFAULT_BENCHMARK,
@@ -20,7 +21,6 @@ from xder_cli.commands.common import (
     scheduling,
 )
 from xder_cli.errors import UsageError
-from xder_cli.runs.settings import parse_values
 
 __all__ = ["add_parser", "run"]
 
@@ -35,10 +35,7 @@ EXPERIMENT_EXAMPLES = """examples:
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Add ``xder-run experiment`` to the subcommands."""
-    from xder_cli.runs.experiments import DEFAULT_SEEDS, list_experiments
-    from xder_cli.runs.experiments.class_order import DEFAULT_METHODS
-    from xder_cli.runs.experiments.sensitivity import DEFAULT_METHOD as DEFAULT_SENSITIVITY_METHOD
-    from xder_cli.runs.published import table_papers
+    from xder_cli.runs.published import table_papers  # reads its TOML file: no library package
 
     experiment = commands.add_parser(
         "experiment",
@@ -68,7 +65,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--address sends them to Ray. Rerunning skips finished runs and resumes interrupted ones; a run "
         "another process is training is reported as running elsewhere and left to it.",
     )
-    choices = list_experiments()
+    choices = catalogue.EXPERIMENTS.names()
     experiment.add_argument("name", choices=choices, metavar="NAME", help=", ".join(choices))
     experiment.add_argument(
         "--out", required=True, metavar="DIR", help="the experiment's folder (runs, table, plot)"
@@ -77,11 +74,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--benchmark", default=DEFAULT_BENCHMARK, metavar="NAME", help=f"benchmark ({DEFAULT_BENCHMARK})"
     )
     add_protocol_argument(experiment)
-    seeds = ",".join(map(str, DEFAULT_SEEDS))
+    seeds = ",".join(map(str, catalogue.EXPERIMENT_SEEDS))
     experiment.add_argument(
         "--seeds",
         type=int_list,
-        default=DEFAULT_SEEDS,
+        default=catalogue.EXPERIMENT_SEEDS,
         metavar="S,S",
         help=f"seeds of every setting ({seeds})",
     )
@@ -102,8 +99,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--methods",
         type=name_list,
         metavar="A,B",
-        help=f"class-order: methods ({','.join(DEFAULT_METHODS)}); table: rows by method or variant entry, "
-        "e.g. er,derpp,xder-rpc: the table's or any registered method's (default: every row)",
+        help=f"class-order: methods ({','.join(catalogue.CLASS_ORDER_METHODS)}); table: rows by method or "
+        "variant entry, e.g. er,derpp,xder-rpc: the table's or any registered method's (default: every row)",
     )
     papers = ", ".join(table_papers())
     help_paper = f"table: the rows are this paper's methods, {papers} (default: the benchmark's, else x-der)"
@@ -115,7 +112,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="table (required): the buffer size of the published table, e.g. 200, 500 or 5120 on seq-cifar10",
     )
     experiment.add_argument(
-        "--method", metavar="NAME", help=f"sensitivity: the method ({DEFAULT_SENSITIVITY_METHOD})"
+        "--method", metavar="NAME", help=f"sensitivity: the method ({catalogue.SENSITIVITY_METHOD})"
     )
     experiment.add_argument(
         "--param",
@@ -141,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     from xder_cli.progress import OutcomeLines, print_notice
     from xder_cli.runs import experiments
     from xder_cli.runs.scheduler import RUNNING_ELSEWHERE, retry_note
+    from xder_cli.runs.settings import parse_values
     from xder_cli.runs.trackers import check_loggers
     from xder_data import DEFAULT_PROTOCOL
 

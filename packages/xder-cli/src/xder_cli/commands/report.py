@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from xder_cli.catalogue import REPORT_OUT
 from xder_cli.commands.common import add_plugin_argument
-from xder_cli.progress import repeated_seed_notes
-from xder_cli.runs.report import DEFAULT_REPORT_OUT, write_report
 
 __all__ = ["add_parser", "run"]
 
@@ -15,6 +14,9 @@ __all__ = ["add_parser", "run"]
 def run(args: argparse.Namespace) -> int:
     """Run ``xder-run report`` (``args``: ``run_dirs``, ``out``, ``task_il``): write the report,
     print its tables, a note per seed run twice or more, and what it wrote."""
+    from xder_cli.progress import repeated_seed_notes
+    from xder_cli.runs.report import write_report
+
     written = write_report(list(args.run_dirs), args.out, task_il=bool(args.task_il))
     print(written.markdown, end="")
     print(written.analyses_markdown, end="")
@@ -55,9 +57,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     report.add_argument(
         "--out",
-        default=DEFAULT_REPORT_OUT,
+        default=REPORT_OUT,
         metavar="DIR",
-        help=f"folder for the tables, plots and report.json (default: {DEFAULT_REPORT_OUT})",
+        help=f"folder for the tables, plots and report.json (default: {REPORT_OUT})",
     )
     report.add_argument(
         "--task-il", action="store_true", help="tabulate and plot Task-IL accuracy instead of Class-IL"

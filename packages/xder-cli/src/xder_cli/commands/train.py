@@ -7,8 +7,9 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from xder_cli import catalogue
 from xder_cli.arguments import ExamplesFormatter, assignment, class_order, fraction
 from xder_cli.commands.common import (
     DEFAULT_BENCHMARK,
@@ -21,13 +22,11 @@ from xder_cli.commands.common import (
     run_flag_settings,
 )
 from xder_cli.errors import Interrupted, UsageError
-from xder_cli.progress import on_terminal, threads_summary
-from xder_cli.runs import rundir
-from xder_cli.runs.lifecycle import Start, live
 from xder_cli.runs.plugins import loaded_plugins
-from xder_cli.runs.settings import RunPlan, build_plan, resolve_config, start_notes, takes_buffer
-from xder_data import DEFAULT_PROTOCOL, list_benchmarks
-from xder_methods import list_methods
+
+if TYPE_CHECKING:
+    from xder_cli.runs.lifecycle import Start
+    from xder_cli.runs.settings import RunPlan
 
 __all__ = ["command_train", "print_summary", "run_settings"]
 
@@ -39,6 +38,9 @@ def _fmt(value: float | None) -> str:
 def print_summary(results: dict[str, Any], run_dir: Path) -> None:
     """The run's last lines: its figures, where its files are, and on a CPU whether it trained on
     more than one thread count (its numbers then do not repeat: :func:`threads_summary`)."""
+    from xder_cli.progress import threads_summary
+    from xder_cli.runs import rundir
+
     print(
         f"FAA {_fmt(results['faa'])}  FF {_fmt(results['ff'])}  |  Task-IL FAA {_fmt(results['task_il_faa'])}"
         f"  |  wall time {results['wall_time_s']:.1f} s"
@@ -63,6 +65,8 @@ ones every training command takes (:data:`xder_cli.commands.common.RUN_FLAGS`)."
 
 def run_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The settings the flags give, as dotted keys, then ``--set``'s in their order."""
+    from xder_cli.runs.settings import takes_buffer
+
     settings = run_flag_settings(args) | {
         key: getattr(args, name) for name, key in TRAIN_FLAGS.items() if getattr(args, name) is not None
     }
@@ -80,6 +84,12 @@ def run_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def command_train(args: Any) -> int:
     """Entry point of ``xder-run train`` (``args`` from the argument parser)."""
+    from xder_cli.progress import on_terminal
+    from xder_cli.runs import rundir
+    from xder_cli.runs.lifecycle import Start, live
+    from xder_cli.runs.settings import build_plan, resolve_config, start_notes
+    from xder_data import DEFAULT_PROTOCOL
+
     started: list[Path] = []  # the run directory, once the run's life knows it
 
     def on_start(start: Start, plan: RunPlan, run_dir: Path) -> None:
@@ -118,6 +128,9 @@ def command_train(args: Any) -> int:
 
 def _announce(start: Start, plan: RunPlan, run_dir: Path, *, resumed: bool) -> None:
     """The run's first lines: what trains, from where (or that it is complete already)."""
+    from xder_cli.runs.lifecycle import Start
+    from xder_data import DEFAULT_PROTOCOL
+
     if start is Start.COMPLETE:
         print(f"{run_dir} is already complete.")
         return
@@ -172,13 +185,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--method",
         dest="method_given",
         metavar="NAME",
-        help=f"continual method: {', '.join(list_methods())} (default: {DEFAULT_METHOD})",
+        help=f"continual method: {', '.join(catalogue.METHODS.names())} (default: {DEFAULT_METHOD})",
     )
     train.add_argument(
         "--benchmark",
         dest="benchmark_given",
         metavar="NAME",
-        help=f"benchmark: {', '.join(list_benchmarks())} (default: {DEFAULT_BENCHMARK})",
+        help=f"benchmark: {', '.join(catalogue.BENCHMARKS.names())} (default: {DEFAULT_BENCHMARK})",
     )
     add_protocol_argument(train)
     train.add_argument(

@@ -59,14 +59,15 @@ def share_ratio(group_seconds: float, processes: int, alone_seconds: float) -> f
 def child_main(request: str) -> int:
     """A fair-share child process (:data:`_CHILD`): measure with the options of the JSON file
     ``request`` (``{"options": BenchOptions fields, "out": path}``), write the figures to its
-    ``out``; a library error is one line on stderr and exit status 2 (its parent reports that
-    line)."""
+    ``out``; a library error is written to the file beside it (:func:`_error_file`), in one line,
+    and the exit status is 2: its parent raises it as a :class:`BenchError`. It prints nothing."""
     from xder_cli.runs.bench import BenchOptions, run_bench
     from xder_cli.runs.errors import RunError
     from xder_cli.runs.plugins import load_plugins
     from xder_cli.runs.rundir import write_json
 
     data = json.loads(Path(request).read_text())
+    out = Path(data["out"])
     fields = data["options"] | {
         "methods": tuple(data["options"]["methods"]),
         "plugins": tuple(data["options"]["plugins"]),
@@ -74,11 +75,16 @@ def child_main(request: str) -> int:
     }
     try:
         load_plugins(fields["plugins"])
-        write_json(Path(data["out"]), run_bench(BenchOptions(**fields)))
-    except RunError as error:
-        print(" ".join(str(error).split()), file=sys.stderr)
+        write_json(out, run_bench(BenchOptions(**fields)))
+    except RunError as error:  # its template, so that the parent's caller spells its options
+        _error_file(out).write_text(" ".join(error.template.split()))
         return 2
     return 0
+
+
+def _error_file(out: Path) -> Path:
+    """Where the child writing its figures to ``out`` writes its error, if it fails."""
+    return out.with_suffix(".error")
 
 
 def _request(options: BenchOptions, method: str, out: Path, start: Path) -> Path:
@@ -107,18 +113,18 @@ def _run_group(options: BenchOptions, method: str, processes: int, scratch: Path
     try:
         deadline = time.monotonic() + 600
         while len(list(folder.glob("ready-*"))) < processes:
-            failed = [c for c in children if c.poll() not in (None, 0)]
+            failed = [(c, out) for c, out in zip(children, outputs, strict=True) if c.poll() not in (None, 0)]
             if failed:
-                raise BenchError(f"bench: a process for {method} failed: {_last_line(failed[0])}")
+                raise BenchError(f"bench: a process for {method} failed: {_why(*failed[0])}")
             if time.monotonic() > deadline:
                 raise BenchError(f"bench: the processes for {method} did not get ready in 600 s")
             time.sleep(0.01)
         (folder / "go").touch()
         for child in children:
             child.wait()
-        failed = [c for c in children if c.returncode != 0]
+        failed = [(c, out) for c, out in zip(children, outputs, strict=True) if c.returncode != 0]
         if failed:
-            raise BenchError(f"bench: a process for {method} failed: {_last_line(failed[0])}")
+            raise BenchError(f"bench: a process for {method} failed: {_why(*failed[0])}")
     finally:
         for child in children:
             if child.poll() is None:
@@ -127,9 +133,14 @@ def _run_group(options: BenchOptions, method: str, processes: int, scratch: Path
     return [json.loads(out.read_text()) for out in outputs]
 
 
-def _last_line(child: subprocess.Popen) -> str:
-    assert child.stderr is not None
-    lines = child.stderr.read().strip().splitlines()
+def _why(child: subprocess.Popen, out: Path) -> str:
+    """Why ``child`` (writing to ``out``) failed, in one line: the error it wrote
+    (:func:`child_main`), else the last line of its stderr (an exception it did not expect: its
+    traceback's last line), else its exit status."""
+    error = _error_file(out)
+    if error.is_file():
+        return error.read_text()
+    lines = child.stderr.read().strip().splitlines() if child.stderr is not None else []
     return lines[-1] if lines else f"exit status {child.returncode}"
 
 

@@ -16,15 +16,20 @@ nothing of it:
 :func:`render` does the same for a template kept as text (:data:`xder_cli.runs.analyses.RECORD_HINT`).
 Only the names of :data:`OPTIONS` are placeholders: other braces in a message (a value, an error's
 text) stay as they are.
+
+This module imports no library package: the command line words its errors and loads its plugins
+with it before it parses. :class:`NonFiniteLossError`, which extends the training loop's
+:class:`xder_methods.NonFiniteLossError`, is made when first asked for (``xder_methods`` imports
+torch).
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from pathlib import Path
-
-from xder_methods import NonFiniteLossError as LoopNonFiniteLossError
+from typing import TYPE_CHECKING
 
 __all__ = [
     "OPTIONS",
@@ -148,14 +153,46 @@ class ResultsUnreadableError(RunDirError):
 
 
 class BenchError(RunError):
-    """The fair-share bench's processes: one failed (the message ends with the last line it
-    printed), or they did not get ready in time."""
+    """The fair-share bench's processes: one failed (the message ends with its error, or the
+    last line it printed on stderr), or they did not get ready in time."""
 
 
 class AnalysisSkipped(RunError):
     """An analysis that does not apply to this run (the message says why)."""
 
 
-class NonFiniteLossError(RunError, LoopNonFiniteLossError):
-    """The run diverged: the loop's :class:`xder_methods.NonFiniteLossError` (what callers catch,
-    by the name a sweep's record gives it), with where the last good state is or what to change."""
+if TYPE_CHECKING:  # as type checkers and the API reference read it; made by __getattr__ when used
+    from xder_methods import NonFiniteLossError as LoopNonFiniteLossError
+
+    class NonFiniteLossError(RunError, LoopNonFiniteLossError):
+        """The run diverged: the loop's :class:`xder_methods.NonFiniteLossError` (what callers
+        catch, by the name a sweep's record gives it), with where the last good state is or what
+        to change."""
+
+
+_MADE_LOCK = threading.Lock()
+
+
+def __getattr__(name: str) -> type[RunError]:
+    """``NonFiniteLossError``: made once, when first asked for (:func:`_non_finite_loss_error`),
+    so that importing this module imports no library package."""
+    if name != "NonFiniteLossError":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    with _MADE_LOCK:
+        if name not in globals():
+            globals()[name] = _non_finite_loss_error()
+    made: type[RunError] = globals()[name]
+    return made
+
+
+def _non_finite_loss_error() -> type[RunError]:
+    """The class :data:`NonFiniteLossError` (declared above for type checkers) at run time."""
+    from xder_methods import NonFiniteLossError as LoopNonFiniteLossError
+
+    class NonFiniteLossError(RunError, LoopNonFiniteLossError):
+        """The run diverged: the loop's :class:`xder_methods.NonFiniteLossError` (what callers
+        catch, by the name a sweep's record gives it), with where the last good state is or what
+        to change."""
+
+    NonFiniteLossError.__qualname__ = NonFiniteLossError.__name__  # pickled by its module's name
+    return NonFiniteLossError

@@ -1,0 +1,158 @@
+"""What ``xder-run``'s parsers name of the library before anything imports it.
+
+``xder-run --help``, a command's ``--help`` and a usage mistake answer without importing the four
+library packages or :mod:`xder_cli.runs` beyond its errors and plugins (they import torch:
+seconds). What the parsers list and check of them is copied here: the names each registry holds
+when no plugin has added to it (a :class:`Registry`), and the constants the help states
+(:data:`COPIES`). Each copy names its owner; ``tests/cli/test_catalogue.py`` holds it equal to
+the owner's value in a fresh interpreter, so that a name registered or a default changed without
+its copy here fails there.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+__all__ = [
+    "ANALYSES",
+    "BACKBONES",
+    "BENCHMARKS",
+    "CLASS_ORDER_METHODS",
+    "COPIES",
+    "DOWNLOADS",
+    "EXPERIMENTS",
+    "EXPERIMENT_SEEDS",
+    "IMPORTERS",
+    "LOGGERS",
+    "METHODS",
+    "MINIIMAGENET_FORMATS",
+    "PROTOCOL_ALIASES",
+    "RECORDED_ANALYSES",
+    "REPORT_OUT",
+    "SENSITIVITY_METHOD",
+    "Registry",
+]
+
+
+@dataclass(frozen=True)
+class Registry:
+    """A registry a plugin may add to: ``lister``, the dotted name of the function listing it
+    (its owner), and ``builtin``, what that function returns when no plugin has added to it."""
+
+    lister: str
+    builtin: tuple[str, ...]
+
+    def names(self) -> list[str]:
+        """The registry's names: its lister's once its module is imported (a plugin that registers a
+        name has imported it, and a handler may have), else :attr:`builtin` (then the same)."""
+        module, _, function = self.lister.rpartition(".")
+        loaded = sys.modules.get(module)
+        return list(getattr(loaded, function)()) if loaded is not None else list(self.builtin)
+
+
+METHODS = Registry(
+    "xder_methods.list_methods",
+    (
+        "agem",
+        "bic",
+        "der",
+        "derpp",
+        "derpp_ace",
+        "er",
+        "er_ace",
+        "er_flat",
+        "ewc_on",
+        "fdr",
+        "gdumb",
+        "gem",
+        "gss",
+        "hal",
+        "icarl",
+        "joint",
+        "lucir",
+        "lwf",
+        "lwf_mc",
+        "rpc",
+        "sgd",
+        "si",
+        "xder",
+    ),
+)
+BENCHMARKS = Registry(
+    "xder_data.list_benchmarks",
+    (
+        "coco-stitch",
+        "folder",
+        "seq-cifar10",
+        "seq-cifar100",
+        "seq-cub200",
+        "seq-digits",
+        "seq-miniimg",
+        "seq-ntu60",
+    ),
+)
+BACKBONES = Registry(
+    "xder_models.list_backbones",
+    (
+        "efficientgcn-b0",
+        "efficientgcn-b2",
+        "efficientgcn-b4",
+        "efficientnet-b2",
+        "resnet18",
+        "resnet18-cifar",
+    ),
+)
+IMPORTERS = Registry(
+    "xder_data.list_importers",
+    (
+        "cifar10",
+        "cifar100",
+        "ntu60",
+        "ntu60-stgcn",
+        "ntu60-efficientgcn",
+        "miniimagenet",
+        "cub200",
+        "coco-stitch",
+    ),
+)
+DOWNLOADS = Registry("xder_data.list_downloads", ("cifar10", "cifar100"))
+EXPERIMENTS = Registry(
+    "xder_cli.runs.experiments.list_experiments", ("flatness", "class-order", "sensitivity", "table")
+)
+
+PROTOCOL_ALIASES = {"paper": "full"}
+MINIIMAGENET_FORMATS = ("csv", "pickle", "folders")
+LOGGERS = ("tensorboard", "wandb")
+ANALYSES = (
+    "ece",
+    "ss",
+    "head_bias",
+    "grad_norms",
+    "buffer_logits",
+    "future_fewshot_auc",
+    "resources",
+    "flatness",
+    "fisher_trace",
+    "buffer_informativeness",
+    "pointing",
+    "secondary_targets",
+)
+RECORDED_ANALYSES = ("grad_norms", "future_fewshot_auc")
+EXPERIMENT_SEEDS = (0, 1, 2)
+CLASS_ORDER_METHODS = ("xder", "derpp", "er")
+SENSITIVITY_METHOD = "xder"
+REPORT_OUT = "report"
+
+COPIES = {
+    "PROTOCOL_ALIASES": "xder_data.PROTOCOL_ALIASES",
+    "MINIIMAGENET_FORMATS": "xder_data.MINIIMAGENET_FORMATS",
+    "LOGGERS": "xder_cli.runs.settings.LOGGERS",
+    "ANALYSES": "xder_cli.runs.analyses.ANALYSES",
+    "RECORDED_ANALYSES": "xder_cli.runs.analyses.RECORDED",
+    "EXPERIMENT_SEEDS": "xder_cli.runs.experiments.DEFAULT_SEEDS",
+    "CLASS_ORDER_METHODS": "xder_cli.runs.experiments.class_order.DEFAULT_METHODS",
+    "SENSITIVITY_METHOD": "xder_cli.runs.experiments.sensitivity.DEFAULT_METHOD",
+    "REPORT_OUT": "xder_cli.runs.report.DEFAULT_REPORT_OUT",
+}
+"""Each constant copied here and its owner, by dotted name."""
