@@ -12,9 +12,15 @@ from typing import Any
 
 import pytest
 
-from xder_cli.commands.train import print_summary
 from xder_cli.main import main
-from xder_cli.progress import ThreadLines, in_run_log, on_terminal, thread_line, threads_summary
+from xder_cli.progress import (
+    ThreadLines,
+    in_run_log,
+    on_terminal,
+    print_summary,
+    thread_line,
+    threads_summary,
+)
 from xder_cli.runs import cpushare
 from xder_cli.runs.cpushare import RECHECK_SECONDS, CpuShare, ThreadPolicy
 from xder_cli.runs.recorder import ThreadNews, ThreadShare

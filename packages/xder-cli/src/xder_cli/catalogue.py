@@ -31,6 +31,7 @@ __all__ = [
     "RECORDED_ANALYSES",
     "REPORT_OUT",
     "SENSITIVITY_METHOD",
+    "TABLE_PAPERS",
     "Registry",
 ]
 
@@ -120,6 +121,7 @@ DOWNLOADS = Registry("xder_data.list_downloads", ("cifar10", "cifar100"))
 EXPERIMENTS = Registry(
     "xder_cli.runs.experiments.list_experiments", ("flatness", "class-order", "sensitivity", "table")
 )
+TABLE_PAPERS = Registry("xder_cli.runs.published.table_papers", ("x-der", "der"))
 
 PROTOCOL_ALIASES = {"paper": "full"}
 MINIIMAGENET_FORMATS = ("csv", "pickle", "folders")

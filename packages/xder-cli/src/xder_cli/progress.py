@@ -6,13 +6,16 @@ note of a report on a seed run more than once (:func:`repeated_seed_notes`)."""
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from xder_cli.runs import rundir
 from xder_cli.runs.lifecycle import RunDisplay
 from xder_cli.runs.recorder import ThreadNews
 from xder_cli.runs.report import WrittenReport
@@ -31,6 +34,7 @@ __all__ = [
     "in_run_log",
     "on_terminal",
     "print_notice",
+    "print_summary",
     "progress_bar",
     "repeated_seed_notes",
     "thread_line",
@@ -217,3 +221,21 @@ class OutcomeLines:
             f" | {time.perf_counter() - self.begin:.0f} s elapsed",
             flush=True,
         )
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.2f}"
+
+
+def print_summary(results: dict[str, Any], run_dir: Path) -> None:
+    """The run's last lines: its figures, where its files are, and on a CPU whether it trained on
+    more than one thread count (its numbers then do not repeat: :func:`threads_summary`)."""
+    print(
+        f"FAA {_fmt(results['faa'])}  FF {_fmt(results['ff'])}  |  Task-IL FAA {_fmt(results['task_il_faa'])}"
+        f"  |  wall time {results['wall_time_s']:.1f} s"
+    )
+    print(f"results: {run_dir / rundir.RESULTS}  plots: {run_dir / rundir.PLOTS}")
+    environment = results.get("environment", {})
+    note = threads_summary(str(environment.get("device", "")), environment.get("threads", []))
+    if note is not None:
+        print(note)

@@ -35,8 +35,6 @@ EXPERIMENT_EXAMPLES = """examples:
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Add ``xder-run experiment`` to the subcommands."""
-    from xder_cli.runs.published import table_papers  # reads its TOML file: no library package
-
     experiment = commands.add_parser(
         "experiment",
         formatter_class=ExamplesFormatter,
@@ -102,7 +100,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help=f"class-order: methods ({','.join(catalogue.CLASS_ORDER_METHODS)}); table: rows by method or "
         "variant entry, e.g. er,derpp,xder-rpc: the table's or any registered method's (default: every row)",
     )
-    papers = ", ".join(table_papers())
+    papers = ", ".join(catalogue.TABLE_PAPERS.names())
     help_paper = f"table: the rows are this paper's methods, {papers} (default: the benchmark's, else x-der)"
     experiment.add_argument("--paper", metavar="NAME", help=help_paper)
     experiment.add_argument(

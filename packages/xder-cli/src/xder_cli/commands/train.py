@@ -4,7 +4,6 @@ shown on the terminal, its summary printed."""
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,28 +27,7 @@ if TYPE_CHECKING:
     from xder_cli.runs.lifecycle import Start
     from xder_cli.runs.settings import RunPlan
 
-__all__ = ["command_train", "print_summary", "run_settings"]
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{value:.2f}"
-
-
-def print_summary(results: dict[str, Any], run_dir: Path) -> None:
-    """The run's last lines: its figures, where its files are, and on a CPU whether it trained on
-    more than one thread count (its numbers then do not repeat: :func:`threads_summary`)."""
-    from xder_cli.progress import threads_summary
-    from xder_cli.runs import rundir
-
-    print(
-        f"FAA {_fmt(results['faa'])}  FF {_fmt(results['ff'])}  |  Task-IL FAA {_fmt(results['task_il_faa'])}"
-        f"  |  wall time {results['wall_time_s']:.1f} s"
-    )
-    print(f"results: {run_dir / rundir.RESULTS}  plots: {run_dir / rundir.PLOTS}")
-    environment = results.get("environment", {})
-    note = threads_summary(str(environment.get("device", "")), environment.get("threads", []))
-    if note is not None:
-        print(note)
+__all__ = ["command_train", "run_settings"]
 
 
 TRAIN_FLAGS = {
@@ -84,7 +62,7 @@ def run_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def command_train(args: Any) -> int:
     """Entry point of ``xder-run train`` (``args`` from the argument parser)."""
-    from xder_cli.progress import on_terminal
+    from xder_cli.progress import on_terminal, print_summary
     from xder_cli.runs import rundir
     from xder_cli.runs.lifecycle import Start, live
     from xder_cli.runs.settings import build_plan, resolve_config, start_notes
