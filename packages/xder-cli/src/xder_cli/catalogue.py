@@ -2,17 +2,28 @@
 
 ``xder-run --help``, a command's ``--help`` and a usage mistake answer without importing the four
 library packages or :mod:`xder_cli.runs` beyond its errors and plugins (they import torch:
-seconds). What the parsers list and check of them is copied here: the names each registry holds
-when no plugin has added to it (a :class:`Registry`), and the constants the help states
-(:data:`COPIES`). Each copy names its owner; ``tests/cli/test_catalogue.py`` holds it equal to
-the owner's value in a fresh interpreter, so that a name registered or a default changed without
-its copy here fails there.
+seconds). What the parsers list and check of them is here: the names each registry holds when
+no plugin has added to it (a :class:`Registry`) and two constants of :mod:`xder_data`
+(:data:`COPIES`), copied, each naming its owner (``tests/cli/test_catalogue.py`` holds it equal
+to the owner's value in a fresh interpreter, so that a name registered or a default changed
+without its copy here fails there); and the constants of :mod:`xder_cli.runs` the help states, from
+:mod:`xder_cli.runs.defaults`, their one definition (:data:`OWNED`).
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+
+from xder_cli.runs.defaults import (
+    ANALYSES,
+    CLASS_ORDER_METHODS,
+    EXPERIMENT_SEEDS,
+    LOGGERS,
+    RECORDED_ANALYSES,
+    REPORT_OUT,
+    SENSITIVITY_METHOD,
+)
 
 __all__ = [
     "ANALYSES",
@@ -27,6 +38,7 @@ __all__ = [
     "LOGGERS",
     "METHODS",
     "MINIIMAGENET_FORMATS",
+    "OWNED",
     "PROTOCOL_ALIASES",
     "RECORDED_ANALYSES",
     "REPORT_OUT",
@@ -125,36 +137,21 @@ TABLE_PAPERS = Registry("xder_cli.runs.published.table_papers", ("x-der", "der")
 
 PROTOCOL_ALIASES = {"paper": "full"}
 MINIIMAGENET_FORMATS = ("csv", "pickle", "folders")
-LOGGERS = ("tensorboard", "wandb")
-ANALYSES = (
-    "ece",
-    "ss",
-    "head_bias",
-    "grad_norms",
-    "buffer_logits",
-    "future_fewshot_auc",
-    "resources",
-    "flatness",
-    "fisher_trace",
-    "buffer_informativeness",
-    "pointing",
-    "secondary_targets",
-)
-RECORDED_ANALYSES = ("grad_norms", "future_fewshot_auc")
-EXPERIMENT_SEEDS = (0, 1, 2)
-CLASS_ORDER_METHODS = ("xder", "derpp", "er")
-SENSITIVITY_METHOD = "xder"
-REPORT_OUT = "report"
 
 COPIES = {
     "PROTOCOL_ALIASES": "xder_data.PROTOCOL_ALIASES",
     "MINIIMAGENET_FORMATS": "xder_data.MINIIMAGENET_FORMATS",
-    "LOGGERS": "xder_cli.runs.settings.LOGGERS",
-    "ANALYSES": "xder_cli.runs.analyses.ANALYSES",
-    "RECORDED_ANALYSES": "xder_cli.runs.analyses.RECORDED",
-    "EXPERIMENT_SEEDS": "xder_cli.runs.experiments.DEFAULT_SEEDS",
-    "CLASS_ORDER_METHODS": "xder_cli.runs.experiments.class_order.DEFAULT_METHODS",
-    "SENSITIVITY_METHOD": "xder_cli.runs.experiments.sensitivity.DEFAULT_METHOD",
-    "REPORT_OUT": "xder_cli.runs.report.DEFAULT_REPORT_OUT",
 }
-"""Each constant copied here and its owner, by dotted name."""
+"""Each constant copied here from a library package and its owner, by dotted name."""
+
+OWNED = (
+    "LOGGERS",
+    "ANALYSES",
+    "RECORDED_ANALYSES",
+    "EXPERIMENT_SEEDS",
+    "CLASS_ORDER_METHODS",
+    "SENSITIVITY_METHOD",
+    "REPORT_OUT",
+)
+"""The constants of :mod:`xder_cli.runs` the help states, from their one definition,
+:mod:`xder_cli.runs.defaults` (a module that imports nothing)."""

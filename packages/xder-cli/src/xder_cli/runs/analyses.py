@@ -31,6 +31,8 @@ from torch import Tensor, nn
 
 from xder_cli.runs._analysis_plots import plot_buffer_logits, plot_grad_norms, plot_head_bias, plot_series
 from xder_cli.runs.analysis_records import task_end_analysis
+from xder_cli.runs.defaults import ANALYSES
+from xder_cli.runs.defaults import RECORDED_ANALYSES as RECORDED
 from xder_cli.runs.errors import AnalysisSkipped, option
 from xder_cli.runs.loaded import Predictor, TrainedRun, load_trained_run, predict_all
 from xder_data import load_benchmark
@@ -68,22 +70,6 @@ __all__ = [
     "task_end_analysis",
 ]
 
-ANALYSES = (
-    "ece",
-    "ss",
-    "head_bias",
-    "grad_norms",
-    "buffer_logits",
-    "future_fewshot_auc",
-    "resources",
-    "flatness",
-    "fisher_trace",
-    "buffer_informativeness",
-    "pointing",
-    "secondary_targets",
-)
-RECORDED = ("grad_norms", "future_fewshot_auc")
-"""Analyses that read what only a run trained with ``run.record_analyses`` records."""
 RECORD_HINT = f"train it with {option('run.record_analyses')} (run.record_analyses = true)"
 """What to do for :data:`RECORDED`, as a template of :mod:`~xder_cli.runs.errors`."""
 FLATNESS_SIGMAS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1)

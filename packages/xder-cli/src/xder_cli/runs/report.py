@@ -26,6 +26,7 @@ from typing import Any
 
 from xder_cli.runs import rundir
 from xder_cli.runs.claims import check_table_claims, claims_markdown
+from xder_cli.runs.defaults import REPORT_OUT as DEFAULT_REPORT_OUT
 from xder_cli.runs.errors import RunDirError, RunError
 from xder_cli.runs.published import published_analyses, published_results
 from xder_cli.runs.run_analysis import read_analysis
@@ -64,7 +65,6 @@ __all__ = [
     "write_report",
 ]
 
-DEFAULT_REPORT_OUT = "report"
 TABLE_MD, TABLE_CSV, REPORT_JSON = "table.md", "table.csv", "report.json"
 ANALYSES_MD = "analyses.md"
 

@@ -51,6 +51,7 @@ from xder_cli.runs._dotted import (
     split_key,
 )
 from xder_cli.runs._typed import coerce, validate_section
+from xder_cli.runs.defaults import LOGGERS
 from xder_cli.runs.errors import PluginError, SettingError, option
 from xder_cli.runs.plugins import load_plugin
 from xder_cli.runs.presets import choose_preset
@@ -96,7 +97,6 @@ __all__ = [
     "validate_section",
 ]
 
-LOGGERS = ("tensorboard", "wandb")
 """Experiment trackers a run can log to (``run.loggers``)."""
 
 Notify = Callable[[str], None]

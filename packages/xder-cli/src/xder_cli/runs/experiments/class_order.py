@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from xder_cli.runs.defaults import CLASS_ORDER_METHODS as DEFAULT_METHODS
 from xder_cli.runs.experiments.common import (
     OWNED_BY_ALL,
     ExperimentOptions,
@@ -41,7 +42,6 @@ __all__ = [
 ]
 
 ORDERS = ("natural", "reversed")
-DEFAULT_METHODS = ("xder", "derpp", "er")
 PLOT = "class_order.png"
 
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from xder_cli.runs import rundir
 from xder_cli.runs._stats import fmt, fmt_stat, mean_std
+from xder_cli.runs.defaults import EXPERIMENT_SEEDS as DEFAULT_SEEDS
 from xder_cli.runs.errors import RunDirError, SettingError, option
 from xder_cli.runs.scheduler import LogOutput, RunToTrain, outcome_note, run_retries, train_runs
 from xder_cli.runs.settings import Notify, build_plan, defines, resolve_config, settings_text
@@ -51,7 +52,6 @@ __all__ = [
 ]
 
 EXPERIMENT_JSON, EXPERIMENT_MD, RUNS = "experiment.json", "experiment.md", "runs"
-DEFAULT_SEEDS = (0, 1, 2)
 
 
 @dataclass(frozen=True)

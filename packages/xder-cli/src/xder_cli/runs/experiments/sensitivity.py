@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from xder_cli.runs.defaults import SENSITIVITY_METHOD as DEFAULT_METHOD
 from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.experiments.common import (
     OWNED_BY_ALL,
@@ -43,7 +44,6 @@ __all__ = [
     "summarize_sensitivity",
 ]
 
-DEFAULT_METHOD = "xder"
 PLOT = "sensitivity.png"
 
 
