@@ -45,3 +45,22 @@ def test_pointing_on_planted_masks(derpp_run: Path) -> None:
     half = pointing(even)
     assert half["accuracy"] == pytest.approx(0.5)
     assert half["overall_accuracy"] == pytest.approx(176 / 355)
+
+
+def test_the_secondary_targets_probe_trains_with_the_coco_stitch_protocol() -> None:
+    """One owner: the probe's SGD and batch are the coco-stitch protocol's, not values of its own."""
+    from torch import nn
+
+    from xder_cli.runs.analyses import probe_optimizer
+    from xder_data import benchmark_defaults
+
+    protocol = benchmark_defaults("coco-stitch")
+    optimizer, batch = probe_optimizer(nn.Linear(4, 3))
+    (group,) = optimizer.param_groups
+    assert (group["lr"], group["momentum"], group["weight_decay"]) == (
+        protocol.lr,
+        protocol.momentum,
+        protocol.weight_decay,
+    )
+    assert batch == protocol.batch_size == 32
+    assert (protocol.lr, protocol.momentum) == (0.1, 0.0)  # the protocol's own choice, stated there

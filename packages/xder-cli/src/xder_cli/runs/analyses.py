@@ -35,7 +35,7 @@ from xder_cli.runs.defaults import ANALYSES
 from xder_cli.runs.defaults import RECORDED_ANALYSES as RECORDED
 from xder_cli.runs.errors import AnalysisSkipped, option
 from xder_cli.runs.loaded import Predictor, TrainedRun, load_trained_run, predict_all
-from xder_data import load_benchmark
+from xder_data import benchmark_defaults, load_benchmark
 from xder_eval import (
     expected_calibration_error,
     plot_reliability_diagram,
@@ -67,6 +67,7 @@ __all__ = [
     "TrainedRun",
     "analyse",
     "load_trained_run",
+    "probe_optimizer",
     "task_end_analysis",
 ]
 
@@ -353,6 +354,16 @@ class _Probe(nn.Module):
         return self.linear(backbone.forward_features(x))
 
 
+def probe_optimizer(linear: nn.Module) -> tuple[torch.optim.SGD, int]:
+    """The linear probe's SGD and batch size: the ``coco-stitch`` protocol's (its lr, momentum,
+    weight decay and batch; the paper states only SGD and 50 epochs)."""
+    protocol = benchmark_defaults("coco-stitch")
+    optimizer = torch.optim.SGD(
+        linear.parameters(), lr=protocol.lr, momentum=protocol.momentum, weight_decay=protocol.weight_decay
+    )
+    return optimizer, protocol.batch_size
+
+
 def analyse_secondary_targets(run: TrainedRun, out: Path, options: AnalysisOptions) -> dict[str, Any]:
     from xder_data import DataError
 
@@ -369,7 +380,7 @@ def analyse_secondary_targets(run: TrainedRun, out: Path, options: AnalysisOptio
         p.requires_grad_(False)
     probe = _Probe(net, stitched.num_classes)
     net.eval()
-    optimizer = torch.optim.SGD(probe.linear.parameters(), lr=0.1, momentum=0.9)
+    optimizer, batch = probe_optimizer(probe.linear)
     generator = torch.Generator(device=run.device).manual_seed(0)
     n = stitched.train_y.shape[0]
     targets = F.one_hot(stitched.train_y, stitched.num_classes) | F.one_hot(
@@ -377,8 +388,8 @@ def analyse_secondary_targets(run: TrainedRun, out: Path, options: AnalysisOptio
     )
     for _ in range(options.probe_epochs):
         order = torch.randperm(n, generator=generator, device=run.device)
-        for s in range(0, n, 32):
-            rows = order[s : s + 32]
+        for s in range(0, n, batch):
+            rows = order[s : s + batch]
             with torch.no_grad():
                 features = net.forward_features(stitched.train_transform(stitched.train_x[rows], generator))
             loss = F.binary_cross_entropy_with_logits(probe.linear(features), targets[rows].float())
