@@ -42,7 +42,7 @@ from xder_cli.runs.build import (
 )
 from xder_cli.runs.cpushare import ThreadPolicy
 from xder_cli.runs.errors import RunError
-from xder_cli.runs.recorder import RunRecorder, ThreadNews, ThreadShare
+from xder_cli.runs.recorder import RunRecorder, ThreadNews, ThreadShare, ignore_news
 from xder_cli.runs.settings import Notify, RunPlan, ignore, load_plan
 from xder_cli.runs.trackers import check_loggers, start_loggers
 from xder_data import DataError, Progress
@@ -66,10 +66,6 @@ USER_ERRORS = (RunError, DataError, MethodError, UnknownBackboneError)
 """What a run raises for its user's mistakes (each one line, exit status 2 on the command line)."""
 
 
-def _no_news(news: ThreadNews) -> None:
-    """The default ``threads`` of a display: nobody listens."""
-
-
 @dataclass(frozen=True)
 class RunDisplay:
     """What shows a run while it trains: ``callbacks`` follow the training after the run's own
@@ -82,7 +78,7 @@ class RunDisplay:
     callbacks: Sequence[Callback] = ()
     notify: Notify = ignore
     read_progress: Progress = no_progress
-    threads: Callable[[ThreadNews], None] = _no_news
+    threads: Callable[[ThreadNews], None] = ignore_news
 
 
 class Start(enum.Enum):
@@ -252,7 +248,7 @@ def run_training(
         before = [] if state is None else list(state.get("run", {}).get("threads", []))
         recorder = RunRecorder(run_dir, plan, device, events, elapsed, threads, before)
         # Only on the CPU does the count change the numbers: on another device it goes unsaid.
-        report = display.threads if device.type == "cpu" else _no_news
+        report = display.threads if device.type == "cpu" else ignore_news
         share = ThreadShare(threads, recorder.log, report, recorder.threads_used)
         return _record_run(plan, run_dir, device, state, recorder, [share, *display.callbacks], display)
 

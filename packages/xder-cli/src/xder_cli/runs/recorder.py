@@ -37,7 +37,7 @@ from xder_methods import (
     TaskRecord,
 )
 
-__all__ = ["RunRecorder", "ThreadNews", "ThreadShare", "summarize"]
+__all__ = ["RunRecorder", "ThreadNews", "ThreadShare", "ignore_news", "summarize"]
 
 
 def _matrix_metrics(matrix: list[list[float]], prefix: str) -> dict[str, Any]:
@@ -254,8 +254,8 @@ class ThreadNews:
     epoch: int = 0
 
 
-def _ignore_news(news: ThreadNews) -> None:
-    """The default report: nobody listens."""
+def ignore_news(news: ThreadNews) -> None:
+    """The default listener of :class:`ThreadNews`: nobody listens."""
 
 
 class ThreadShare(Callback):
@@ -276,7 +276,7 @@ class ThreadShare(Callback):
         self,
         policy: ThreadPolicy,
         log: Callable[[dict[str, Any]], None],
-        report: Callable[[ThreadNews], None] = _ignore_news,
+        report: Callable[[ThreadNews], None] = ignore_news,
         used: Callable[[], list[int]] | None = None,
     ) -> None:
         self.policy = policy
