@@ -90,7 +90,7 @@ class CropFlip:
         left = torch.randint(0, span_w + 1, (batch,), generator=generator, device=device)
         cols = torch.arange(out_w, device=device)
         if self.flip:
-            flipped = torch.rand(batch, generator=generator, device=device) < 0.5
+            flipped = torch.rand(batch, generator=generator, device=device, dtype=torch.float32) < 0.5
             cols = torch.where(flipped[:, None], out_w - 1 - cols, cols)
         else:
             cols = cols.expand(batch, out_w)
@@ -128,8 +128,8 @@ class Normalize:
     def _constants(self, x: Tensor) -> tuple[Tensor, Tensor]:
         if x.device not in self._cache:
             shape = (1, len(self.mean)) + (1,) * (x.dim() - 2)
-            mean = torch.tensor(self.mean, device=x.device).view(shape)
-            std = torch.tensor(self.std, device=x.device).view(shape)
+            mean = torch.tensor(self.mean, device=x.device, dtype=torch.float32).view(shape)
+            std = torch.tensor(self.std, device=x.device, dtype=torch.float32).view(shape)
             self._cache[x.device] = (mean, std)
         return self._cache[x.device]
 
@@ -170,7 +170,7 @@ def grayscale(x: Tensor) -> Tensor:
 def hue_rotation(angle: Tensor) -> Tensor:
     """(B, 3, 3) rotations of RGB about the grey axis (1, 1, 1) by ``angle`` radians (B,): a hue
     shift of ``angle / (2 pi)`` of the colour wheel that keeps grey pixels grey (Rodrigues)."""
-    k = torch.full((3,), 3**-0.5, device=angle.device)
+    k = torch.full((3,), 3**-0.5, device=angle.device, dtype=angle.dtype)
     eye = torch.eye(3, device=angle.device)
     cross = _constant(_CROSS, angle.device).view(3, 3)
     cos, sin = angle.cos()[:, None, None], angle.sin()[:, None, None]
@@ -198,12 +198,14 @@ def colour_transforms(
     batch, device = order.shape[0], order.device
     luma = _constant(_GRAY_WEIGHTS, device)
     eye = torch.eye(3, device=device).expand(batch, 3, 3)
-    grey = torch.outer(torch.ones(3, device=device), luma)  # x -> (luma . x) in every channel
+    grey = torch.outer(
+        torch.ones(3, device=device, dtype=torch.float32), luma
+    )  # x -> (luma . x) in every channel
     scale_b = brightness[:, None, None] * eye
     scale_s = saturation[:, None, None] * eye + (1 - saturation)[:, None, None] * grey
     rotate = hue_rotation(2 * math.pi * hue)
     matrix = eye.clone()
-    offset = torch.zeros(batch, 3, device=device)
+    offset = torch.zeros(batch, 3, device=device, dtype=torch.float32)
     for stage in range(4):
         op = order[:, stage]
         mean_now = torch.einsum("bij,bj->bi", matrix, mean_rgb) + offset  # image mean at this point
@@ -309,9 +311,9 @@ class StrongAugment:
         x = x.to(torch.float32).mul_(1 / 255) if x.dtype == torch.uint8 else x.to(torch.float32)
         boxes = self.crop_boxes(batch, height, width, generator, device).to(torch.float32)
         top, left, h, w = boxes.unbind(dim=1)
-        flip = torch.rand(batch, generator=generator, device=device) < 0.5
+        flip = torch.rand(batch, generator=generator, device=device, dtype=torch.float32) < 0.5
         sign = 1.0 - 2.0 * flip.to(torch.float32)
-        theta = torch.zeros(batch, 2, 3, device=device)
+        theta = torch.zeros(batch, 2, 3, device=device, dtype=torch.float32)
         theta[:, 0, 0] = sign * w / width
         theta[:, 0, 2] = (2 * left + w) / width - 1
         theta[:, 1, 1] = h / height
@@ -325,8 +327,8 @@ class StrongAugment:
     def _colour(self, x: Tensor, generator: torch.Generator | None) -> Tensor:
         batch, device = x.shape[0], x.device
         b, c, s, hue = self.jitter
-        u = torch.rand(batch, 6, generator=generator, device=device)
-        order = torch.rand(batch, 4, generator=generator, device=device).argsort(dim=1)
+        u = torch.rand(batch, 6, generator=generator, device=device, dtype=torch.float32)
+        order = torch.rand(batch, 4, generator=generator, device=device, dtype=torch.float32).argsort(dim=1)
         matrix, offset = colour_transforms(
             order,
             brightness=1 - b + 2 * b * u[:, 0],

@@ -15,10 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from xder_methods.losses import at_least_float32
+
 __all__ = ["CosineHead", "polytope_logits", "regular_simplex"]
 
 
-def regular_simplex(num_classes: int, dtype: torch.dtype = torch.float32) -> Tensor:
+def regular_simplex(num_classes: int, dtype: torch.dtype | None = None) -> Tensor:
     """Vertices of a regular simplex centred at the origin: ``(K, K - 1)``, unit rows, pairwise
     dot product ``-1 / (K - 1)`` (the fixed classifier of RPC, Pernici et al., ICPR 2020).
 
@@ -34,7 +36,7 @@ def regular_simplex(num_classes: int, dtype: torch.dtype = torch.float32) -> Ten
     vertices[n] = (1.0 - (n + 1.0) ** 0.5) / n
     vertices -= vertices.mean(dim=0, keepdim=True)
     vertices /= vertices[0].norm()
-    return vertices.to(dtype)
+    return vertices.to(torch.get_default_dtype() if dtype is None else dtype)
 
 
 def polytope_logits(outputs: Tensor, vertices: Tensor) -> Tensor:
@@ -90,7 +92,9 @@ class CosineHead(nn.Module):
 
     def cosines(self, features: Tensor, trainable_task: int | None = None) -> Tensor:
         """(B, C) unscaled cosines between the features and every class weight."""
-        return F.linear(F.normalize(features.float(), dim=1), F.normalize(self.weight(trainable_task), dim=1))
+        return F.linear(
+            F.normalize(at_least_float32(features), dim=1), F.normalize(self.weight(trainable_task), dim=1)
+        )
 
     def forward(self, features: Tensor) -> Tensor:
         return self.sigma * self.cosines(features)

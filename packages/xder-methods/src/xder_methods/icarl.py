@@ -52,6 +52,7 @@ from xder_methods.buffer import Buffer
 from xder_methods.er import ExemplarReplayConfig, MergedReplay, replay_exemplars, stream_buffer_groups
 from xder_methods.errors import MethodConfigError
 from xder_methods.loop import TrainingSchedule
+from xder_methods.losses import at_least_float32
 from xder_methods.lwf_mc import LwFMC
 from xder_methods.protocols import (
     Backbone,
@@ -140,8 +141,10 @@ def class_mean_features(features: Tensor, labels: Tensor, num_classes: int) -> t
         ``(means, present)``: (num_classes, D) float means (zero rows for absent classes) and
         (num_classes,) bool, True where the class has at least one row.
     """
-    unit = F.normalize(features.float(), dim=1)
-    sums = torch.zeros(num_classes, unit.shape[1], device=unit.device).index_add_(0, labels, unit)
+    unit = F.normalize(at_least_float32(features), dim=1)
+    sums = torch.zeros(num_classes, unit.shape[1], device=unit.device, dtype=unit.dtype).index_add_(
+        0, labels, unit
+    )
     counts = torch.bincount(labels, minlength=num_classes)[:num_classes]
     return F.normalize(sums, dim=1), counts > 0
 
@@ -158,8 +161,8 @@ def nearest_mean_scores(features: Tensor, class_means: Tensor, has_mean: Tensor)
     Returns:
         (B, C) scores.
     """
-    unit = F.normalize(features.float(), dim=1)
-    distance = torch.cdist(unit, class_means.float())
+    unit = F.normalize(at_least_float32(features), dim=1)
+    distance = torch.cdist(unit, at_least_float32(class_means))
     return (-distance).masked_fill(~has_mean[None, :], float("-inf"))
 
 
@@ -175,7 +178,9 @@ def eval_features(net: nn.Module, x_raw: Tensor, transform: Transform, batch_siz
     net.train(False)
     try:
         chunks = [
-            backbone.forward_features(transform(x_raw[start : start + batch_size])).flatten(1).float()
+            at_least_float32(
+                backbone.forward_features(transform(x_raw[start : start + batch_size])).flatten(1)
+            )
             for start in range(0, x_raw.shape[0], batch_size)
         ]
     finally:

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
+    "at_least_float32",
     "future_constraint",
     "future_preparation_loss",
     "logit_matching_loss",
@@ -23,6 +24,12 @@ __all__ = [
 ]
 
 ConstraintForm = Literal["reference", "paper"]
+
+
+def at_least_float32(x: Tensor) -> Tensor:
+    """``x`` in float32 where it is in a narrower float (bf16 or fp16 under autocast), else
+    ``x`` itself, with no op dispatched: float32 stays float32 and float64 stays float64."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
 def seen_class_cross_entropy(logits: Tensor, labels: Tensor, num_seen: int) -> Tensor:

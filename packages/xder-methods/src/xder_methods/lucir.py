@@ -76,6 +76,7 @@ from xder_methods.errors import check_settings
 from xder_methods.heads import CosineHead
 from xder_methods.icarl import class_mean_features, eval_features, update_herding_buffer
 from xder_methods.loop import TrainingSchedule, shuffled_batches
+from xder_methods.losses import at_least_float32
 from xder_methods.lwf_mc import frozen_copy
 from xder_methods.protocols import Backbone, Batch, ContinualSetting, StepOutput, TaskData, Transforms
 
@@ -178,7 +179,9 @@ def less_forget_distance(features: Tensor, teacher_features: Tensor) -> Tensor:
     """LUCIR's less-forget constraint per item (Eq. 6): ``1 - cos(f*(x), f(x))``, ``(B, D) -> (B,)``.
 
     The teacher's features are constants."""
-    return 1.0 - F.cosine_similarity(features.float(), teacher_features.detach().float(), dim=1)
+    return 1.0 - F.cosine_similarity(
+        at_least_float32(features), at_least_float32(teacher_features.detach()), dim=1
+    )
 
 
 def margin_ranking_loss(cosines: Tensor, labels: Tensor, *, num_old: int, k: int, margin: float) -> Tensor:
@@ -224,7 +227,7 @@ def imprinted_weights(
         for the classes with at least one row (other rows are zero).
     """
     means, present = class_mean_features(features, labels - start, end - start)
-    scale = old_weights.float().norm(dim=1).mean()
+    scale = at_least_float32(old_weights).norm(dim=1).mean()
     return means * scale, present
 
 

@@ -25,6 +25,7 @@ from xder_methods.er import DarkReplayConfig, forward_parts
 from xder_methods.errors import MethodConfigError, check_settings
 from xder_methods.heads import polytope_logits, regular_simplex
 from xder_methods.losses import (
+    at_least_float32,
     future_constraint,
     future_preparation_loss,
     logit_matching_loss,
@@ -243,7 +244,7 @@ class XDER(MethodBase):
         out = self.net(x)
         if self.polytope is not None:
             out = polytope_logits(out, self.polytope)
-        return out.float()
+        return at_least_float32(out)
 
     def predict(self, x: Tensor) -> Tensor:
         return self.logits(x)
