@@ -170,7 +170,7 @@ def _plugin_registries() -> list[dict] | None:
     try:
         import xder_cli.runs.experiments as experiments
         from xder_data import benchmark as benchmarks
-        from xder_methods import _registry as methods
+        from xder_methods.core import registry as methods
         from xder_models import _registry as backbones
     except ImportError:
         return None

@@ -37,7 +37,7 @@ Phases:
    eagerly and once with its steps replayed; the accuracy matrices compared (the replays draw the
    same random numbers, so they should be equal), and each run's epoch times (task 2's epoch:
    every step after the warm-up replayed). On a CPU (smoke) the replays are checked op by op
-   instead (:class:`xder_methods.graphs.ReplayCheck`). The full run leaves the ``stepgraph``
+   instead (:class:`xder_methods.core.graphs.ReplayCheck`). The full run leaves the ``stepgraph``
    mode (bf16 + channels-last + step graphs) out if the two FAAs differ by more than
    :data:`STEP_GRAPH_FAA_TOLERANCE`, and otherwise plans it with the replayed float32 epoch (an
    upper bound of its own).

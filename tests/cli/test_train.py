@@ -420,7 +420,7 @@ def test_a_plugin_is_recorded_and_loaded_again_on_resume(tmp_path: Path, monkeyp
     plugin = tmp_path / "my_methods.py"
     plugin.write_text(
         "from xder_methods import register_method\n"
-        "from xder_methods.er import ER, ReplayConfig\n"
+        "from xder_methods import ER, ReplayConfig\n"
         "register_method('er_resume_test', ReplayConfig)(type('ERResumeTest', (ER,), {}))\n"
     )
     monkeypatch.setattr(plugins_module, "_LOADED", [])  # this process's plugins: this test's only

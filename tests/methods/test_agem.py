@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from xder_methods import Batch, OpCounter, TaskData, Transforms, create_method
-from xder_methods._gradients import flatten_gradients
-from xder_methods.agem import AGEM, AGEMConfig, project_agem
+from xder_methods.methods.agem import AGEM, AGEMConfig, project_agem
+from xder_methods.parts.gradients import flatten_gradients
 
 
 def build(stream, tiny_net, setting_of, transforms, seed=0, **config) -> AGEM:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from xder_methods import Batch, MethodConfigError, TaskData, TrainingSchedule, create_method, fit
-from xder_methods.bic import (
+from xder_methods.methods.bic import (
     BiC,
     BiCConfig,
     bias_correct,

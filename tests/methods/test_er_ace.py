@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from xder_methods import Batch, TrainingSchedule, create_method, fit, method_config_class
-from xder_methods.derpp_ace import DERppACEConfig
-from xder_methods.er_ace import ERACE, asymmetric_mask, masked_cross_entropy
+from xder_methods.methods.derpp_ace import DERppACEConfig
+from xder_methods.methods.er_ace import ERACE
+from xder_methods.parts.losses import asymmetric_mask, masked_cross_entropy
 
 
 def build(name, stream, transforms, tiny_net, setting_of, seed=0, **config):

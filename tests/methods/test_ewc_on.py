@@ -22,8 +22,8 @@ from xder_methods import (
     create_method,
     fit,
 )
-from xder_methods._gradients import flat_parameters
-from xder_methods.ewc_on import OnlineEWCConfig, ewc_penalty, fisher_diagonal
+from xder_methods.methods.ewc_on import OnlineEWCConfig, ewc_penalty, fisher_diagonal
+from xder_methods.parts.gradients import flat_parameters
 
 
 def build(stream, transforms, tiny_net, setting_of, seed=0, batchnorm=False, **config):

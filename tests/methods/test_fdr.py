@@ -19,7 +19,7 @@ from xder_methods import (
     create_method,
     fit,
 )
-from xder_methods.fdr import FDR, FDRConfig, function_distance, kept_rows, per_task_share
+from xder_methods.methods.fdr import FDR, FDRConfig, function_distance, kept_rows, per_task_share
 
 
 def identity_transforms(x, generator=None):

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from xder_methods import Batch, MethodConfigError, TrainingSchedule, create_method, fit
-from xder_methods.flatness import ERFlat, ERFlatConfig, local_flatness, local_linearity
+from xder_methods.methods.flatness import ERFlat, ERFlatConfig, local_flatness, local_linearity
 
 EPS = 0.1
 

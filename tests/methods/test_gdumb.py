@@ -19,7 +19,7 @@ from xder_methods import (
     fit,
     shuffled_batches,
 )
-from xder_methods.gdumb import (
+from xder_methods.methods.gdumb import (
     GDumb,
     GDumbConfig,
     cutmix,

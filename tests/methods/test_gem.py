@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import xder_methods.gem as gem_module
+import xder_methods.methods.gem as gem_module
 from xder_methods import Batch, OpCounter, TaskData, Transforms, create_method
-from xder_methods._gradients import flatten_gradients
-from xder_methods.gem import GEM, GEMConfig, project_gem, task_memory_rows
+from xder_methods.methods.gem import GEM, GEMConfig, project_gem, task_memory_rows
+from xder_methods.parts.gradients import flatten_gradients
 
 
 def build(stream, tiny_net, setting_of, transforms, seed=0, **config) -> GEM:

@@ -31,7 +31,7 @@ from xder_methods import (
     method_config_class,
     reservoir_slots,
 )
-from xder_methods.graphs import CudaGraphs, ReplayCheck, StepGraphs, StepNotReplayable, StepResult
+from xder_methods.core.graphs import CudaGraphs, ReplayCheck, StepGraphs, StepNotReplayable, StepResult
 
 
 def _method(name, stream, transforms, tiny_net, setting_of, **config):

@@ -10,9 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from xder_methods import Batch, OpCounter, create_method
-from xder_methods.buffer import Buffer
-from xder_methods.errors import MethodConfigError
-from xder_methods.gss import (
+from xder_methods.core.errors import MethodConfigError
+from xder_methods.methods.gss import (
     EMPTY_BUFFER_SCORE,
     GSS,
     GSSConfig,
@@ -20,6 +19,7 @@ from xder_methods.gss import (
     gss_scores,
     per_item_gradients,
 )
+from xder_methods.parts.buffer import Buffer
 
 SQRT2 = math.sqrt(2)
 

@@ -22,9 +22,9 @@ from xder_methods import (
     create_method,
     fit,
 )
-from xder_methods.buffer import Buffer
-from xder_methods.errors import MethodConfigError
-from xder_methods.hal import HAL, HALConfig, anchor_loss, anchor_objective, ring_slots
+from xder_methods.core.errors import MethodConfigError
+from xder_methods.methods.hal import HAL, HALConfig, anchor_loss, anchor_objective, ring_slots
+from xder_methods.parts.buffer import Buffer
 
 
 def to_float(x, generator=None):

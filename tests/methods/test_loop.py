@@ -308,7 +308,7 @@ def test_optimizer_choice(name, kind, stream, transforms, tiny_net, setting_of) 
 
 
 def test_group_gradient_norms_by_hand() -> None:
-    from xder_methods.loop import _group_grad_norms
+    from xder_methods.core.loop import _group_grad_norms
 
     w = nn.Parameter(torch.tensor([1.0, 0.0]))
     optimizer = torch.optim.SGD([w], lr=0.1)

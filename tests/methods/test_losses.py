@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from xder_methods.losses import logit_matching_loss, seen_class_cross_entropy
+from xder_methods.parts.losses import logit_matching_loss, seen_class_cross_entropy
 
 
 def test_seen_class_cross_entropy_against_a_loop() -> None:
@@ -42,7 +42,7 @@ def test_logit_matching_loss_is_the_mean_squared_error() -> None:
 # ------------------------------------------------------------------------------------ X-DER
 
 
-from xder_methods.losses import (  # noqa: E402
+from xder_methods.parts.losses import (  # noqa: E402
     future_constraint,
     future_preparation_loss,
     past_constraint,

@@ -20,7 +20,7 @@ from xder_methods import (
     create_method,
     fit,
 )
-from xder_methods.lwf import LwF, LwFConfig, distillation_loss, smooth_probabilities, warm_up_head
+from xder_methods.methods.lwf import LwF, LwFConfig, distillation_loss, smooth_probabilities, warm_up_head
 
 
 def make(stream, transforms, tiny_net, setting_of, *, seed=0, batchnorm=False, **config) -> LwF:
@@ -245,7 +245,7 @@ def test_a_step_has_no_host_synchronisation(stream, transforms, tiny_net, settin
 def test_without_distillation_and_warm_up_it_is_fine_tuning(stream, transforms, tiny_net, setting_of) -> None:
     # alpha 0 and no warm-up leave the seen-class cross-entropy alone: the same run as FT (``sgd``),
     # step for step.
-    import xder_methods.sgd  # noqa: F401  (registers sgd)
+    import xder_methods.methods.sgd  # noqa: F401  (registers sgd)
 
     schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1)
     histories = []

@@ -21,18 +21,18 @@ from xder_methods import (
     method_config_class,
     shuffled_batches,
 )
-from xder_methods import icarl as icarl_module
-from xder_methods import lucir as lucir_module
-from xder_methods import lwf_mc as lwf_module
-from xder_methods.er import merged_share
-from xder_methods.icarl import class_mean_features, herding, nearest_mean_scores
-from xder_methods.lucir import (
+from xder_methods.methods import icarl as icarl_module
+from xder_methods.methods import lucir as lucir_module
+from xder_methods.methods import lwf_mc as lwf_module
+from xder_methods.methods.lucir import (
     fitting_learning_rate,
     imprinted_weights,
     less_forget_distance,
     margin_ranking_loss,
 )
-from xder_methods.lwf_mc import distillation_targets
+from xder_methods.methods.lwf_mc import distillation_targets
+from xder_methods.parts.replay import merged_share
+from xder_methods.parts.selection import class_mean_features, herding, nearest_mean_scores
 
 REGISTERED = (lwf_module, icarl_module, lucir_module)  # imported to register the methods
 

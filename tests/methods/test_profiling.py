@@ -1,4 +1,4 @@
-"""The op counter's notion of a host sync (:mod:`xder_methods.profiling`), op by op."""
+"""The op counter's notion of a host sync (:mod:`xder_methods.core.profiling`), op by op."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from xder_methods import (
     fit,
     regular_simplex,
 )
-from xder_methods.rpc import RPC, RPCConfig, polytope_logits
+from xder_methods.methods.rpc import RPC, RPCConfig, polytope_logits
 
 
 def build(stream, transforms, tiny_net, setting_of, **config) -> RPC:

@@ -20,7 +20,7 @@ from xder_methods import (
     create_method,
     fit,
 )
-from xder_methods.si import SIConfig, path_contribution, si_importance, si_penalty
+from xder_methods.methods.si import SIConfig, path_contribution, si_importance, si_penalty
 
 
 def build(stream, transforms, tiny_net, setting_of, seed=0, batchnorm=False, **config):

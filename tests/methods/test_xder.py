@@ -20,7 +20,7 @@ from xder_methods import (
     frozen_batchnorm_stats,
     regular_simplex,
 )
-from xder_methods.xder import class_balanced_quotas, first_occurrence, rank_within_class
+from xder_methods.parts.selection import class_balanced_quotas, first_occurrence, rank_within_class
 
 
 def make_xder(stream, transforms, tiny_net, setting_of, batchnorm=True, seed=0, **config) -> XDER:

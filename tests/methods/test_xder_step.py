@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from xder_methods import Batch, Transforms, XDERConfig, create_method, regular_simplex
-from xder_methods.losses import logit_matching_loss
-from xder_methods.protocols import ContinualSetting
+from xder_methods.core.protocols import ContinualSetting
+from xder_methods.parts.losses import logit_matching_loss
 
 HEAD = 2  # classes per task
 

@@ -3,93 +3,32 @@
 Methods register by name (:func:`create_method`); each is one module with a frozen config
 dataclass whose defaults are the paper's values. The package imports only torch (GEM loads its QP
 solver, quadprog, when it first projects): backbones and data reach it through the protocols in
-:mod:`xder_methods.protocols`.
+:mod:`xder_methods.core.protocols`.
 """
 
-from xder_methods import agem as _agem  # noqa: F401  (registers agem)
-from xder_methods import bic as _bic  # noqa: F401  (registers bic)
-from xder_methods import der as _der  # noqa: F401  (registers der)
-from xder_methods import derpp as _derpp  # noqa: F401  (registers derpp)
-from xder_methods import derpp_ace as _derpp_ace  # noqa: F401  (registers derpp_ace)
-from xder_methods import er as _er  # noqa: F401  (registers er)
-from xder_methods import er_ace as _er_ace  # noqa: F401  (registers er_ace)
-from xder_methods import ewc_on as _ewc_on  # noqa: F401  (registers ewc_on)
-from xder_methods import fdr as _fdr  # noqa: F401  (registers fdr)
-from xder_methods import flatness as _flatness  # noqa: F401  (registers er_flat)
-from xder_methods import gdumb as _gdumb  # noqa: F401  (registers gdumb)
-from xder_methods import gem as _gem  # noqa: F401  (registers gem)
-from xder_methods import gss as _gss  # noqa: F401  (registers gss)
-from xder_methods import hal as _hal  # noqa: F401  (registers hal)
-from xder_methods import icarl as _icarl  # noqa: F401  (registers icarl)
-from xder_methods import joint as _joint  # noqa: F401  (registers joint)
-from xder_methods import lucir as _lucir  # noqa: F401  (registers lucir)
-from xder_methods import lwf as _lwf  # noqa: F401  (registers lwf)
-from xder_methods import lwf_mc as _lwf_mc  # noqa: F401  (registers lwf_mc)
-from xder_methods import rpc as _rpc  # noqa: F401  (registers rpc)
-from xder_methods import sgd as _sgd  # noqa: F401  (registers sgd)
-from xder_methods import si as _si  # noqa: F401  (registers si)
-from xder_methods import xder as _xder  # noqa: F401  (registers xder)
-from xder_methods._registry import (
-    check_schedule,
-    create_method,
-    list_methods,
-    method_class,
-    method_config_class,
-    register_method,
-)
-from xder_methods.agem import AGEM, AGEMConfig, project_agem
-from xder_methods.base import MethodBase, frozen_batchnorm_stats
-from xder_methods.bic import BiC, BiCConfig
-from xder_methods.buffer import Buffer, BufferSample, reservoir_slots
-from xder_methods.der import DER, DERConfig
-from xder_methods.derpp import DERpp, DERppConfig
-from xder_methods.derpp_ace import DERppACE, DERppACEConfig
-from xder_methods.er import ER, DarkReplayConfig, ReplayConfig, forward_parts
-from xder_methods.er_ace import ERACE, ERACEConfig
-from xder_methods.errors import (
+from xder_methods import methods as _methods  # noqa: F401  (registers every method)
+from xder_methods.core.base import MethodBase
+from xder_methods.core.errors import (
     MethodConfigError,
     MethodError,
     NonFiniteLossError,
     UnknownMethodError,
     check_settings,
 )
-from xder_methods.ewc_on import OnlineEWC, OnlineEWCConfig, ewc_penalty, fisher_diagonal
-from xder_methods.fdr import FDR, FDRConfig, function_distance
-from xder_methods.flatness import ERFlat, ERFlatConfig, local_flatness, local_linearity
-from xder_methods.gdumb import GDumb, GDumbConfig
-from xder_methods.gem import GEM, GEMConfig, project_gem
-from xder_methods.graphs import CudaGraphs, ReplayCheck, StepGraphs, StepNotReplayable, StepResult
-from xder_methods.gss import GSS, GSSConfig, gss_replacement, gss_scores
-from xder_methods.hal import HAL, HALConfig, anchor_loss, anchor_objective
-from xder_methods.heads import CosineHead, regular_simplex
-from xder_methods.icarl import ICaRL, ICaRLConfig
-from xder_methods.joint import Joint, JointConfig
-from xder_methods.loop import (
+from xder_methods.core.evaluation import EpochRecord, Evaluation, History, TaskRecord, evaluate
+from xder_methods.core.graphs import CudaGraphs, ReplayCheck, StepGraphs, StepNotReplayable, StepResult
+from xder_methods.core.loop import (
     CHECKPOINT_FORMAT,
     Callback,
-    EpochRecord,
-    Evaluation,
-    History,
     Loop,
-    TaskRecord,
-    TrainingSchedule,
     apply_step,
-    autocast,
-    batch_bounds,
-    begin_step,
-    evaluate,
     fit,
-    learning_rate,
     run_epoch,
     run_step,
-    shuffled_batches,
     train_step,
 )
-from xder_methods.lucir import LUCIR, LUCIRConfig
-from xder_methods.lwf import LwF, LwFConfig, distillation_loss
-from xder_methods.lwf_mc import LwFMC, LwFMCConfig
-from xder_methods.profiling import OpCounter, is_host_sync, is_view
-from xder_methods.protocols import (
+from xder_methods.core.profiling import OpCounter, is_host_sync, is_view
+from xder_methods.core.protocols import (
     Backbone,
     Batch,
     ContinualMethod,
@@ -100,10 +39,49 @@ from xder_methods.protocols import (
     Transform,
     Transforms,
 )
-from xder_methods.rpc import RPC, RPCConfig
-from xder_methods.sgd import SGD, SGDConfig
-from xder_methods.si import SI, SIConfig, si_importance, si_penalty
-from xder_methods.xder import XDER, XDERConfig
+from xder_methods.core.registry import (
+    check_schedule,
+    create_method,
+    list_methods,
+    method_class,
+    method_config_class,
+    register_method,
+)
+from xder_methods.core.schedule import (
+    TrainingSchedule,
+    autocast,
+    batch_bounds,
+    begin_step,
+    learning_rate,
+    shuffled_batches,
+)
+from xder_methods.methods.agem import AGEM, AGEMConfig, project_agem
+from xder_methods.methods.bic import BiC, BiCConfig
+from xder_methods.methods.der import DER, DERConfig
+from xder_methods.methods.derpp import DERpp, DERppConfig
+from xder_methods.methods.derpp_ace import DERppACE, DERppACEConfig
+from xder_methods.methods.er import ER
+from xder_methods.methods.er_ace import ERACE, ERACEConfig
+from xder_methods.methods.ewc_on import OnlineEWC, OnlineEWCConfig, ewc_penalty, fisher_diagonal
+from xder_methods.methods.fdr import FDR, FDRConfig, function_distance
+from xder_methods.methods.flatness import ERFlat, ERFlatConfig, local_flatness, local_linearity
+from xder_methods.methods.gdumb import GDumb, GDumbConfig
+from xder_methods.methods.gem import GEM, GEMConfig, project_gem
+from xder_methods.methods.gss import GSS, GSSConfig, gss_replacement, gss_scores
+from xder_methods.methods.hal import HAL, HALConfig, anchor_loss, anchor_objective
+from xder_methods.methods.icarl import ICaRL, ICaRLConfig
+from xder_methods.methods.joint import Joint, JointConfig
+from xder_methods.methods.lucir import LUCIR, LUCIRConfig
+from xder_methods.methods.lwf import LwF, LwFConfig, distillation_loss
+from xder_methods.methods.lwf_mc import LwFMC, LwFMCConfig
+from xder_methods.methods.rpc import RPC, RPCConfig
+from xder_methods.methods.sgd import SGD, SGDConfig
+from xder_methods.methods.si import SI, SIConfig, si_importance, si_penalty
+from xder_methods.methods.xder import XDER, XDERConfig
+from xder_methods.parts.buffer import Buffer, BufferSample, reservoir_slots
+from xder_methods.parts.heads import CosineHead, regular_simplex
+from xder_methods.parts.networks import frozen_batchnorm_stats
+from xder_methods.parts.replay import DarkReplayConfig, ReplayConfig, forward_parts
 
 __all__ = [
     "AGEM",

@@ -1,0 +1,150 @@
+"""The one shallow helper base class of the methods: shared plumbing, no training logic."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
+
+if TYPE_CHECKING:
+    from xder_methods.core.schedule import TrainingSchedule
+
+__all__ = ["MethodBase"]
+
+
+class MethodBase(nn.Module):
+    """Holds the network, the problem setting, the transforms, the config and the generator; a
+    method subclasses it and implements :meth:`observe` (and, where it needs them,
+    :meth:`begin_task` and :meth:`end_task`).
+
+    The training loop (:func:`xder_methods.fit`) calls, for each task ``t``: ``begin_task(t)``;
+    ``prepare_task(t, data, schedule)`` with the task's training rows; then, for each batch of
+    the task's data, ``observe(batch)`` and back-propagates the returned loss itself (it owns the
+    optimiser: a method returns a loss, it does not step); then
+    ``end_task(t, data)`` with the whole task. Every random draw goes through
+    ``self.generator``, so that a seed repeats a run and a checkpoint resumes it.
+
+    Being an ``nn.Module``, a method's ``state_dict`` holds everything it owns (network, replay
+    buffer, teacher, counters), so checkpoints and resume work for every method alike: keep state
+    in parameters, buffers or modules, or add it to :meth:`get_extra_state`.
+
+    A whole method, experience replay in 25 lines registered with :func:`register_method`, is on
+    the documentation's Plugins page ("A method: what it implements"; the tests train it).
+    """
+
+    training_data: Literal["task", "cumulative", "none"] = "task"
+
+    fills_at_task_end: bool = False
+    """Whether :meth:`end_task` writes what later steps read (X-DER's, GEM's and FDR's buffers,
+    HAL's anchors), so that a method brought to a later task without training (``xder-run
+    bench``) must go through it; False where the buffer fills from the stream in :meth:`observe`."""
+
+    def __init__(
+        self,
+        net: nn.Module,
+        setting: ContinualSetting,
+        transforms: Transforms,
+        config: Any,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        self.net = net
+        self.setting = setting
+        self.transforms = transforms
+        self.config = config
+        self.generator = generator
+        self.current_task = 0
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.net.parameters()).device
+
+    def seen_classes(self, task: int | None = None) -> int:
+        """Number of classes seen up to and including ``task`` (default: the current task)."""
+        return self.setting.class_range(self.current_task if task is None else task)[1]
+
+    def begin_task(self, task: int) -> None:
+        """Called once before the first batch of ``task`` (0-based): sets :attr:`current_task`.
+        A method that prepares per task (a teacher's copy, a new head) overrides it and calls
+        ``super().begin_task(task)``."""
+        self.current_task = task
+
+    def prepare_task(self, task: int, data: TaskData, schedule: TrainingSchedule) -> None:
+        """Called once per task after :meth:`begin_task` and before the task's first epoch, with
+        the task's training rows (``data``: as :meth:`end_task` receives them) and the loop's
+        schedule (epochs, batch size, lr); nothing by default. A method that trains on the task's
+        data before the loop does (LwF's warm-up of the new head) overrides it; its random draws
+        go through ``self.generator``. A run resumed in the middle of the task does not call it
+        again (what it did is in the checkpoint); one resumed at the task's start does, from the
+        same random state, so resuming gives the uninterrupted run's numbers."""
+
+    def withheld_rows(self, task: int) -> Tensor | None:
+        """Positions among ``task``'s training rows (those :meth:`prepare_task` received, in that
+        order) that the loop must leave out of the task's epochs, as a validation set the method
+        keeps (BiC's); None (the default): train on every row. Read after :meth:`prepare_task`;
+        a method returning rows keeps them in its state, so that a resumed run withholds the
+        same ones."""
+        return None
+
+    def observe(self, batch: Batch) -> StepOutput:
+        """One training step on ``batch`` (the stream's examples of the current task, augmented
+        in ``batch.x`` and as stored in ``batch.x_raw``): the loss to back-propagate and the
+        terms to log (:class:`StepOutput`). The loop zeroes the gradients, calls ``backward``
+        on the loss and steps the optimiser; the method only computes. Every method implements it.
+        """
+        raise NotImplementedError
+
+    def graph_key(self) -> Hashable | None:
+        """Whether the next training step may be replayed from a CUDA graph (``train.step_graph``,
+        :mod:`xder_methods.core.graphs`), and on what it depends: None (the default) while it may not;
+        else a value holding every Python value that the step's ops read (e.g. the buffer's
+        filled size), such that two steps with equal keys (and the same task, batch shape and
+        learning rate) run the same ops on the same held tensors and change no Python attribute.
+
+        A method opts in by defining it; a subclass does not inherit the opt-in (its step may
+        differ) and defines it again where its step qualifies too. ``train.step_graph`` on a CPU
+        checks the declaration step by step.
+        """
+        return None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "graph_key" not in cls.__dict__:
+            cls.graph_key = MethodBase.graph_key  # type: ignore[method-assign]
+
+    def after_backward(self) -> None:
+        """Called after the loop back-propagates :meth:`observe`'s loss and before the optimiser
+        steps: the step's gradients are in the parameters' ``.grad``, and a method may change
+        them in place (GEM and A-GEM project them). Nothing by default; not called on a step
+        whose loss is None."""
+
+    def after_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Called right after the loop's optimiser step (``optimizer``: the loop's, for a method
+        that takes a further step of its own with it, as HAL does on its anchors). A method that
+        tracks the parameters' path (SI) or takes extra steps (FDR, HAL) overrides it; nothing by
+        default; not called on a step whose loss is None. A term it adds to the ``terms`` of the
+        :class:`StepOutput` that :meth:`observe` returned (a detached scalar: the extra step's
+        loss) is logged with the step's: the loop reads the terms after this call."""
+
+    def end_task(self, task: int, data: TaskData) -> None:
+        """Called once after the last epoch of ``task`` with all of its training data (``data``:
+        examples as stored, labels, on the training device); nothing by default. Methods that
+        fill or update a buffer at the task's end (X-DER, iCaRL, GDumb) override it."""
+
+    def predict(self, x: Tensor) -> Tensor:
+        """Logits over all classes, ``(B, num_classes)``; the loop restricts them for Class-IL."""
+        return self.net(x)
+
+    def optimizer_parameters(self) -> Iterator[nn.Parameter]:
+        """What the loop's per-task SGD optimises (the network by default)."""
+        return self.net.parameters()
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"current_task": self.current_task}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.current_task = int(state["current_task"])

@@ -1,0 +1,95 @@
+"""The method registry: ``@register_method("name", ConfigClass)`` on each method class."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+from xder_methods.core.errors import UnknownMethodError
+from xder_methods.core.protocols import ContinualMethod, ContinualSetting, Transforms
+
+__all__ = ["create_method", "list_methods", "method_class", "method_config_class", "register_method"]
+
+_METHODS: dict[str, tuple[type, type]] = {}
+M = TypeVar("M", bound=type)
+
+
+def register_method(name: str, config: type) -> Callable[[M], M]:
+    """Register a method class and its frozen config dataclass under ``name``.
+
+    The config may define ``check_schedule(self, schedule)``: the method's rules on the loop's
+    :class:`~xder_methods.TrainingSchedule`, raising :class:`~xder_methods.MethodConfigError` for
+    one it cannot train with (:func:`check_schedule` calls it).
+    """
+    if not dataclasses.is_dataclass(config):
+        raise TypeError(f"the config of method {name!r} must be a dataclass")
+
+    def decorator(cls: M) -> M:
+        if name in _METHODS:
+            raise ValueError(f"method {name!r} is already registered")
+        _METHODS[name] = (cls, config)
+        return cls
+
+    return decorator
+
+
+def check_schedule(config: Any, schedule: Any) -> None:
+    """Apply a method config's own rules on the training schedule (its ``check_schedule``, where
+    it has one): e.g. JT in ``final`` mode trains only at the benchmark's last task, so a schedule
+    shortened by ``tasks`` would train nothing.
+
+    Raises:
+        MethodConfigError: the method cannot train with ``schedule``.
+    """
+    check = getattr(config, "check_schedule", None)
+    if check is not None:
+        check(schedule)
+
+
+def list_methods() -> list[str]:
+    """Registered method names, sorted."""
+    return sorted(_METHODS)
+
+
+def _lookup(name: str) -> tuple[type, type]:
+    if name not in _METHODS:
+        raise UnknownMethodError(f"unknown method {name!r}: choose one of {', '.join(list_methods())}")
+    return _METHODS[name]
+
+
+def method_class(name: str) -> type:
+    """The class registered under ``name``."""
+    return _lookup(name)[0]
+
+
+def method_config_class(name: str) -> type:
+    """The config dataclass of method ``name`` (its defaults are the paper's values)."""
+    return _lookup(name)[1]
+
+
+def create_method(
+    name: str,
+    *,
+    net: nn.Module,
+    setting: ContinualSetting,
+    transforms: Transforms,
+    config: Any = None,
+    generator: torch.Generator | None = None,
+) -> ContinualMethod:
+    """Build method ``name`` around ``net`` (already on the training device).
+
+    Args:
+        config: an instance of :func:`method_config_class` (default: its defaults).
+        generator: the source of every random draw the method makes (buffer sampling,
+            augmentation of buffer items); on the training device.
+    """
+    cls, config_cls = _lookup(name)
+    if config is None:
+        config = config_cls()
+    if not isinstance(config, config_cls):
+        raise TypeError(f"method {name!r} takes a {config_cls.__name__}, got {type(config).__name__}")
+    return cls(net, setting, transforms, config, generator)

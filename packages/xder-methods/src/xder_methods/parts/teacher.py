@@ -1,0 +1,43 @@
+"""A method that keeps a frozen copy of the network from the end of the previous task (LwF,
+LwF.MC, iCaRL): its base class."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from xder_methods.core.base import MethodBase
+from xder_methods.core.protocols import ContinualSetting, Transforms
+from xder_methods.parts.networks import frozen_copy
+
+__all__ = ["PreviousModelTeacher"]
+
+
+class PreviousModelTeacher(MethodBase):
+    """A method with a teacher: a frozen copy of the network as it was when the current task
+    began (LwF.MC, iCaRL, LwF). Registered from the start, so that every ``state_dict`` has the
+    same keys; refreshed at ``begin_task`` of every task t >= 1; in eval mode even while the
+    method trains."""
+
+    def __init__(
+        self,
+        net: nn.Module,
+        setting: ContinualSetting,
+        transforms: Transforms,
+        config: Any,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(net, setting, transforms, config, generator)
+        self.teacher = frozen_copy(net)
+
+    def train(self, mode: bool = True) -> PreviousModelTeacher:
+        super().train(mode)
+        self.teacher.train(False)
+        return self
+
+    def begin_task(self, task: int) -> None:
+        super().begin_task(task)
+        if task >= 1:
+            self.teacher.load_state_dict(self.net.state_dict())
