@@ -341,12 +341,7 @@ def planted_method(name: str, device: torch.device, *, width: int, precision: st
     x0 = torch.randint(0, 256, (400, 3, 32, 32), generator=data, dtype=torch.uint8)
     y0 = torch.arange(2).repeat_interleave(200)
     method.begin_task(0)
-    buffer = getattr(method, "buffer", None)
-    if name == "xder" or buffer is None:
-        method.end_task(0, TaskData(x0.to(device), y0.to(device), 0))  # its own buffer fill
-    else:
-        logits = torch.randn(400, 10, generator=data).to(device) if buffer.logits is not None else None
-        buffer.add_reservoir(x0.to(device), y0.to(device), logits, task_labels=0, generator=generator)
+    method.prefill(0, TaskData(x0.to(device), y0.to(device), 0))  # task 0 as if trained, its memory full
     method.begin_task(1)
     x1 = torch.randint(0, 256, (32, 3, 32, 32), generator=data, dtype=torch.uint8).to(device)
     y1 = (2 + torch.arange(32) % 2).to(device)

@@ -15,7 +15,6 @@ from xder_methods import (
     TaskData,
     TrainingSchedule,
     Transforms,
-    apply_step,
     create_method,
     fit,
 )
@@ -127,15 +126,25 @@ def _task_data(stream, task):
 def test_the_function_space_step_descends_the_distance_to_the_stored_outputs(
     stream, tiny_net, setting_of
 ) -> None:
-    """After task 0, ``after_step`` moves the parameters by exactly ``-lr * alpha * grad`` of the
-    mean function distance of the buffer items (every item drawn: minibatch >= buffer), and the
-    distance falls; during task 0 (empty buffer) it changes nothing."""
+    """``observe`` takes two steps with the loop's optimiser: the cross-entropy's, then exactly
+    ``-lr * alpha * grad`` of the mean function distance of the buffer items (every item drawn:
+    minibatch >= buffer) at the weights the first step left; the distance falls. During task 0
+    (empty buffer) only the cross-entropy step is taken."""
     transforms = Transforms(train=identity_transforms, test=identity_transforms)
     method = build(stream, tiny_net, setting_of, transforms, minibatch_size=10, alpha=0.5)
     optimizer = torch.optim.SGD(method.net.parameters(), lr=0.05)
-    before = [p.detach().clone() for p in method.net.parameters()]
-    method.after_step(optimizer)
-    assert all(torch.equal(p, b) for p, b in zip(method.net.parameters(), before, strict=True))
+    method.optimizer = optimizer
+    assert FDR.manual_optimization
+    rows = stream.task(0).train[:8]
+    x0, y0 = identity_transforms(stream.train_x[rows]), stream.train_y[rows]
+    reference = copy.deepcopy(method.net)
+    reference_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
+    F.cross_entropy(reference(x0), y0).backward()
+    reference_opt.step()
+    out = method.observe(Batch(x0, y0, stream.train_x[rows], 0))
+    assert set(out.terms) == {"ce"}
+    for p, q in zip(method.net.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p.detach(), q.detach())
 
     method.end_task(0, _task_data(stream, 0))
     method.begin_task(1)
@@ -148,13 +157,18 @@ def test_the_function_space_step_descends_the_distance_to_the_stored_outputs(
 
     memory = method.buffer.all()
     x = identity_transforms(memory.examples)
-    params = list(method.net.parameters())
-    distance = function_distance(method.net(x), memory.logits).mean()
+    x1, y1 = identity_transforms(stream.train_x[rows]), stream.train_y[rows]
+    reference = copy.deepcopy(method.net)
+    reference_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
+    F.cross_entropy(reference(x1), y1).backward()
+    reference_opt.step()  # the cross-entropy step, then the function-space step from there
+    params = list(reference.parameters())
+    distance = function_distance(reference(x), memory.logits).mean()
     expected_grads = torch.autograd.grad(0.5 * distance, params)
-    start = [p.detach().clone() for p in params]
-    method.after_step(optimizer)
-    for p, p0, g in zip(params, start, expected_grads, strict=True):
-        torch.testing.assert_close(p.detach(), p0 - 0.05 * g)
+    out = method.observe(Batch(x1, y1, stream.train_x[rows], 1))
+    assert set(out.terms) == {"ce", "function_distance"}
+    for p, p0, g in zip(method.net.parameters(), params, expected_grads, strict=True):
+        torch.testing.assert_close(p.detach(), p0.detach() - 0.05 * g)
     after = function_distance(method.net(x), memory.logits).mean()
     assert float(after.detach()) < float(distance.detach())
 
@@ -177,10 +191,9 @@ def test_a_step_has_no_host_sync(stream, transforms, tiny_net, setting_of) -> No
     rows = stream.task(1).train[:6]
     x = stream.train_x[rows]
     batch = Batch(transforms.train(x, torch.Generator()), stream.train_y[rows], x, 1)
-    optimizer = torch.optim.SGD(method.net.parameters(), lr=0.1)
+    method.optimizer = torch.optim.SGD(method.net.parameters(), lr=0.1)
     with OpCounter() as counter:
-        out = method.observe(batch)
-        apply_step(method, out.loss, optimizer)  # the stream step and the function-space step
+        out = method.observe(batch)  # the stream step and the function-space step
     assert counter.host_syncs == 0, counter.syncs
     assert set(out.terms) == {"ce", "function_distance"}
 

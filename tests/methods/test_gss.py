@@ -252,10 +252,8 @@ def test_extra_iterations_walk_one_permutation_and_step_each_time(
     optimizer = torch.optim.SGD(method.net.parameters(), lr=0.1)
     steps = []
     optimizer.register_step_post_hook(lambda *args: steps.append(1))
-    out = method.observe(batch_of(stream, transforms, stream.task(0).train[10:16]))
-    out.loss.backward()
-    optimizer.step()
-    method.after_step(optimizer)
+    method.optimizer = optimizer  # observe takes the steps itself (manual_optimization)
+    method.observe(batch_of(stream, transforms, stream.task(0).train[10:16]))
     # Chunks of 4 of one permutation of the 10 rows (the last one shorter), then the scoring
     # subset (the whole buffer: gss_minibatch_size 32 >= 10).
     assert [len(d) for d in drawn] == [4, 4, 2, 10]
@@ -270,14 +268,11 @@ def test_a_step_has_no_host_sync(stream, transforms, tiny_net, setting_of) -> No
     method = build(stream, transforms, tiny_net, setting_of, batchnorm=True)
     offer(method, stream.train_x[:10], stream.train_y[:10])  # full: the step replaces greedily
     method.begin_task(1)
-    optimizer = torch.optim.SGD(method.net.parameters(), lr=0.1)
+    method.optimizer = torch.optim.SGD(method.net.parameters(), lr=0.1)
     batch = batch_of(stream, transforms, stream.task(1).train[:6], task=1)
     before = method.buffer.labels.clone()
     with OpCounter() as counter:
-        out = method.observe(batch)
-        out.loss.backward()
-        optimizer.step()
-        method.after_step(optimizer)
+        method.observe(batch)
     # Scoring, the accept/replace draws and the writes stay on the device: no read-back at all.
     assert counter.host_syncs == 0, counter.syncs
     assert counter.ops["searchsorted"] == 6  # one inverse-CDF draw per offered item

@@ -5,6 +5,7 @@ host syncs."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -18,7 +19,6 @@ from xder_methods import (
     TaskData,
     TrainingSchedule,
     Transforms,
-    apply_step,
     create_method,
     fit,
 )
@@ -133,8 +133,8 @@ def test_anchors_climb_their_objective(stream, transforms, tiny_net, setting_of)
     for step in range(3):  # fill task 1's ring and phi
         rows = stream.task(1).train[8 * step : 8 * step + 8]
         x = stream.train_x[rows]
-        out = trained.observe(Batch(transforms.train(x), stream.train_y[rows], x, 1))
-        apply_step(trained, out.loss, torch.optim.SGD(trained.net.parameters(), lr=0.1))
+        trained.optimizer = torch.optim.SGD(trained.net.parameters(), lr=0.1)
+        trained.observe(Batch(transforms.train(x), stream.train_y[rows], x, 1))
     state, g_state = trained.state_dict(), trained.generator.get_state()
 
     anchors = {}
@@ -163,7 +163,7 @@ def test_anchors_climb_their_objective(stream, transforms, tiny_net, setting_of)
 
 
 def test_the_anchoring_step_is_taken_from_the_pre_step_weights(stream, tiny_net, setting_of) -> None:
-    """One task-1 step (observe, the loop's step, after_step) ends at
+    """One task-1 step (``observe``, which takes both optimiser steps) ends at
     ``theta - lr * (grad CE + grad lambda_ mean((f_tmp(E) - f_theta(E))^2))`` at the pre-step
     ``theta``, ``f_tmp`` the anchors' logits after the cross-entropy step: computed here
     independently with ``functional_call``. Then ``phi`` is the stream features' mean at the
@@ -192,9 +192,8 @@ def test_the_anchoring_step_is_taken_from_the_pre_step_weights(stream, tiny_net,
     g_anchor = torch.autograd.grad(penalty, list(params.values()))
     expected = {k: v - lr * (a + b) for (k, v), a, b in zip(theta.items(), g_ce, g_anchor, strict=True)}
 
-    optimizer = torch.optim.SGD(method.net.parameters(), lr=lr)
+    method.optimizer = torch.optim.SGD(method.net.parameters(), lr=lr)
     out = method.observe(Batch(to_float(x_raw), y, x_raw, 1))
-    apply_step(method, out.loss, optimizer)
     for name, p in method.net.named_parameters():
         torch.testing.assert_close(p.detach(), expected[name])
     assert set(out.terms) == {"ce", "anchor"}
@@ -215,14 +214,15 @@ def test_during_the_first_task_only_phi_is_added(stream, tiny_net, setting_of) -
     method.begin_task(0)
     rows = stream.task(0).train[:8]
     x = stream.train_x[rows]
-    optimizer = torch.optim.SGD(method.net.parameters(), lr=0.1)
+    reference = copy.deepcopy(method.net)
+    reference_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    F.cross_entropy(reference(to_float(x)), stream.train_y[rows]).backward()
+    reference_opt.step()  # the cross-entropy step alone
+    method.optimizer = torch.optim.SGD(method.net.parameters(), lr=0.1)
     out = method.observe(Batch(to_float(x), stream.train_y[rows], x, 0))
-    optimizer.zero_grad()
-    out.loss.backward()
-    optimizer.step()
-    after_ce = [p.detach().clone() for p in method.net.parameters()]
-    method.after_step(optimizer)
-    assert all(torch.equal(p, q) for p, q in zip(method.net.parameters(), after_ce, strict=True))
+    assert set(out.terms) == {"ce"}
+    for p, q in zip(method.net.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=0, atol=0)
     with torch.no_grad():
         torch.testing.assert_close(method.phi, 0.5 * method.net.forward_features(to_float(x)).mean(0))
     # The whole-stream reservoir of 12 takes all 8 items, in rows 0..7.
@@ -344,10 +344,9 @@ def test_a_step_has_no_host_sync(stream, transforms, tiny_net, setting_of) -> No
     rows = stream.task(1).train[:6]
     x = stream.train_x[rows]
     batch = Batch(transforms.train(x, torch.Generator()), stream.train_y[rows], x, 1)
-    optimizer = torch.optim.SGD(method.net.parameters(), lr=0.1)
+    method.optimizer = torch.optim.SGD(method.net.parameters(), lr=0.1)
     with OpCounter() as counter:
-        out = method.observe(batch)
-        apply_step(method, out.loss, optimizer)  # the replay step, the anchoring step, phi
+        method.observe(batch)  # the replay step, the anchoring step, phi
     assert counter.host_syncs == 0, counter.syncs
 
 

@@ -475,21 +475,12 @@ def test_step_hooks_see_gradients_around_the_step(stream, transforms, tiny_net, 
     assert calls == [("backward", True), ("step", True)] * 3
 
 
-def test_a_term_after_step_adds_is_logged_with_the_step(stream, transforms, tiny_net, setting_of) -> None:
-    """FDR and HAL log their extra step's loss by adding it to the terms observe returned: the
-    loop reads the terms after after_step, so the epoch's mean holds it (2.0 on every step)."""
+def test_the_terms_after_step_returns_are_logged_with_the_step(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    """What after_step returns joins the step's terms: the epoch's mean holds it (2.0 on every step)."""
     method, g = _method("sgd", stream, transforms, tiny_net, setting_of)
-    observe, outputs = method.observe, []
-
-    def observed(batch):
-        outputs.append(observe(batch))
-        return outputs[-1]
-
-    def after_step(optimizer: torch.optim.Optimizer) -> None:
-        outputs[-1].terms["extra"] = torch.tensor(2.0)
-
-    method.observe = observed  # type: ignore[method-assign]
-    method.after_step = after_step  # type: ignore[method-assign]
+    method.after_step = lambda optimizer: {"extra": torch.tensor(2.0)}  # type: ignore[method-assign]
     recorder = Recorder()
     records = []
     recorder.on_epoch_end = lambda loop, record: records.append(record)  # type: ignore[method-assign]
@@ -501,6 +492,31 @@ def test_a_term_after_step_adds_is_logged_with_the_step(stream, transforms, tiny
         callbacks=[recorder],
     )
     assert records[0].losses["extra"] == pytest.approx(2.0)
+
+
+def test_a_manual_step_is_left_to_the_method(stream, transforms, tiny_net, setting_of) -> None:
+    """With ``manual_optimization`` the loop hands the method its optimiser and does nothing
+    around observe: no backward pass, no step, no after_backward or after_step; the method's own
+    step moves the network, and the loss observe returns is logged."""
+    method, g = _method("sgd", stream, transforms, tiny_net, setting_of)
+    observe, calls = method.observe, []
+
+    def observed(batch):
+        out = observe(batch)
+        assert method.optimizer is not None
+        calls.append("observe")
+        method.step(out.loss)
+        return type(out)(out.loss.detach(), out.terms)
+
+    method.manual_optimization = True
+    method.observe = observed  # type: ignore[method-assign]
+    method.after_backward = lambda: calls.append("after_backward")  # type: ignore[method-assign]
+    method.after_step = lambda optimizer: calls.append("after_step")  # type: ignore[method-assign]
+    before = [p.detach().clone() for p in method.net.parameters()]
+    fit(method, stream, TrainingSchedule(epochs=1, batch_size=8, lr=0.1, tasks=1), generator=g)
+    # 24 rows, batch 8: 3 steps; after_backward only from the method's own step (MethodBase.step).
+    assert calls == ["observe", "after_backward"] * 3
+    assert not all(torch.equal(p, b) for p, b in zip(method.net.parameters(), before, strict=True))
 
 
 class _StopAtTaskEnd(Callback):
@@ -518,10 +534,11 @@ class _StopAtTaskEnd(Callback):
 def test_prepare_task_runs_once_per_task_before_its_first_step(
     stop, stream, transforms, tiny_net, setting_of, snapshot_after
 ) -> None:
-    """After begin_task, before the task's first observe, with the task's own training rows and
-    the schedule. A run resumed inside a task (2 epochs per task: 3 epochs done, or 4, when only
-    task 1's end is left) does not prepare that task again: its work is in the checkpoint; one
-    resumed from a snapshot at a task's end prepares the next task as the uninterrupted run."""
+    """After begin_task, before the task's first observe, with the task's own training rows and the
+    task's budget (the schedule's epochs, batch size, lr and drop_last). A run resumed inside a
+    task (2 epochs per task: 3 epochs done, or 4, when only task 1's end is left) does not prepare
+    that task again: its work is in the checkpoint; one resumed from a snapshot at a task's end
+    prepares the next task as the uninterrupted run."""
     schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1)
 
     def recording(seed: int):
@@ -536,7 +553,7 @@ def test_prepare_task_runs_once_per_task_before_its_first_step(
         def prepare_task(task: int, data, given) -> None:
             rows = stream.task(task).train
             same = torch.equal(data.x_raw, stream.train_x[rows]) and torch.equal(data.y, stream.train_y[rows])
-            calls.append(("prepare", task, data.task, same, given is schedule))
+            calls.append(("prepare", task, data.task, same, given == schedule.budget))
 
         def observed(batch):
             if not calls or calls[-1][0] != "observe":

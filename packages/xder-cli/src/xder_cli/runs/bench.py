@@ -251,15 +251,10 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
     data_gen = torch.Generator(device=device).manual_seed(1)
     n_items = per_class * per_task
     task_x = torch.randint(0, 256, (n_items, *shape), generator=data_gen, device=device, dtype=torch.uint8)
-    for t in range(options.task):  # bring the method to task T with a full buffer
+    for t in range(options.task):  # bring the method to task T with a full memory
         method.begin_task(t)
         labels = torch.arange(t * per_task, (t + 1) * per_task, device=device).repeat_interleave(per_class)
-        buffer, at_end = getattr(method, "buffer", None), getattr(method, "fills_at_task_end", False)
-        if buffer is None or at_end:
-            method.end_task(t, TaskData(task_x, labels, t))
-        if buffer is not None and (not at_end or not len(buffer)):  # HAL: its anchors, then its buffer
-            logits = torch.randn(n_items, num_classes, device=device) if buffer.logits is not None else None
-            buffer.add_reservoir(task_x, labels, logits, task_labels=t, generator=generator)
+        method.prefill(t, TaskData(task_x, labels, t))
     method.begin_task(options.task)
     task_y = torch.arange(
         options.task * per_task, (options.task + 1) * per_task, device=device

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
-
-if TYPE_CHECKING:
-    from xder_methods.core.schedule import TrainingSchedule
+from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskBudget, TaskData, Transforms
 
 __all__ = ["MethodBase"]
 
@@ -22,11 +19,11 @@ class MethodBase(nn.Module):
     :meth:`begin_task` and :meth:`end_task`).
 
     The training loop (:func:`xder_methods.fit`) calls, for each task ``t``: ``begin_task(t)``;
-    ``prepare_task(t, data, schedule)`` with the task's training rows; then, for each batch of
+    ``prepare_task(t, data, budget)`` with the task's training rows; then, for each batch of
     the task's data, ``observe(batch)`` and back-propagates the returned loss itself (it owns the
-    optimiser: a method returns a loss, it does not step); then
-    ``end_task(t, data)`` with the whole task. Every random draw goes through
-    ``self.generator``, so that a seed repeats a run and a checkpoint resumes it.
+    optimiser: a method returns a loss, it does not step), unless the method sets
+    :attr:`manual_optimization`; then ``end_task(t, data)`` with the whole task. Every random
+    draw goes through ``self.generator``, so that a seed repeats a run and a checkpoint resumes it.
 
     Being an ``nn.Module``, a method's ``state_dict`` holds everything it owns (network, replay
     buffer, teacher, counters), so checkpoints and resume work for every method alike: keep state
@@ -38,10 +35,12 @@ class MethodBase(nn.Module):
 
     training_data: Literal["task", "cumulative", "none"] = "task"
 
-    fills_at_task_end: bool = False
-    """Whether :meth:`end_task` writes what later steps read (X-DER's, GEM's and FDR's buffers,
-    HAL's anchors), so that a method brought to a later task without training (``xder-run
-    bench``) must go through it; False where the buffer fills from the stream in :meth:`observe`."""
+    manual_optimization: bool = False
+    """True: :meth:`observe` takes the step's optimiser steps itself, with :meth:`step` (on the
+    loop's optimiser, :attr:`optimizer`), and returns the step's detached loss and terms; the loop
+    then does nothing around it (no backward pass, :meth:`after_backward`, optimiser step,
+    :meth:`after_step` or gradient-norm probe). For methods that take several steps on one batch
+    (FDR's function-space step, HAL's anchor step, GSS's ``batch_num`` steps)."""
 
     def __init__(
         self,
@@ -58,6 +57,9 @@ class MethodBase(nn.Module):
         self.config = config
         self.generator = generator
         self.current_task = 0
+        self.optimizer: torch.optim.Optimizer | None = None
+        """The loop's optimiser of the current task, set before each step of a method with
+        :attr:`manual_optimization` (None before its first step)."""
 
     @property
     def device(self) -> torch.device:
@@ -73,10 +75,10 @@ class MethodBase(nn.Module):
         ``super().begin_task(task)``."""
         self.current_task = task
 
-    def prepare_task(self, task: int, data: TaskData, schedule: TrainingSchedule) -> None:
+    def prepare_task(self, task: int, data: TaskData, budget: TaskBudget) -> None:
         """Called once per task after :meth:`begin_task` and before the task's first epoch, with
-        the task's training rows (``data``: as :meth:`end_task` receives them) and the loop's
-        schedule (epochs, batch size, lr); nothing by default. A method that trains on the task's
+        the task's training rows (``data``: as :meth:`end_task` receives them) and the task's
+        budget (epochs, batch size, lr, ``drop_last``); nothing by default. A method that trains on the task's
         data before the loop does (LwF's warm-up of the new head) overrides it; its random draws
         go through ``self.generator``. A run resumed in the middle of the task does not call it
         again (what it did is in the checkpoint); one resumed at the task's start does, from the
@@ -122,13 +124,31 @@ class MethodBase(nn.Module):
         them in place (GEM and A-GEM project them). Nothing by default; not called on a step
         whose loss is None."""
 
-    def after_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Called right after the loop's optimiser step (``optimizer``: the loop's, for a method
-        that takes a further step of its own with it, as HAL does on its anchors). A method that
-        tracks the parameters' path (SI) or takes extra steps (FDR, HAL) overrides it; nothing by
-        default; not called on a step whose loss is None. A term it adds to the ``terms`` of the
-        :class:`StepOutput` that :meth:`observe` returned (a detached scalar: the extra step's
-        loss) is logged with the step's: the loop reads the terms after this call."""
+    def after_step(self, optimizer: torch.optim.Optimizer) -> dict[str, Tensor] | None:
+        """Called right after the loop's optimiser step (``optimizer``: the loop's). A method that
+        tracks the parameters' path (SI) overrides it; nothing by default; not called on a step
+        whose loss is None, nor for a method with :attr:`manual_optimization`. Returns extra
+        detached scalar terms to log with the step's (None: none)."""
+        return None
+
+    def step(self, loss: Tensor) -> None:
+        """One optimiser step on ``loss`` for a method with :attr:`manual_optimization`, as the
+        loop takes one: zero the gradients, back-propagate, :meth:`after_backward`, step
+        :attr:`optimizer`."""
+        optimizer = self.optimizer
+        if optimizer is None:
+            raise RuntimeError("step() before the loop set the optimiser (manual_optimization methods only)")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.after_backward()
+        optimizer.step()
+
+    def prefill(self, task: int, data: TaskData) -> None:
+        """Bring the method to the end of ``task`` without training on it (``data``: the task's
+        rows, as :meth:`end_task` receives them), so that a step of a later task can be measured
+        (``xder-run bench``): by default :meth:`end_task`. A method whose memory fills from the
+        stream in :meth:`observe` overrides it to fill the memory from ``data``."""
+        self.end_task(task, data)
 
     def end_task(self, task: int, data: TaskData) -> None:
         """Called once after the last epoch of ``task`` with all of its training data (``data``:

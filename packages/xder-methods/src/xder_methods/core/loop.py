@@ -242,7 +242,7 @@ def fit(
         )
         if not resumed_mid_task:
             method.begin_task(task)
-            method.prepare_task(task, data, schedule)
+            method.prepare_task(task, data, schedule.budget)
             loop.task, loop.epoch = task, 0
         loop.optimizer = _make_optimizer(method, schedule)
         if resumed_mid_task and resume is not None and resume["optimizer"] is not None:
@@ -293,33 +293,44 @@ def fit(
     return loop.history
 
 
-def apply_step(method: ContinualMethod, loss: Tensor, optimizer: torch.optim.Optimizer) -> None:
+def apply_step(
+    method: ContinualMethod, loss: Tensor, optimizer: torch.optim.Optimizer
+) -> dict[str, Tensor] | None:
     """The optimisation half of a training step, after ``method.observe`` returned ``loss``:
     zero the gradients, back-propagate, ``method.after_backward()``, step the optimiser,
-    ``method.after_step(optimizer)``. The one owner of that order (the loop's and bench's)."""
+    ``method.after_step(optimizer)``, whose extra terms (or None) it returns. The one owner of
+    that order (the loop's and bench's)."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     method.after_backward()
     optimizer.step()
-    method.after_step(optimizer)
+    return method.after_step(optimizer)
 
 
 def train_step(loop: Loop, x_raw: Tensor, y: Tensor, *, task: int, probe: bool = False) -> StepResult:
     """One training step on the stream batch ``(x_raw, y)`` of ``task`` (the one owner of a
     step's order): :func:`begin_step`, the stream augmentation and ``observe`` under
     :func:`autocast`, the gradient-norm probes of the step's loss groups when ``probe``,
-    :func:`apply_step`. The terms are read after the optimiser step (``after_step`` may add its
-    own). ``loop.optimizer`` must be set."""
+    :func:`apply_step`, whose extra terms join the step's. A method with
+    ``manual_optimization`` takes its own steps inside ``observe`` (with ``loop.optimizer``,
+    which it is given first): nothing runs around it, no probe either. ``loop.optimizer`` must
+    be set."""
     method, schedule, generator, optimizer = loop.method, loop.schedule, loop.generator, loop.optimizer
     assert optimizer is not None
+    manual = getattr(method, "manual_optimization", False)  # MethodBase's; plugins may lack it
+    if manual:
+        method.optimizer = optimizer  # type: ignore[attr-defined]
     begin_step(schedule)
     with autocast(schedule.precision, generator.device, cache=not schedule.step_graph):
         out = method.observe(Batch(method.transforms.train(x_raw, generator), y, x_raw, task))
-    norms = _group_grad_norms(out.groups, optimizer) if probe and out.groups else {}
-    if out.loss is not None:
-        apply_step(method, out.loss, optimizer)
+    terms = {name: value.detach() for name, value in out.terms.items()}
+    norms = _group_grad_norms(out.groups, optimizer) if probe and out.groups and not manual else {}
+    if out.loss is not None and not manual:
+        terms |= {
+            name: value.detach() for name, value in (apply_step(method, out.loss, optimizer) or {}).items()
+        }
     loss = None if out.loss is None else out.loss.detach()
-    return StepResult(loss, {name: value.detach() for name, value in out.terms.items()}, norms)
+    return StepResult(loss, terms, norms)
 
 
 def run_step(loop: Loop, x_raw: Tensor, y: Tensor, *, task: int, probe: bool = False) -> StepResult:

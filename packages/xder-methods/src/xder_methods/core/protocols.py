@@ -8,13 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
-
-if TYPE_CHECKING:
-    from xder_methods.core.schedule import TrainingSchedule
 
 __all__ = [
     "Backbone",
@@ -22,6 +19,7 @@ __all__ = [
     "ContinualMethod",
     "ContinualSetting",
     "StepOutput",
+    "TaskBudget",
     "TaskData",
     "TaskStream",
     "TaskView",
@@ -122,12 +120,26 @@ class TaskData:
     task: int
 
 
+@dataclass(frozen=True)
+class TaskBudget:
+    """What a task's training gets, as :meth:`ContinualMethod.prepare_task` sees it: the loop's
+    epochs, stream batch size, learning rate and whether each epoch drops its last partial batch
+    (a method that trains on the task's rows before the loop, or plans its replay over the
+    task's epoch, sizes its work with these)."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+    drop_last: bool = True
+
+
 @dataclass
 class StepOutput:
     """What ``observe`` returns.
 
     Attributes:
-        loss: the loss to back-propagate (None: nothing to optimise this step).
+        loss: the loss to back-propagate (None: nothing to optimise this step); for a method with
+            ``manual_optimization``, which took its steps itself, the step's loss detached (logged).
         terms: detached scalar terms the loop logs (averaged per epoch, read once per epoch).
         groups: optional graph-attached parts of ``loss`` by data source, ``"stream"`` and
             ``"buffer"`` (they need not cover every term): the loop back-propagates each alone at
@@ -193,30 +205,39 @@ class TaskStream(Protocol):
 
 @runtime_checkable
 class ContinualMethod(Protocol):
-    """A continual learner, driven by :func:`xder_methods.fit`.
+    """A continual learner, driven by :func:`xder_methods.fit` (the contract, whole; the
+    documentation's Plugins page says it in words).
 
-    The loop calls ``begin_task(t)``, then ``prepare_task(t, data, schedule)`` with the task's
-    training rows, then ``observe(batch)`` for every stream batch (and
-    back-propagates ``StepOutput.loss`` itself), then ``end_task(t, data)``, then evaluates
-    ``predict``. Around the optimiser step it calls ``after_backward()`` (gradients in place)
-    and ``after_step(optimizer)``. ``training_data`` says whether a task's batches come from that task only
-    (``"task"``) or from every task so far (``"cumulative"``, joint training).
+    For each task ``t`` the loop calls ``begin_task(t)``, then ``prepare_task(t, data, budget)``
+    with the task's training rows, then ``observe(batch)`` for every stream batch, then
+    ``end_task(t, data)``, then evaluates ``predict``. ``observe`` returns the step's loss and
+    its detached terms (:class:`StepOutput`); the loop zeroes the gradients, back-propagates the
+    loss, calls ``after_backward()`` (gradients in place), steps its optimiser and calls
+    ``after_step(optimizer)``, whose returned terms (or None) it logs with the step's. A method
+    with ``manual_optimization`` takes its own steps inside ``observe`` with the loop's optimiser
+    (``MethodBase.step``) and the loop does nothing around it. ``prefill(t, data)`` brings the
+    method to the end of task ``t`` without training (a benchmark of a later task's step).
+    ``training_data`` says whether a task's batches come from that task only (``"task"``),
+    from every task so far (``"cumulative"``, joint training) or from none (``"none"``).
     """
 
-    training_data: Literal["task", "cumulative"]
+    training_data: Literal["task", "cumulative", "none"]
+    manual_optimization: bool
     transforms: Transforms
 
     def begin_task(self, task: int) -> None: ...
 
-    def prepare_task(self, task: int, data: TaskData, schedule: TrainingSchedule) -> None: ...
+    def prepare_task(self, task: int, data: TaskData, budget: TaskBudget) -> None: ...
 
     def observe(self, batch: Batch) -> StepOutput: ...
 
     def after_backward(self) -> None: ...
 
-    def after_step(self, optimizer: torch.optim.Optimizer) -> None: ...
+    def after_step(self, optimizer: torch.optim.Optimizer) -> dict[str, Tensor] | None: ...
 
     def end_task(self, task: int, data: TaskData) -> None: ...
+
+    def prefill(self, task: int, data: TaskData) -> None: ...
 
     def predict(self, x: Tensor) -> Tensor: ...
 

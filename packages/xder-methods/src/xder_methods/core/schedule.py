@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from xder_methods.core.errors import check_settings
+from xder_methods.core.protocols import TaskBudget
 
 __all__ = ["TrainingSchedule", "autocast", "batch_bounds", "begin_step", "learning_rate", "shuffled_batches"]
 
@@ -134,6 +135,11 @@ class TrainingSchedule:
             (self.tasks is None or self.tasks >= 1, "tasks must be >= 1 (or unset: every task)"),
         ]
         check_settings(checks, prefix="train: ")
+
+    @property
+    def budget(self) -> TaskBudget:
+        """What each task's training gets, as a method's ``prepare_task`` sees it."""
+        return TaskBudget(self.epochs, self.batch_size, self.lr, self.drop_last)
 
     @property
     def cuda_graphs(self) -> bool:

@@ -89,13 +89,13 @@ from torch import Tensor, nn
 
 from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import check_settings
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
+from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskBudget, TaskData, Transforms
 from xder_methods.core.registry import register_method
-from xder_methods.core.schedule import TrainingSchedule
 from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.replay import (
     ExemplarReplayConfig,
     MergedReplay,
+    prefill_reservoir,
     replay_exemplars,
     stream_buffer_groups,
 )
@@ -313,18 +313,24 @@ class BiC(MethodBase):
     def predict(self, x: Tensor) -> Tensor:
         return self.corrected(self.net(x), self.current_task)
 
-    def prepare_task(self, task: int, data: TaskData, schedule: TrainingSchedule) -> None:
+    def prepare_task(self, task: int, data: TaskData, budget: TaskBudget) -> None:
         """From task 1 on, withhold as many random rows of the task as the memory holds out
         (:meth:`withheld_rows`: the new part of stage 2's validation set, never trained on);
         spread the replayed items over the rest's epoch (:class:`~xder_methods.parts.replay.MergedReplay`)."""
         n = data.y.shape[0]
         count = min(len(self.holdout), n - 1) if task >= 1 else 0
         self.withheld = torch.randperm(n, generator=self.generator, device=data.y.device)[:count]
-        self.merged.plan(n - count, schedule.batch_size, schedule.drop_last)
+        self.merged.plan(n - count, budget.batch_size, budget.drop_last)
 
     def withheld_rows(self, task: int) -> Tensor | None:
         """The task's rows kept out of training for stage 2 (positions in its ``TaskData``)."""
         return self.withheld if self.withheld.numel() else None
+
+    def prefill(self, task: int, data: TaskData) -> None:
+        """The task's rows into the memory by reservoir sampling
+        (:func:`~xder_methods.parts.replay.prefill_reservoir`): a memory of the right size and
+        classes, not herded: :meth:`end_task` would also train the bias layer."""
+        prefill_reservoir(self.buffer, self.net, self.transforms.test, data, self.generator)
 
     def observe(self, batch: Batch) -> StepOutput:
         cfg, t = self.config, batch.task

@@ -11,12 +11,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from xder_methods.core.base import MethodBase
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, Transforms
+from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
 from xder_methods.core.registry import register_method
 from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.replay import (
     ReplayConfig,
     join_replay,
+    prefill_reservoir,
     stream_buffer_groups,
 )
 
@@ -71,6 +72,12 @@ class ER(MethodBase):
     def logits(self, x: Tensor) -> Tensor:
         """The outputs the cross-entropy is taken on (the network's own)."""
         return self.net(x)
+
+    def prefill(self, task: int, data: TaskData) -> None:
+        """The task's rows offered to the buffer by reservoir sampling, as the stream offers them
+        (:func:`~xder_methods.parts.replay.prefill_reservoir`), then :meth:`end_task`."""
+        prefill_reservoir(self.buffer, self.net, self.transforms.test, data, self.generator)
+        self.end_task(task, data)
 
     def store(self, batch: Batch) -> None:
         """Offer the stream batch to the reservoir buffer (unaugmented)."""

@@ -85,10 +85,10 @@ class FDR(MethodBase):
         theta <- theta - eta * grad CE(f_theta(B), y_B)
         theta <- theta - eta * alpha * grad mean_{(x, z) in M} || softmax(f_theta(x)) - softmax(z) ||_2
 
-    where ``z`` are the logits stored with ``x``. The first step is the loop's (``observe``
-    returns the cross-entropy); the second is taken in :meth:`after_step` with the loop's
-    optimiser (mammoth steps its one ``self.opt`` twice; the loop's optimiser is in every
-    checkpoint, so a resumed run takes the same steps). No host synchronisation.
+    where ``z`` are the logits stored with ``x``. :meth:`observe` takes both steps with the loop's
+    optimiser (``manual_optimization``; mammoth steps its one ``self.opt`` twice; the loop's
+    optimiser is in every checkpoint, so a resumed run takes the same steps). No host
+    synchronisation.
 
     The working memory: at the end of task t, every earlier task's block is cut to its first
     ``buffer_size // (t + 1)`` items, and that many items of task t, drawn at random (mammoth: the
@@ -121,7 +121,7 @@ class FDR(MethodBase):
       ``get_data(..., transform=self.transform)``).
     """
 
-    fills_at_task_end = True
+    manual_optimization = True
 
     def __init__(
         self,
@@ -141,31 +141,23 @@ class FDR(MethodBase):
         )
         self.task_counts: list[int] = []
         """Items of each ended task in the buffer, in task order (their blocks are contiguous)."""
-        self._terms: dict[str, Tensor] | None = None
 
     def observe(self, batch: Batch) -> StepOutput:
+        """Two optimiser steps (:attr:`manual_optimization`): the cross-entropy on the stream
+        batch, then the function-space step: ``alpha`` times the mean :func:`function_distance`
+        of ``minibatch_size`` buffer items (none while the buffer is empty, i.e. during the first
+        task)."""
         loss = F.cross_entropy(self.net(batch.x), batch.y)
+        self.step(loss)
         terms = {"ce": loss.detach()}
-        self._terms = terms
-        return StepOutput(loss, terms)
-
-    def after_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """The function-space step: one step of ``optimizer`` on ``alpha`` times the mean
-        :func:`function_distance` of ``minibatch_size`` buffer items (nothing while the buffer is
-        empty, i.e. during the first task)."""
-        if not len(self.buffer):
-            return
-        sample = self.buffer.sample(self.config.minibatch_size, self.generator)
-        assert sample.logits is not None
-        x = self.transforms.train(sample.examples, self.generator)
-        distance = function_distance(self.net(x), sample.logits).mean()
-        optimizer.zero_grad(set_to_none=True)
-        (self.config.alpha * distance).backward()
-        optimizer.step()
-        if self._terms is not None:
-            # Read by the loop after the step (``StepOutput.terms``), so the epoch's log shows it.
-            self._terms["function_distance"] = distance.detach()
-            self._terms = None
+        if len(self.buffer):
+            sample = self.buffer.sample(self.config.minibatch_size, self.generator)
+            assert sample.logits is not None
+            x = self.transforms.train(sample.examples, self.generator)
+            distance = function_distance(self.net(x), sample.logits).mean()
+            self.step(self.config.alpha * distance)
+            terms["function_distance"] = distance.detach()
+        return StepOutput(terms["ce"], terms)
 
     @torch.no_grad()
     def end_task(self, task: int, data: TaskData) -> None:

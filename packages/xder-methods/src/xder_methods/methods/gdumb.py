@@ -65,6 +65,7 @@ from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, Tas
 from xder_methods.core.registry import register_method
 from xder_methods.core.schedule import TrainingSchedule, shuffled_batches
 from xder_methods.parts.buffer import Buffer
+from xder_methods.parts.replay import prefill_reservoir
 
 __all__ = [
     "GDumb",
@@ -395,6 +396,12 @@ class GDumb(MethodBase):
     def forgetting_defined(self) -> bool:
         """With ``fit_after="last_task"`` the earlier rows come from the untrained network."""
         return self.config.fit_after == "every_task"
+
+    def prefill(self, task: int, data: TaskData) -> None:
+        """The task's rows into the memory by reservoir sampling
+        (:func:`~xder_methods.parts.replay.prefill_reservoir`): a memory of the right size and
+        classes, not GDumb's greedy balance: :meth:`end_task` would also train from scratch."""
+        prefill_reservoir(self.buffer, self.net, self.transforms.test, data, self.generator)
 
     def observe(self, batch: Batch) -> StepOutput:
         self.offer(batch.x_raw, batch.y, batch.task)

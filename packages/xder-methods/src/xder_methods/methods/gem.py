@@ -192,8 +192,6 @@ class GEM(MethodBase):
     without momentum).
     """
 
-    fills_at_task_end = True
-
     def __init__(
         self,
         net: nn.Module,

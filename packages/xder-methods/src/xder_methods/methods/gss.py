@@ -13,10 +13,10 @@ from torch.func import functional_call, grad, vmap
 
 from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import MethodConfigError
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, Transforms
+from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
 from xder_methods.core.registry import register_method
 from xder_methods.parts.buffer import Buffer
-from xder_methods.parts.replay import ReplayConfig, stream_buffer_groups
+from xder_methods.parts.replay import ReplayConfig, prefill_reservoir
 
 __all__ = [
     "EMPTY_BUFFER_SCORE",
@@ -244,9 +244,9 @@ class GSS(MethodBase):
       mammoth; the paper is silent. It is also what lets one vectorised pass
       (:func:`per_item_gradients`, ``torch.func.vmap``) score every item: each item its own
       batch of one. Loss: cross-entropy over all outputs; gradient over every parameter (both
-      as mammoth). Scored after the optimisation step(s) on the batch (in :meth:`after_step`),
-      as both the paper ("update, then select") and mammoth do; a driver that calls only
-      :meth:`observe` (no optimiser step) therefore never fills the buffer.
+      as mammoth). Scored after the optimisation step(s) on the batch (at the end of :meth:`observe`,
+      which takes them: ``manual_optimization``), as both the paper ("update, then select") and
+      mammoth do.
     * Scoring inputs: the unaugmented examples through the test transform (normalisation only).
       Mammoth feeds its un-normalised ``not_aug_inputs`` tensors; the paper's samples are as
       received. Here the network sees them as it sees its training inputs, minus augmentation.
@@ -278,6 +278,8 @@ class GSS(MethodBase):
     ``minibatch_size = gss_minibatch_size = 32``, ``batch_num = 1``.
     """
 
+    manual_optimization = True
+
     def __init__(
         self,
         net: nn.Module,
@@ -290,33 +292,34 @@ class GSS(MethodBase):
         self.buffer = ScoredBuffer(
             config.buffer_size, setting.input_shape, setting.input_dtype, device=self.device
         )
-        # Set by observe, consumed by after_step within the same step (never across a checkpoint).
-        self._pending: Batch | None = None
+        # Within one step's observe only (never across a checkpoint).
         self._replay_order: Tensor | None = None
         self._replay_position = 0
 
+    def prefill(self, task: int, data: TaskData) -> None:
+        """The task's rows into the memory by reservoir sampling
+        (:func:`~xder_methods.parts.replay.prefill_reservoir`): a memory of the right size and
+        classes, not scored: GSS's rule needs a gradient per item against the buffer."""
+        prefill_reservoir(self.buffer, self.net, self.transforms.test, data, self.generator)
+
     def observe(self, batch: Batch) -> StepOutput:
-        self._pending = batch
+        """``batch_num`` optimiser steps on the batch (:attr:`manual_optimization`), each on the
+        stream batch joined with the next chunk of one buffer permutation, then the stream batch
+        offered to the buffer (:meth:`store`)."""
         size = len(self.buffer)
         self._replay_position = 0
         self._replay_order = (
             torch.randperm(size, generator=self.generator, device=self.device) if size else None
         )
         x, y = self._joined(batch)
-        per_item = F.cross_entropy(self.net(x), y, reduction="none")
-        loss = per_item.mean()
-        return StepOutput(loss, {"ce": loss.detach()}, stream_buffer_groups(per_item, batch.y.shape[0]))
-
-    def after_step(self, optimizer: torch.optim.Optimizer) -> None:
-        batch, self._pending = self._pending, None
-        if batch is None:
-            return
+        loss = F.cross_entropy(self.net(x), y, reduction="none").mean()
+        self.step(loss)
         for _ in range(self.config.batch_num - 1):
-            optimizer.zero_grad(set_to_none=True)
             x, y = self._joined(batch)
-            F.cross_entropy(self.net(x), y).backward()
-            optimizer.step()
+            self.step(F.cross_entropy(self.net(x), y))
         self.store(batch)
+        ce = loss.detach()
+        return StepOutput(ce, {"ce": ce})
 
     def _joined(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """The stream batch followed by the next chunk of this step's buffer permutation."""

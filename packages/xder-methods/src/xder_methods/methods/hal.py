@@ -19,7 +19,7 @@ from xder_methods.core.protocols import Backbone, Batch, ContinualSetting, StepO
 from xder_methods.core.registry import register_method
 from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.networks import frozen_copy
-from xder_methods.parts.replay import ReplayConfig, join_replay, stream_buffer_groups
+from xder_methods.parts.replay import ReplayConfig, join_replay, prefill_reservoir
 
 __all__ = ["ANCHOR_LR_BEFORE_TRAINING", "HAL", "HALConfig", "anchor_loss", "anchor_objective", "ring_slots"]
 
@@ -162,11 +162,12 @@ class HAL(MethodBase):
         phi_t    <- beta * phi_t + (1 - beta) * mean_x features_theta(x), x in the stream batch
 
     where ``E`` holds the anchors of every class of the earlier tasks and ``f_theta_tmp(E)`` is a
-    constant. :meth:`observe` returns the cross-entropy and keeps ``theta``; the loop steps to
-    ``theta_tmp``; :meth:`after_step` evaluates the anchors there, restores ``theta``,
-    back-propagates the anchoring loss onto the cross-entropy's gradient still in ``.grad`` and
-    steps again with the loop's optimiser, then updates ``phi_t`` at the final weights (mammoth's
-    order exactly). During the first task (no anchors) only the ``phi_t`` update is added.
+    constant. :meth:`observe` takes both steps with the loop's optimiser
+    (``manual_optimization``): it keeps ``theta``, steps on the cross-entropy to ``theta_tmp``,
+    evaluates the anchors there, restores ``theta``, back-propagates the anchoring loss onto the
+    cross-entropy's gradient still in ``.grad`` and steps again, then updates ``phi_t`` at the
+    final weights (mammoth's order exactly). During the first task (no anchors) only the
+    ``phi_t`` update is added.
 
     At the end of task t (:meth:`end_task`): a copy of the network is fine-tuned on the memory
     (``finetuning_epochs`` SGD steps, lr ``anchor_lr``, on ``finetuning_batch_size`` augmented
@@ -216,7 +217,7 @@ class HAL(MethodBase):
       ``self.loss``). Anchors are learned at the end of every task, the last included (mammoth).
     """
 
-    fills_at_task_end = True
+    manual_optimization = True
 
     def __init__(
         self,
@@ -231,16 +232,12 @@ class HAL(MethodBase):
         self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=device)
         self.portion = config.buffer_size // setting.n_tasks
         self.seen_in_task = 0
-        self.training_lr: float | None = None  # the lr of the last step (after_step)
+        self.training_lr: float | None = None  # the lr of the last step
         self.anchors: Tensor
         self.phi: Tensor
         # Row c: the anchor of class c, learned at the end of c's task; zero until then.
         self.register_buffer("anchors", torch.zeros(setting.num_classes, *setting.input_shape, device=device))
         self.register_buffer("phi", torch.zeros(int(cast(Backbone, net).num_features), device=device))
-        # Between observe and after_step of one step only (never across a checkpoint).
-        self._pre_step: list[Tensor] | None = None
-        self._stream_x: Tensor | None = None
-        self._terms: dict[str, Tensor] | None = None
 
     def begin_task(self, task: int) -> None:
         super().begin_task(task)
@@ -251,19 +248,38 @@ class HAL(MethodBase):
         """(A, ...) the anchors in use during ``task``: those of every class of the earlier tasks."""
         return self.anchors[: self.setting.class_range(task)[0]]
 
+    def prefill(self, task: int, data: TaskData) -> None:
+        """The task's anchors (:meth:`end_task`), then its rows into the memory by reservoir
+        sampling (:func:`~xder_methods.parts.replay.prefill_reservoir`, with either ``memory``)."""
+        self.end_task(task, data)
+        prefill_reservoir(self.buffer, self.net, self.transforms.test, data, self.generator)
+
     def observe(self, batch: Batch) -> StepOutput:
         x, y = join_replay(
             batch, self.buffer, self.config.minibatch_size, self.transforms.train, self.generator
         )
-        if self.active_anchors(batch.task).shape[0]:
-            self._pre_step = [p.detach().clone() for p in self.net.parameters()]
-        per_item = F.cross_entropy(self.net(x), y, reduction="none")
-        loss = per_item.mean()
+        anchors = self.active_anchors(batch.task)
+        pre_step = [p.detach().clone() for p in self.net.parameters()] if anchors.shape[0] else None
+        loss = F.cross_entropy(self.net(x), y, reduction="none").mean()
         self.store(batch)
-        self._stream_x = batch.x
+        self.step(loss)
+        assert self.optimizer is not None
+        self.training_lr = float(self.optimizer.param_groups[0]["lr"])  # a Python float: no sync
         terms = {"ce": loss.detach()}
-        self._terms = terms
-        return StepOutput(loss, terms, stream_buffer_groups(per_item, batch.y.shape[0]))
+        if pre_step is not None:
+            with torch.no_grad():
+                new_logits = self.net(anchors)
+                for p, saved in zip(self.net.parameters(), pre_step, strict=True):
+                    p.copy_(saved)
+            anchor = anchor_loss(new_logits, self.net(anchors), self.config.lambda_)
+            anchor.backward()  # onto the cross-entropy's gradient, as mammoth (no zero_grad between)
+            self.optimizer.step()
+            terms["anchor"] = anchor.detach()
+        with torch.no_grad():
+            features = cast(Backbone, self.net).forward_features(batch.x).flatten(1)
+            features = features.float().mean(dim=0)
+            self.phi.mul_(self.config.beta).add_(features, alpha=1 - self.config.beta)
+        return StepOutput(terms["ce"], terms)
 
     def store(self, batch: Batch) -> None:
         """Offer the stream batch (unaugmented) to the memory: by reservoir sampling over the
@@ -277,26 +293,6 @@ class HAL(MethodBase):
         self.buffer.write(slots, batch.x_raw, batch.y, task_labels=batch.task)
         self.seen_in_task += n
         self.buffer.set_size(batch.task * self.portion + min(self.seen_in_task, self.portion))
-
-    def after_step(self, optimizer: torch.optim.Optimizer) -> None:
-        self.training_lr = float(optimizer.param_groups[0]["lr"])  # a Python float: no sync
-        if self._pre_step is not None:
-            anchors = self.active_anchors(self.current_task)
-            with torch.no_grad():
-                new_logits = self.net(anchors)
-                for p, saved in zip(self.net.parameters(), self._pre_step, strict=True):
-                    p.copy_(saved)
-            loss = anchor_loss(new_logits, self.net(anchors), self.config.lambda_)
-            loss.backward()  # onto the cross-entropy's gradient, as mammoth (no zero_grad between)
-            optimizer.step()
-            if self._terms is not None:
-                self._terms["anchor"] = loss.detach()
-        if self._stream_x is not None:
-            with torch.no_grad():
-                features = cast(Backbone, self.net).forward_features(self._stream_x).flatten(1)
-                features = features.float().mean(dim=0)
-                self.phi.mul_(self.config.beta).add_(features, alpha=1 - self.config.beta)
-        self._pre_step, self._stream_x, self._terms = None, None, None
 
     def end_task(self, task: int, data: TaskData) -> None:
         """Learn one anchor per class of ``task`` (see the class docstring)."""

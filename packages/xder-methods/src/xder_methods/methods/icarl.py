@@ -52,17 +52,18 @@ from xder_methods.core.protocols import (
     Batch,
     ContinualSetting,
     StepOutput,
+    TaskBudget,
     TaskData,
     Transforms,
 )
 from xder_methods.core.registry import register_method
-from xder_methods.core.schedule import TrainingSchedule
 from xder_methods.methods.lwf_mc import LwFMC
 from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.networks import eval_features
 from xder_methods.parts.replay import (
     ExemplarReplayConfig,
     MergedReplay,
+    prefill_reservoir,
     replay_exemplars,
     stream_buffer_groups,
 )
@@ -139,9 +140,15 @@ class ICaRL(LwFMC):
             "has_mean", torch.zeros(setting.num_classes, dtype=torch.bool, device=self.device)
         )
 
-    def prepare_task(self, task: int, data: TaskData, schedule: TrainingSchedule) -> None:
+    def prepare_task(self, task: int, data: TaskData, budget: TaskBudget) -> None:
         """Spread the exemplars over the task's epoch (:class:`~xder_methods.parts.replay.MergedReplay`)."""
-        self.merged.plan(data.y.shape[0], schedule.batch_size, schedule.drop_last)
+        self.merged.plan(data.y.shape[0], budget.batch_size, budget.drop_last)
+
+    def prefill(self, task: int, data: TaskData) -> None:
+        """The task's rows into the memory by reservoir sampling
+        (:func:`~xder_methods.parts.replay.prefill_reservoir`): a memory of the right size and
+        classes, not herded: :meth:`end_task` would also compute the class means."""
+        prefill_reservoir(self.buffer, self.net, self.transforms.test, data, self.generator)
 
     def observe(self, batch: Batch) -> StepOutput:
         x, y = replay_exemplars(

@@ -70,14 +70,22 @@ from torch import Tensor, nn
 
 from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import check_settings
-from xder_methods.core.protocols import Backbone, Batch, ContinualSetting, StepOutput, TaskData, Transforms
+from xder_methods.core.protocols import (
+    Backbone,
+    Batch,
+    ContinualSetting,
+    StepOutput,
+    TaskBudget,
+    TaskData,
+    Transforms,
+)
 from xder_methods.core.registry import register_method
-from xder_methods.core.schedule import TrainingSchedule, shuffled_batches
+from xder_methods.core.schedule import shuffled_batches
 from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.heads import CosineHead
 from xder_methods.parts.losses import at_least_float32
 from xder_methods.parts.networks import eval_features, frozen_batchnorm_stats, frozen_copy
-from xder_methods.parts.replay import ExemplarReplayConfig, MergedReplay, replay_exemplars
+from xder_methods.parts.replay import ExemplarReplayConfig, MergedReplay, prefill_reservoir, replay_exemplars
 from xder_methods.parts.selection import class_mean_features, update_herding_buffer
 
 __all__ = [
@@ -307,9 +315,15 @@ class LUCIR(MethodBase):
         block.copy_(torch.where(fresh[:, None], weights.to(block.dtype), block))
         self.imprinted[start:end] |= fresh
 
-    def prepare_task(self, task: int, data: TaskData, schedule: TrainingSchedule) -> None:
+    def prepare_task(self, task: int, data: TaskData, budget: TaskBudget) -> None:
         """Spread the exemplars over the task's epoch (:class:`~xder_methods.parts.replay.MergedReplay`)."""
-        self.merged.plan(data.y.shape[0], schedule.batch_size, schedule.drop_last)
+        self.merged.plan(data.y.shape[0], budget.batch_size, budget.drop_last)
+
+    def prefill(self, task: int, data: TaskData) -> None:
+        """The task's rows into the memory by reservoir sampling
+        (:func:`~xder_methods.parts.replay.prefill_reservoir`): a memory of the right size and
+        classes, not herded: :meth:`end_task` would also fine-tune the network."""
+        prefill_reservoir(self.buffer, self.net, self.transforms.test, data, self.generator)
 
     def observe(self, batch: Batch) -> StepOutput:
         cfg, t = self.config, batch.task

@@ -9,21 +9,18 @@ sigmoid targets: here the old classes are distilled through a temperature-soften
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from xder_methods.core.errors import check_settings
-from xder_methods.core.protocols import Backbone, Batch, StepOutput, TaskData, Transform
+from xder_methods.core.protocols import Backbone, Batch, StepOutput, TaskBudget, TaskData, Transform
 from xder_methods.core.registry import register_method
 from xder_methods.core.schedule import shuffled_batches
 from xder_methods.parts.losses import seen_class_cross_entropy
 from xder_methods.parts.teacher import PreviousModelTeacher
-
-if TYPE_CHECKING:
-    from xder_methods.core.schedule import TrainingSchedule
 
 __all__ = ["LwF", "LwFConfig", "distillation_loss", "smooth_probabilities", "warm_up_head"]
 
@@ -214,9 +211,9 @@ class LwF(PreviousModelTeacher):
       Either is a schedule setting here (``train.weight_decay``), outside the logged loss.
     """
 
-    def prepare_task(self, task: int, data: TaskData, schedule: TrainingSchedule) -> None:
+    def prepare_task(self, task: int, data: TaskData, budget: TaskBudget) -> None:
         """The warm-up of the new head before every task t >= 1 (:func:`warm_up_head`)."""
-        epochs = schedule.epochs if self.config.warmup_epochs is None else self.config.warmup_epochs
+        epochs = budget.epochs if self.config.warmup_epochs is None else self.config.warmup_epochs
         if task == 0 or epochs == 0:
             return
         warm_up_head(
@@ -225,9 +222,9 @@ class LwF(PreviousModelTeacher):
             self.transforms.train,
             self.setting.class_range(task),
             epochs=epochs,
-            batch_size=schedule.batch_size,
-            lr=schedule.lr,
-            drop_last=schedule.drop_last,
+            batch_size=budget.batch_size,
+            lr=budget.lr,
+            drop_last=budget.drop_last,
             generator=self.generator,
         )
 

@@ -112,6 +112,13 @@ class RPC(ER):
         if self.config.buffer_policy == "reservoir":
             super().store(batch)
 
+    def prefill(self, task: int, data: TaskData) -> None:
+        """With the class-balanced memory, :meth:`end_task` (which fills it); else ER's."""
+        if self.config.buffer_policy == "class_balanced":
+            self.end_task(task, data)
+        else:
+            super().prefill(task, data)
+
     @torch.no_grad()
     def end_task(self, task: int, data: TaskData) -> None:
         if self.config.buffer_policy == "class_balanced":

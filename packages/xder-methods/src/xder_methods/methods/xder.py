@@ -158,8 +158,6 @@ class XDER(MethodBase):
     so that a step needs no host synchronisation.
     """
 
-    fills_at_task_end = True
-
     visits: Tensor  # the buffer registered in __init__, declared for the type checker
 
     def __init__(
