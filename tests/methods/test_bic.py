@@ -53,7 +53,9 @@ def finish(method: BiC, stream, t: int) -> None:
     method.end_task(t, task_data(stream, t))
     method.begin_task(t + 1)
     if t + 1 < stream.n_tasks:
-        method.prepare_task(t + 1, task_data(stream, t + 1), TrainingSchedule(epochs=1, batch_size=4, lr=0.1))
+        method.prepare_task(
+            t + 1, task_data(stream, t + 1), TrainingSchedule(epochs=1, batch_size=4, lr=0.1).budget
+        )
 
 
 # ------------------------------------------------------------------------------- pure functions

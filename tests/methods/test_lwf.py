@@ -346,9 +346,11 @@ def test_prepare_task_warms_up_later_tasks_for_the_task_epochs(
     method = make(stream, transforms, tiny_net, setting_of, batchnorm=True)
     untouched = copy.deepcopy(method.state_dict())
     method.begin_task(0)
-    method.prepare_task(0, TaskData(stream.train_x[:0], stream.train_y[:0], 0), schedule)  # task 0: none
+    method.prepare_task(
+        0, TaskData(stream.train_x[:0], stream.train_y[:0], 0), schedule.budget
+    )  # task 0: none
     method.begin_task(1)
-    method.prepare_task(1, data, schedule)
+    method.prepare_task(1, data, schedule.budget)
 
     by_hand = make(stream, transforms, tiny_net, setting_of, batchnorm=True)
     warm_up_head(
@@ -368,6 +370,6 @@ def test_prepare_task_warms_up_later_tasks_for_the_task_epochs(
 
     off = make(stream, transforms, tiny_net, setting_of, batchnorm=True, warmup_epochs=0)
     off.begin_task(1)
-    off.prepare_task(1, data, schedule)
+    off.prepare_task(1, data, schedule.budget)
     for name, value in off.net.state_dict().items():
         assert torch.equal(value, untouched["net." + name]), name

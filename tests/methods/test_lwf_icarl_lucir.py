@@ -274,7 +274,7 @@ def test_merged_replay_shows_every_exemplar_once_an_epoch(
     method.end_task(0, task_data(stream, 0))
     method.begin_task(1)
     data = task_data(stream, 1)  # 24 rows: 4 steps of 6 (BiC withholds one: 3 steps of 6)
-    method.prepare_task(1, data, TrainingSchedule(epochs=2, batch_size=6, lr=0.1, drop_last=True))
+    method.prepare_task(1, data, TrainingSchedule(epochs=2, batch_size=6, lr=0.1, drop_last=True).budget)
     steps = method.merged.steps_per_epoch
     assert steps == (3 if name == "bic" else 4)
     memory = len(method.buffer)
@@ -306,7 +306,7 @@ def test_joined_replay_is_an_option(stream, transforms, tiny_net, setting_of) ->
     method = make("icarl", stream, transforms, tiny_net, setting_of, minibatch_size=3, replay="joined")
     method.end_task(0, task_data(stream, 0))
     method.begin_task(1)
-    method.prepare_task(1, task_data(stream, 1), TrainingSchedule(epochs=1, batch_size=6, lr=0.1))
+    method.prepare_task(1, task_data(stream, 1), TrainingSchedule(epochs=1, batch_size=6, lr=0.1).budget)
     out = method.observe(batch(stream, transforms, 1))
     torch.testing.assert_close(out.groups["stream"] + out.groups["buffer"], out.loss)
     assert out.groups["buffer"] > 0
