@@ -23,7 +23,7 @@ from xder_cli.runs.scheduler import outcome_note
 from xder_methods import (
     Callback,
     EpochRecord,
-    Loop,
+    FitState,
     TaskRecord,
 )
 
@@ -71,7 +71,7 @@ class TaskProgress(Callback):
     def __init__(self) -> None:
         self.bar: tqdm | None = None
 
-    def on_task_start(self, loop: Loop) -> None:
+    def on_task_start(self, loop: FitState) -> None:
         total = (loop.schedule.epochs - loop.epoch) * loop.steps_per_epoch
         self.bar = tqdm(
             total=total,
@@ -81,17 +81,17 @@ class TaskProgress(Callback):
             disable=None,
         )
 
-    def on_step(self, loop: Loop) -> None:
+    def on_step(self, loop: FitState) -> None:
         if self.bar is not None:
             self.bar.update()
 
-    def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None:
+    def on_epoch_end(self, loop: FitState, record: EpochRecord) -> None:
         if self.bar is not None:
             self.bar.set_postfix(
                 epoch=record.epoch + 1, loss=f"{record.losses.get('loss', float('nan')):.3f}"
             )
 
-    def on_task_end(self, loop: Loop, record: TaskRecord) -> None:
+    def on_task_end(self, loop: FitState, record: TaskRecord) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None

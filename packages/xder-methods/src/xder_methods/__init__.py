@@ -20,7 +20,7 @@ from xder_methods.core.graphs import CudaGraphs, ReplayCheck, StepGraphs, StepNo
 from xder_methods.core.loop import (
     CHECKPOINT_FORMAT,
     Callback,
-    Loop,
+    FitState,
     apply_step,
     fit,
     run_epoch,
@@ -75,7 +75,7 @@ from xder_methods.methods.lucir import LUCIR, LUCIRConfig
 from xder_methods.methods.lwf import LwF, LwFConfig, distillation_loss
 from xder_methods.methods.lwf_mc import LwFMC, LwFMCConfig
 from xder_methods.methods.rpc import RPC, RPCConfig
-from xder_methods.methods.sgd import SGD, SGDConfig
+from xder_methods.methods.sgd import FineTuning, FineTuningConfig
 from xder_methods.methods.si import SI, SIConfig, si_importance, si_penalty
 from xder_methods.methods.xder import XDER, XDERConfig
 from xder_methods.parts.buffer import Buffer, BufferSample, reservoir_slots
@@ -95,7 +95,6 @@ __all__ = [
     "HAL",
     "LUCIR",
     "RPC",
-    "SGD",
     "SI",
     "XDER",
     "AGEMConfig",
@@ -122,6 +121,9 @@ __all__ = [
     "EpochRecord",
     "Evaluation",
     "FDRConfig",
+    "FineTuning",
+    "FineTuningConfig",
+    "FitState",
     "GDumb",
     "GDumbConfig",
     "GEMConfig",
@@ -133,7 +135,6 @@ __all__ = [
     "Joint",
     "JointConfig",
     "LUCIRConfig",
-    "Loop",
     "LwF",
     "LwFConfig",
     "LwFMC",
@@ -148,7 +149,6 @@ __all__ = [
     "RPCConfig",
     "ReplayCheck",
     "ReplayConfig",
-    "SGDConfig",
     "SIConfig",
     "StepGraphs",
     "StepNotReplayable",

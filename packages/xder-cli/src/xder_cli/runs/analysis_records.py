@@ -15,7 +15,7 @@ from torch import Tensor
 
 from xder_cli.runs.loaded import predict_all
 from xder_eval.analyses import DEFAULT_SHOTS, class_mean_logits, curve_auc, fewshot_curve
-from xder_methods import Loop
+from xder_methods import FitState
 
 __all__ = ["FEWSHOT_POOL", "task_end_analysis"]
 
@@ -39,7 +39,7 @@ def _fewshot_pool(labels: Tensor, start: int, end: int, per_class: int, seed: in
     return torch.from_numpy(np.sort(np.concatenate(rows))).to(labels.device)
 
 
-def task_end_analysis(loop: Loop, *, full: bool = True) -> dict[str, Any]:
+def task_end_analysis(loop: FitState, *, full: bool = True) -> dict[str, Any]:
     """What a run records after each task for later analysis (``events.jsonl`` ``analysis``).
 
     * ``peak_memory_mb``: peak memory since the previous record (always: it costs nothing);

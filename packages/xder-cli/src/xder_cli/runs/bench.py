@@ -71,7 +71,7 @@ from xder_data import (
 )
 from xder_methods import (
     ContinualSetting,
-    Loop,
+    FitState,
     NonFiniteLossError,
     OpCounter,
     StepGraphs,
@@ -174,7 +174,7 @@ class _Subject:
     syncs: int
     sync_names: dict[str, int]
     epoch: Any
-    loop: Loop
+    loop: FitState
 
 
 class _Floor(nn.Module):
@@ -222,7 +222,7 @@ def bench_plan(name: str, options: BenchOptions) -> RunPlan:
 @dataclass(frozen=True)
 class _SyntheticTask:
     """The bench's one task as the training loop's epoch reads a stream (``train_x``,
-    ``train_y``; ``classes_per_task`` for :class:`xder_methods.Loop`'s setting)."""
+    ``train_y``; ``classes_per_task`` for :class:`xder_methods.FitState`'s setting)."""
 
     train_x: torch.Tensor
     train_y: torch.Tensor
@@ -261,7 +261,7 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
     ).repeat_interleave(per_class)
     # The steps and the epoch are the training loop's own (xder_methods.run_step, run_epoch).
     stream = _SyntheticTask(task_x, task_y, (per_task,) * n_tasks)
-    loop = Loop(method, cast(TaskStream, stream), plan.fit_schedule, generator)
+    loop = FitState(method, cast(TaskStream, stream), plan.fit_schedule, generator)
     loop.optimizer = torch.optim.SGD(list(method.optimizer_parameters()), lr=0.01)
     batch_rows = torch.arange(plan.schedule.batch_size, device=device)
 

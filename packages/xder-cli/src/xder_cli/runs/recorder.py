@@ -32,8 +32,8 @@ from xder_eval import (
 from xder_methods import (
     Callback,
     EpochRecord,
+    FitState,
     History,
-    Loop,
     TaskRecord,
 )
 
@@ -134,7 +134,7 @@ class RunRecorder(Callback):
                 used.append(count)
         return used
 
-    def checkpoint(self, loop: Loop) -> None:
+    def checkpoint(self, loop: FitState) -> None:
         state = loop.snapshot()
         state["run"] = {
             "events": self.events.count,
@@ -145,7 +145,7 @@ class RunRecorder(Callback):
         with self._writing(path):
             rundir.save_checkpoint(path, state)
 
-    def write_results(self, loop: Loop, *, complete: bool) -> None:
+    def write_results(self, loop: FitState, *, complete: bool) -> None:
         settings = self.plan.settings
         self.results = {
             "method": settings.method,
@@ -175,23 +175,23 @@ class RunRecorder(Callback):
             draw(Path(scratch) / name)
             rundir.atomic_write_bytes(path, (Path(scratch) / name).read_bytes())
 
-    def on_fit_start(self, loop: Loop) -> None:
+    def on_fit_start(self, loop: FitState) -> None:
         kind = "resume" if self.elapsed_before else "start"
         self.log(
             {"event": kind, "task": loop.task, "epoch": loop.epoch, "time": datetime.now(UTC).isoformat()}
         )
 
-    def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None:
+    def on_epoch_end(self, loop: FitState, record: EpochRecord) -> None:
         self.log({"event": "epoch", **dataclasses.asdict(record)})
         self.checkpoint(loop)
 
-    def on_task_end(self, loop: Loop, record: TaskRecord) -> None:
+    def on_task_end(self, loop: FitState, record: TaskRecord) -> None:
         self.log(task_end_analysis(loop, full=self.plan.settings.record_analyses))
         self.log({"event": "task", **dataclasses.asdict(record)})
         self.write_results(loop, complete=False)
         self.checkpoint(loop)
 
-    def on_fit_end(self, loop: Loop) -> None:
+    def on_fit_end(self, loop: FitState) -> None:
         plots = self.run_dir / rundir.PLOTS
         with self._writing(plots):
             plots.mkdir(exist_ok=True)
@@ -285,7 +285,7 @@ class ThreadShare(Callback):
         self.used = used if used is not None else lambda: list(policy.used)
 
     def _news(
-        self, loop: Loop, kind: Literal["start", "change", "end"], before: int | None = None
+        self, loop: FitState, kind: Literal["start", "change", "end"], before: int | None = None
     ) -> ThreadNews:
         policy = self.policy
         return ThreadNews(
@@ -300,7 +300,7 @@ class ThreadShare(Callback):
             loop.epoch,
         )
 
-    def on_fit_start(self, loop: Loop) -> None:
+    def on_fit_start(self, loop: FitState) -> None:
         self.log(
             {
                 "event": "threads",
@@ -312,7 +312,7 @@ class ThreadShare(Callback):
         )
         self.report(self._news(loop, "start"))
 
-    def on_step(self, loop: Loop) -> None:
+    def on_step(self, loop: FitState) -> None:
         before = self.policy.threads
         changed = self.policy.poll()
         if changed is not None:
@@ -321,5 +321,5 @@ class ThreadShare(Callback):
             )
             self.report(self._news(loop, "change", before))
 
-    def on_fit_end(self, loop: Loop) -> None:
+    def on_fit_end(self, loop: FitState) -> None:
         self.report(self._news(loop, "end"))

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from xder_cli.runs.errors import SettingError, TrackerError, option
-from xder_methods import Callback, EpochRecord, Loop, TaskRecord
+from xder_methods import Callback, EpochRecord, FitState, TaskRecord
 
 __all__ = [
     "FINAL_METRICS",
@@ -184,7 +184,7 @@ class Tracker(Callback):
         """Where its logs go, for the run's first lines."""
         raise NotImplementedError
 
-    def step(self, loop: Loop) -> int:
+    def step(self, loop: FitState) -> int:
         """Epochs trained so far over the whole sequence."""
         return loop.task * loop.schedule.epochs + loop.epoch
 
@@ -225,18 +225,18 @@ class TensorBoardTracker(Tracker):
     def where(self) -> str:
         return f"{self.folder} (tensorboard --logdir {self.folder})"
 
-    def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None:
+    def on_epoch_end(self, loop: FitState, record: EpochRecord) -> None:
         step = self.step(loop)
         for tag, value in _epoch_values(record).items():
             self.writer.add_scalar(tag, value, step)
 
-    def on_task_end(self, loop: Loop, record: TaskRecord) -> None:
+    def on_task_end(self, loop: FitState, record: TaskRecord) -> None:
         step = self.step(loop)
         for tag, value in _task_values(record).items():
             self.writer.add_scalar(tag, value, step)
         self.writer.flush()
 
-    def on_fit_end(self, loop: Loop) -> None:
+    def on_fit_end(self, loop: FitState) -> None:
         step = self.step(loop)
         for tag, value in self.final_values().items():
             self.writer.add_scalar(tag, value, step)
@@ -290,13 +290,13 @@ class WandbTracker(Tracker):
             return f"{folder} (offline; wandb sync {folder} uploads it)"
         return f"{folder} ({self.run.settings.mode}, project {self.run.project})"
 
-    def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None:
+    def on_epoch_end(self, loop: FitState, record: EpochRecord) -> None:
         self.run.log({"epoch": self.step(loop), **_epoch_values(record)})
 
-    def on_task_end(self, loop: Loop, record: TaskRecord) -> None:
+    def on_task_end(self, loop: FitState, record: TaskRecord) -> None:
         self.run.log({"task": record.task + 1, **_task_values(record)})
 
-    def on_fit_end(self, loop: Loop) -> None:
+    def on_fit_end(self, loop: FitState) -> None:
         results = self.results()
         tables = {}
         for key in ("accuracy_matrix", "task_il_accuracy_matrix"):

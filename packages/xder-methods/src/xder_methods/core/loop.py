@@ -42,7 +42,7 @@ from xder_methods.core.schedule import (
 __all__ = [
     "CHECKPOINT_FORMAT",
     "Callback",
-    "Loop",
+    "FitState",
     "apply_step",
     "fit",
     "run_epoch",
@@ -54,22 +54,22 @@ CHECKPOINT_FORMAT = "xder-checkpoint-v1"
 
 
 class Callback:
-    """Hooks the loop calls; override what you need. Each receives the running :class:`Loop`."""
+    """Hooks the loop calls; override what you need. Each receives the running :class:`FitState`."""
 
-    def on_fit_start(self, loop: Loop) -> None: ...
+    def on_fit_start(self, loop: FitState) -> None: ...
 
-    def on_task_start(self, loop: Loop) -> None: ...
+    def on_task_start(self, loop: FitState) -> None: ...
 
-    def on_step(self, loop: Loop) -> None: ...
+    def on_step(self, loop: FitState) -> None: ...
 
-    def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None: ...
+    def on_epoch_end(self, loop: FitState, record: EpochRecord) -> None: ...
 
-    def on_task_end(self, loop: Loop, record: TaskRecord) -> None: ...
+    def on_task_end(self, loop: FitState, record: TaskRecord) -> None: ...
 
-    def on_fit_end(self, loop: Loop) -> None: ...
+    def on_fit_end(self, loop: FitState) -> None: ...
 
 
-class Loop:
+class FitState:
     """The state of a running :func:`fit`, as callbacks see it.
 
     ``task``/``epoch`` give the position: the next thing to run is epoch ``epoch`` of task
@@ -149,7 +149,7 @@ def _first_tasks(evaluation: Evaluation, n_tasks: int) -> Evaluation:
     )
 
 
-def _evaluate_all(loop: Loop, seen_tasks: int) -> tuple[Evaluation, Evaluation | None]:
+def _evaluate_all(loop: FitState, seen_tasks: int) -> tuple[Evaluation, Evaluation | None]:
     stream, schedule, method = loop.stream, loop.schedule, loop.method
     kwargs: dict[str, Any] = {
         "seen_tasks": seen_tasks,
@@ -194,7 +194,7 @@ def fit(
         generator: the one source of randomness of the run (batch order, augmentation, buffer
             draws), on the training device.
         callbacks: logging, progress and checkpoint hooks.
-        resume: a :meth:`Loop.snapshot`; the run continues from its position and, on the same
+        resume: a :meth:`FitState.snapshot`; the run continues from its position and, on the same
             device, ends with the same results as an uninterrupted run.
 
     Returns:
@@ -211,7 +211,7 @@ def fit(
             f"train.tasks = {schedule.tasks} is out of range: the benchmark has {stream.n_tasks} tasks; "
             f"give 1..{stream.n_tasks}, or leave it unset for all of them"
         )
-    loop = Loop(method, stream, schedule, generator)
+    loop = FitState(method, stream, schedule, generator)
     calls: Iterable[Callback] = tuple(callbacks)
     start_task, start_epoch = 0, 0
     if resume is not None:
@@ -307,7 +307,7 @@ def apply_step(
     return method.after_step(optimizer)
 
 
-def train_step(loop: Loop, x_raw: Tensor, y: Tensor, *, task: int, probe: bool = False) -> StepResult:
+def train_step(loop: FitState, x_raw: Tensor, y: Tensor, *, task: int, probe: bool = False) -> StepResult:
     """One training step on the stream batch ``(x_raw, y)`` of ``task`` (the one owner of a
     step's order): :func:`begin_step`, the stream augmentation and ``observe`` under
     :func:`autocast`, the gradient-norm probes of the step's loss groups when ``probe``,
@@ -333,7 +333,7 @@ def train_step(loop: Loop, x_raw: Tensor, y: Tensor, *, task: int, probe: bool =
     return StepResult(loss, terms, norms)
 
 
-def run_step(loop: Loop, x_raw: Tensor, y: Tensor, *, task: int, probe: bool = False) -> StepResult:
+def run_step(loop: FitState, x_raw: Tensor, y: Tensor, *, task: int, probe: bool = False) -> StepResult:
     """A training step as :func:`run_epoch` runs it: :func:`train_step`, or with ``step_graph``
     (and no ``probe``) the same step recorded and replayed by ``loop.graphs`` (a
     :class:`~xder_methods.core.graphs.StepGraphs`, made for ``loop.optimizer`` when first needed).
@@ -349,7 +349,7 @@ def run_step(loop: Loop, x_raw: Tensor, y: Tensor, *, task: int, probe: bool = F
 
 
 def run_epoch(
-    loop: Loop,
+    loop: FitState,
     task: int,
     epoch: int,
     rows: Tensor,

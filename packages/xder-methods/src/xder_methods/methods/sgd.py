@@ -10,16 +10,16 @@ from xder_methods.core.protocols import Batch, StepOutput
 from xder_methods.core.registry import register_method
 from xder_methods.parts.losses import seen_class_cross_entropy
 
-__all__ = ["SGD", "SGDConfig"]
+__all__ = ["FineTuning", "FineTuningConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class SGDConfig:
+class FineTuningConfig:
     """FT has no hyperparameters of its own (lr and epochs are the benchmark's protocol)."""
 
 
-@register_method("sgd", SGDConfig)
-class SGD(MethodBase):
+@register_method("sgd", FineTuningConfig)
+class FineTuning(MethodBase):
     """Fine-tuning (FT), X-DER paper Sec. 5.2: cross-entropy on the current task, no remedy.
 
     The softmax spans the classes seen so far (docs/methods.md, "What the competitors compute").
