@@ -28,7 +28,7 @@ from xder_cli.runs.settings import (
     start_notes,
 )
 from xder_data import BenchmarkDefaults, benchmark_defaults
-from xder_methods import MethodConfigError, TrainingSchedule
+from xder_methods import MethodConfigError, TrainingProtocol, TrainingSchedule
 
 
 def test_parse_assignment_reads_toml_values() -> None:
@@ -299,3 +299,26 @@ def test_a_run_probes_gradient_norms_only_when_it_records_its_analyses(record: b
     assert plan.schedule.record_every == 7
     assert plan.fit_schedule.record_every == (7 if record else 0)
     assert dataclasses.replace(plan.fit_schedule, record_every=7) == plan.schedule
+
+
+def test_every_benchmark_protocol_carries_the_training_protocol_s_fields() -> None:
+    """``xder_data.BenchmarkDefaults`` carries each field of ``xder_methods.TrainingProtocol``
+    under the same name, with the same type and default (where it has one: epochs, batch size and
+    lr are each benchmark's to state): xder-data cannot import xder-methods, so this holds the two
+    equal, and the protocol layer takes exactly these fields (``PROTOCOL_KEYS``)."""
+    import typing
+
+    from xder_cli.runs.settings import PROTOCOL_KEYS
+
+    protocol = {f.name: f for f in dataclasses.fields(TrainingProtocol)}
+    carried = {f.name: f for f in dataclasses.fields(BenchmarkDefaults)}
+    protocol_types, carried_types = (
+        typing.get_type_hints(TrainingProtocol),
+        typing.get_type_hints(BenchmarkDefaults),
+    )
+    assert list(PROTOCOL_KEYS) == list(protocol)
+    for name, field in protocol.items():
+        assert name in carried, f"BenchmarkDefaults lacks the protocol field {name}"
+        assert carried_types[name] == protocol_types[name], name
+        if carried[name].default is not dataclasses.MISSING:
+            assert carried[name].default == field.default, name

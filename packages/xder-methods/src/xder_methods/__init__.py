@@ -48,6 +48,7 @@ from xder_methods.core.registry import (
     register_method,
 )
 from xder_methods.core.schedule import (
+    TrainingProtocol,
     TrainingSchedule,
     autocast,
     batch_bounds,
@@ -157,6 +158,7 @@ __all__ = [
     "TaskData",
     "TaskRecord",
     "TaskStream",
+    "TrainingProtocol",
     "TrainingSchedule",
     "Transform",
     "Transforms",

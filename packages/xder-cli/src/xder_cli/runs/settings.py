@@ -63,7 +63,7 @@ from xder_data import (
     canonical_protocol,
 )
 from xder_data import benchmark_options as benchmark_option_defaults
-from xder_methods import TrainingSchedule, check_schedule, list_methods, method_config_class
+from xder_methods import TrainingProtocol, TrainingSchedule, check_schedule, list_methods, method_config_class
 from xder_models import backbone_factory, backbone_options
 
 __all__ = [
@@ -227,18 +227,16 @@ def takes_buffer(method: str) -> bool:
     return "buffer_size" in {f.name for f in dataclasses.fields(method_config_class(method))}
 
 
-_SCHEDULE_KEYS = frozenset(f.name for f in dataclasses.fields(TrainingSchedule))
+PROTOCOL_KEYS = tuple(f.name for f in dataclasses.fields(TrainingProtocol))
+"""The training protocol's fields (:class:`xder_methods.TrainingProtocol`), which every
+:class:`xder_data.BenchmarkDefaults` carries too."""
 
 
 def _protocol_layer(protocol: BenchmarkDefaults, method_fields: set[str]) -> dict[str, Any]:
-    """The settings a benchmark's protocol gives a run: every field of its
-    :class:`xder_data.BenchmarkDefaults` that the loop's schedule has, its backbone, and the
+    """The settings a benchmark's protocol gives a run: the training protocol's fields
+    (:data:`PROTOCOL_KEYS`) of its :class:`xder_data.BenchmarkDefaults`, its backbone, and the
     buffer and replay batch of a method that has them."""
-    layer = {
-        f"train.{f.name}": getattr(protocol, f.name)
-        for f in dataclasses.fields(protocol)
-        if f.name in _SCHEDULE_KEYS
-    }
+    layer = {f"train.{key}": getattr(protocol, key) for key in PROTOCOL_KEYS}
     layer |= {"backbone.name": protocol.backbone}
     layer |= {f"backbone.{k}": v for k, v in protocol.backbone_options.items()}
     layer |= {

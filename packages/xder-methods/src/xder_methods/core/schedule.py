@@ -16,12 +16,23 @@ from torch import Tensor
 from xder_methods.core.errors import check_settings
 from xder_methods.core.protocols import TaskBudget
 
-__all__ = ["TrainingSchedule", "autocast", "batch_bounds", "begin_step", "learning_rate", "shuffled_batches"]
+__all__ = [
+    "TrainingProtocol",
+    "TrainingSchedule",
+    "autocast",
+    "batch_bounds",
+    "begin_step",
+    "learning_rate",
+    "shuffled_batches",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainingSchedule:
-    """How each task is trained (the benchmark's protocol; identical for every method).
+class TrainingProtocol:
+    """How each task is trained, as a benchmark's protocol states it (identical for every
+    method): the fields every protocol gives, declared once here. ``xder_data.BenchmarkDefaults``
+    carries the same fields for each benchmark (it cannot import this package; a test of the
+    command-line package holds the two equal, names, types and defaults).
 
     Attributes:
         epochs: epochs per task.
@@ -44,6 +55,49 @@ class TrainingSchedule:
             1x1 at the last stage) destabilises training, and fixed shapes suit compiled steps; a
             fresh shuffle per epoch still shows every example. Off: the partial batch is kept (a
             DataLoader's ``drop_last=False``, the authors' code), as the papers' protocols say.
+    """
+
+    epochs: int = 1
+    batch_size: int = 32
+    optimizer: Literal["sgd", "radam"] = "sgd"
+    lr: float = 0.1
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    lr_schedule: Literal["none", "multistep", "cosine"] = "none"
+    milestones: tuple[int | float, ...] = ()
+    lr_gamma: float = 0.1
+    warmup_epochs: int = 0
+    drop_last: bool = True
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.epochs >= 1, "epochs must be >= 1 (with none, a task trains nothing)"),
+            (self.batch_size >= 1, "batch_size must be >= 1"),
+            (self.lr > 0, "lr must be > 0"),
+            (self.momentum >= 0, "momentum must be >= 0"),
+            (self.weight_decay >= 0, "weight_decay must be >= 0"),
+            (self.warmup_epochs >= 0, "warmup_epochs must be >= 0"),
+            (
+                self.lr_schedule in ("none", "multistep", "cosine"),
+                "lr_schedule must be none, multistep or cosine",
+            ),
+            (self.optimizer in ("sgd", "radam"), "optimizer must be sgd or radam"),
+            (
+                all(math.isfinite(m) and m > 0 for m in self.milestones),
+                "milestones must be > 0 (positions within the task, in epochs)",
+            ),
+            (list(self.milestones) == sorted(self.milestones), "milestones must be increasing"),
+        ]
+        check_settings(checks, prefix="train: ")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingSchedule(TrainingProtocol):
+    """How each task is trained: the protocol (:class:`TrainingProtocol`, whose fields it has)
+    and the engine's settings, which change how fast a run goes or what it records, not what it
+    computes (precision excepted: bf16 rounds).
+
+    Attributes:
         eval_batch_size: batch size of evaluation passes.
         precision: ``fp32`` or ``bf16`` (autocast of every forward pass of the training step and of
             evaluation; the backward pass and the optimiser stay in float32).
@@ -77,17 +131,6 @@ class TrainingSchedule:
             :func:`fit` checks ``1 <= tasks <= stream.n_tasks``.
     """
 
-    epochs: int = 1
-    batch_size: int = 32
-    optimizer: Literal["sgd", "radam"] = "sgd"
-    lr: float = 0.1
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    lr_schedule: Literal["none", "multistep", "cosine"] = "none"
-    milestones: tuple[int | float, ...] = ()
-    lr_gamma: float = 0.1
-    warmup_epochs: int = 0
-    drop_last: bool = True
     eval_batch_size: int = 512
     class_il_outputs: Literal["seen", "all"] = "seen"
     precision: Literal["fp32", "bf16"] = "fp32"
@@ -99,26 +142,16 @@ class TrainingSchedule:
     tasks: int | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         checks = [
-            (self.epochs >= 1, "epochs must be >= 1 (with none, a task trains nothing)"),
-            (self.batch_size >= 1, "batch_size must be >= 1"),
             (self.eval_batch_size >= 1, "eval_batch_size must be >= 1"),
             (self.record_every >= 0, "record_every must be >= 0"),
             (self.precision in ("fp32", "bf16"), "precision must be fp32 or bf16"),
-            (self.lr > 0, "lr must be > 0"),
-            (self.momentum >= 0, "momentum must be >= 0"),
-            (self.weight_decay >= 0, "weight_decay must be >= 0"),
-            (self.warmup_epochs >= 0, "warmup_epochs must be >= 0"),
-            (
-                self.lr_schedule in ("none", "multistep", "cosine"),
-                "lr_schedule must be none, multistep or cosine",
-            ),
             (self.class_il_outputs in ("seen", "all"), "class_il_outputs must be seen or all"),
             (
                 self.compile_mode in ("default", "reduce-overhead"),
                 "compile_mode must be default or reduce-overhead",
             ),
-            (self.optimizer in ("sgd", "radam"), "optimizer must be sgd or radam"),
             (
                 not (self.step_graph and self.compile),
                 "step_graph records eager steps: leave compile off with it",
@@ -127,11 +160,6 @@ class TrainingSchedule:
                 not (self.step_graph and self.optimizer != "sgd"),
                 "step_graph records SGD's step only (radam keeps a step count on the host)",
             ),
-            (
-                all(math.isfinite(m) and m > 0 for m in self.milestones),
-                "milestones must be > 0 (positions within the task, in epochs)",
-            ),
-            (list(self.milestones) == sorted(self.milestones), "milestones must be increasing"),
             (self.tasks is None or self.tasks >= 1, "tasks must be >= 1 (or unset: every task)"),
         ]
         check_settings(checks, prefix="train: ")
