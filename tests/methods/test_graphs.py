@@ -17,12 +17,12 @@ from xder_methods import (
     ER,
     ERACE,
     RPC,
-    SGD,
     XDER,
     Batch,
     Buffer,
     Callback,
     DERpp,
+    FineTuning,
     MethodBase,
     StepOutput,
     TrainingSchedule,
@@ -49,7 +49,7 @@ def _method(name, stream, transforms, tiny_net, setting_of, **config):
 def test_the_opt_in_is_declared_not_inherited() -> None:
     """ER, DER, DER++, X-DER and FT declare their steps replayable; a subclass that does not
     declare it again (RPC and ER-ACE change the step) is not, whatever its parent declared."""
-    for cls in (ER, DER, DERpp, SGD, XDER):
+    for cls in (ER, DER, DERpp, FineTuning, XDER):
         assert cls.graph_key is not MethodBase.graph_key, cls
     for cls in (RPC, ERACE):
         assert cls.graph_key is MethodBase.graph_key, cls

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import torch
 from torch import Tensor, nn
 
 from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskBudget, TaskData, Transforms
 
-__all__ = ["MethodBase"]
+__all__ = ["ConfigT", "MethodBase"]
+
+ConfigT = TypeVar("ConfigT")
+"""A method's config type (its frozen dataclass): ``MethodBase[ERConfig]``."""
 
 
-class MethodBase(nn.Module):
+class MethodBase(nn.Module, Generic[ConfigT]):
     """Holds the network, the problem setting, the transforms, the config and the generator; a
     method subclasses it and implements :meth:`observe` (and, where it needs them,
     :meth:`begin_task` and :meth:`end_task`).
@@ -47,14 +50,14 @@ class MethodBase(nn.Module):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: ConfigT,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
         self.net = net
         self.setting = setting
         self.transforms = transforms
-        self.config = config
+        self.config: ConfigT = config
         self.generator = generator
         self.current_task = 0
         self.optimizer: torch.optim.Optimizer | None = None
@@ -157,7 +160,8 @@ class MethodBase(nn.Module):
 
     def predict(self, x: Tensor) -> Tensor:
         """Logits over all classes, ``(B, num_classes)``; the loop restricts them for Class-IL."""
-        return self.net(x)
+        logits: Tensor = self.net(x)
+        return logits
 
     def optimizer_parameters(self) -> Iterator[nn.Parameter]:
         """What the loop's per-task SGD optimises (the network by default)."""

@@ -126,7 +126,7 @@ class _Trace(TorchDispatchMode):
     or held from before it: then its address, which a replay reuses); anything else by value."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.ops: list[tuple[str, Hashable]] = []
         self.made: set[int] = set()
 
@@ -148,7 +148,9 @@ class _Trace(TorchDispatchMode):
             return value
         return ("object", type(value).__name__)  # e.g. a profiler's record-function handle
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         self.ops.append((str(func), (self.signature(args), self.signature(kwargs))))
         out = func(*args, **kwargs)
@@ -180,7 +182,7 @@ def _changes(before: dict[str, Any], after: dict[str, Any]) -> str:
     return ", ".join(f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in changed[:3])
 
 
-def _first_difference(recorded: list, seen: list) -> str:
+def _first_difference(recorded: list[Any], seen: list[Any]) -> str:
     for i, (a, b) in enumerate(zip(recorded, seen, strict=False)):
         if a != b:
             return f"op {i}: recorded {a[0]} {a[1]!r:.300}, now {b[0]} {b[1]!r:.300}"
@@ -206,7 +208,7 @@ class ReplayCheck:
     def warm(self, body: StepBody, x_raw: Tensor, y: Tensor) -> StepResult:
         return body(x_raw, y)
 
-    def _traced(self, body: StepBody, x_raw: Tensor, y: Tensor) -> tuple[list, StepResult]:
+    def _traced(self, body: StepBody, x_raw: Tensor, y: Tensor) -> tuple[list[Any], StepResult]:
         before = python_state(self.method)
         with _Trace() as trace:
             result = body(x_raw, y)

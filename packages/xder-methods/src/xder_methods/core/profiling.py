@@ -34,7 +34,7 @@ _SYNCING = {
 }
 
 
-def is_host_sync(func: Any, args: tuple, kwargs: dict) -> bool:
+def is_host_sync(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether a dispatched op makes the host wait on the device: a scalar read, an output whose
     size depends on the data (``nonzero``, boolean-mask indexing, ``unique``, ``repeat_interleave``
     without ``output_size``), a copy from a device to the host, or one from the host to a device
@@ -88,7 +88,7 @@ class OpCounter(TorchDispatchMode):
     """
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.ops: Counter[str] = Counter()
         self.views: Counter[str] = Counter()
         self.syncs: Counter[str] = Counter()
@@ -107,7 +107,9 @@ class OpCounter(TorchDispatchMode):
     def host_syncs(self) -> int:
         return sum(self.syncs.values())
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         name = str(func.overloadpacket.__name__)
         self.ops[name] += 1

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 from torch import nn
 
 from xder_methods.core.errors import UnknownMethodError
 from xder_methods.core.protocols import ContinualMethod, ContinualSetting, Transforms
+
+if TYPE_CHECKING:
+    from xder_methods.core.schedule import TrainingSchedule
 
 __all__ = ["create_method", "list_methods", "method_class", "method_config_class", "register_method"]
 
@@ -37,7 +40,7 @@ def register_method(name: str, config: type) -> Callable[[M], M]:
     return decorator
 
 
-def check_schedule(config: Any, schedule: Any) -> None:
+def check_schedule(config: object, schedule: TrainingSchedule) -> None:
     """Apply a method config's own rules on the training schedule (its ``check_schedule``, where
     it has one): e.g. JT in ``final`` mode trains only at the benchmark's last task, so a schedule
     shortened by ``tasks`` would train nothing.
@@ -77,7 +80,7 @@ def create_method(
     net: nn.Module,
     setting: ContinualSetting,
     transforms: Transforms,
-    config: Any = None,
+    config: object | None = None,
     generator: torch.Generator | None = None,
 ) -> ContinualMethod:
     """Build method ``name`` around ``net`` (already on the training device).
@@ -92,4 +95,5 @@ def create_method(
         config = config_cls()
     if not isinstance(config, config_cls):
         raise TypeError(f"method {name!r} takes a {config_cls.__name__}, got {type(config).__name__}")
-    return cls(net, setting, transforms, config, generator)
+    method: ContinualMethod = cls(net, setting, transforms, config, generator)
+    return method

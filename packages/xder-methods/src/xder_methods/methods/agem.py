@@ -9,7 +9,6 @@ has a closed form (paper Eq. 11), computed on the device without a host synchron
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -59,7 +58,7 @@ def project_agem(gradient: Tensor, reference: Tensor) -> Tensor:
 
 
 @register_method("agem", AGEMConfig)
-class AGEM(GEM):
+class AGEM(GEM[AGEMConfig]):
     """Averaged Gradient Episodic Memory (Chaudhry et al., ICLR 2019).
 
     Update, with ``g`` the gradient of the stream loss and ``g_ref`` the gradient of the loss on
@@ -104,7 +103,7 @@ class AGEM(GEM):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: AGEMConfig,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)

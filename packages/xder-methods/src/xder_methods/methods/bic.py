@@ -256,7 +256,7 @@ def task_balanced_mask(task_labels: Tensor, per_task: int, n_tasks: int) -> Tens
 
 
 @register_method("bic", BiCConfig)
-class BiC(MethodBase):
+class BiC(MethodBase[BiCConfig]):
     """Bias Correction (Wu et al., CVPR 2019; X-DER paper Sec. 5.2): see the module docstring.
 
     State (all in ``state_dict``): the network, the frozen teacher (a copy of the network taken at
@@ -274,7 +274,7 @@ class BiC(MethodBase):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: BiCConfig,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)

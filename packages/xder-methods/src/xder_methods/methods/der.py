@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch.nn.functional as F
 from torch import Tensor
@@ -29,8 +30,11 @@ class DERConfig(DarkReplayConfig):
     alpha: float = 0.3
 
 
+DERConfigT = TypeVar("DERConfigT", bound=DERConfig)
+
+
 @register_method("der", DERConfig)
-class DER(ER):
+class DER(ER[DERConfigT]):
     """Dark Experience Replay: cross-entropy on the stream plus ``alpha`` times the mean squared
     error between the current and the stored logits of a buffer batch.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch.nn.functional as F
 from torch import Tensor
@@ -27,8 +28,11 @@ class DERppConfig(DERConfig):
     beta: float = 0.5
 
 
+DERppConfigT = TypeVar("DERppConfigT", bound=DERppConfig)
+
+
 @register_method("derpp", DERppConfig)
-class DERpp(DER):
+class DERpp(DER[DERppConfigT]):
     """DER++: DER's logit replay plus ``beta`` times the cross-entropy of an independently drawn
     buffer batch against its stored labels (over all outputs, as in the authors' code).
 

@@ -44,7 +44,7 @@ class DERppACEConfig(DERppConfig):
 
 
 @register_method("derpp_ace", DERppACEConfig)
-class DERppACE(DERpp):
+class DERppACE(DERpp[DERppACEConfig]):
     """DER++ with ER-ACE's masked stream cross-entropy (see the module docstring)."""
 
     def stream_loss(self, logits: Tensor, batch: Batch) -> Tensor:

@@ -4,7 +4,7 @@ Chaudhry et al., 2019 "On Tiny Episodic Memories")."""
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -21,11 +21,13 @@ from xder_methods.parts.replay import (
     stream_buffer_groups,
 )
 
-__all__ = ["ER"]
+__all__ = ["ER", "ReplayConfigT"]
+
+ReplayConfigT = TypeVar("ReplayConfigT", bound=ReplayConfig)
 
 
 @register_method("er", ReplayConfig)
-class ER(MethodBase):
+class ER(MethodBase[ReplayConfigT]):
     """Experience Replay, X-DER paper Sec. 5.2.
 
     Each step concatenates the stream batch with ``minibatch_size`` buffer items (weakly
@@ -39,7 +41,7 @@ class ER(MethodBase):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: ReplayConfigT,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
@@ -71,7 +73,8 @@ class ER(MethodBase):
 
     def logits(self, x: Tensor) -> Tensor:
         """The outputs the cross-entropy is taken on (the network's own)."""
-        return self.net(x)
+        logits: Tensor = self.net(x)
+        return logits
 
     def prefill(self, task: int, data: TaskData) -> None:
         """The task's rows offered to the buffer by reservoir sampling, as the stream offers them

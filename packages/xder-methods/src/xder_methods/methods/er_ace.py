@@ -54,7 +54,7 @@ class ERACEConfig(ReplayConfig):
 
 
 @register_method("er_ace", ERACEConfig)
-class ERACE(ER):
+class ERACE(ER[ERACEConfig]):
     """Experience Replay with Asymmetric Cross-Entropy (see the module docstring)."""
 
     def observe(self, batch: Batch) -> StepOutput:

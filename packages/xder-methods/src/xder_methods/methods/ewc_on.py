@@ -5,7 +5,6 @@ catastrophic forgetting in neural networks", PNAS 2017)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -126,7 +125,7 @@ def per_example_log_likelihood_grads(
 
 
 @register_method("ewc_on", OnlineEWCConfig)
-class OnlineEWC(MethodBase):
+class OnlineEWC(MethodBase[OnlineEWCConfig]):
     """Online EWC (Schwarz et al., ICML 2018, the online consolidation of Progress & Compress,
     applied to the one network as the DER paper's baseline): fine-tuning with a quadratic penalty
     that anchors each parameter to its value at the last task's end, weighted by a running sum of
@@ -179,7 +178,7 @@ class OnlineEWC(MethodBase):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: OnlineEWCConfig,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)

@@ -52,7 +52,8 @@ def function_distance(logits: Tensor, stored_logits: Tensor) -> Tensor:
     loss of a step is the mean over the items). ``stored_logits`` carries no gradient."""
     probs = torch.softmax(logits.float(), dim=1)
     stored = torch.softmax(stored_logits.detach().float(), dim=1)
-    return torch.linalg.vector_norm(probs - stored, ord=2, dim=1)
+    distance: Tensor = torch.linalg.vector_norm(probs - stored, ord=2, dim=1)
+    return distance
 
 
 def per_task_share(buffer_size: int, tasks_seen: int) -> int:
@@ -74,7 +75,7 @@ def kept_rows(counts: list[int], share: int, device: torch.device | str | None =
 
 
 @register_method("fdr", FDRConfig)
-class FDR(MethodBase):
+class FDR(MethodBase[FDRConfig]):
     """Function Distance Regularization: plain cross-entropy on the stream, then, once a task has
     ended, an extra SGD step per stream step that pulls the network's outputs on stored items
     back to the outputs it gave them when their task ended.
@@ -128,7 +129,7 @@ class FDR(MethodBase):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: FDRConfig,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)

@@ -244,7 +244,7 @@ class ERFlatConfig(ReplayConfig):
 
 
 @register_method("er_flat", ERFlatConfig)
-class ERFlat(ER):
+class ERFlat(ER[ERFlatConfig]):
     """The stable-regime study's learner (X-DER paper Sec. 6.2): task 0 minimises
     ``CE(stream) + mu * regulariser(stream)`` with no replay (plain SGD, the reservoir buffer
     filling as ER's does); from task 1 on it is :class:`~xder_methods.methods.er.ER`. Cross-entropy spans
@@ -258,16 +258,24 @@ class ERFlat(ER):
         def loss_fn(inputs: Tensor) -> Tensor:
             return F.cross_entropy(self.net(inputs), y, reduction="none")
 
-        kwargs = {
-            "epsilon": cfg.epsilon,
-            "steps": cfg.steps,
-            "step_size": cfg.ascent_step,
-            "generator": self.generator,
-        }
         with frozen_batchnorm_stats(self.net):
             if cfg.regulariser == "lfr":
-                return local_flatness(loss_fn, x, **kwargs)
-            gamma, alignment = local_linearity(loss_fn, x, **kwargs)
+                return local_flatness(
+                    loss_fn,
+                    x,
+                    epsilon=cfg.epsilon,
+                    steps=cfg.steps,
+                    step_size=cfg.ascent_step,
+                    generator=self.generator,
+                )
+            gamma, alignment = local_linearity(
+                loss_fn,
+                x,
+                epsilon=cfg.epsilon,
+                steps=cfg.steps,
+                step_size=cfg.ascent_step,
+                generator=self.generator,
+            )
             return gamma + cfg.llr_alignment * alignment
 
     def observe(self, batch: Batch) -> StepOutput:

@@ -53,7 +53,7 @@ import bisect
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -233,7 +233,11 @@ def gdumb_learning_rate(epoch: int, lr_max: float, lr_min: float) -> float:
 
 
 def _standard_gamma(
-    shape: float, n: int, generator: torch.Generator | None, device, candidates: int = 32
+    shape: float,
+    n: int,
+    generator: torch.Generator | None,
+    device: torch.device | str | None,
+    candidates: int = 32,
 ) -> Tensor:
     """n draws of Gamma(shape, 1) by Marsaglia & Tsang's method, vectorised: ``candidates``
     proposals per draw (each accepted with probability > 0.95), the first accepted one kept."""
@@ -263,7 +267,8 @@ def sample_symmetric_beta(
     if alpha == 1.0:  # Beta(1, 1) is uniform: one draw instead of Gamma proposals
         return torch.rand((), generator=generator, device=device, dtype=torch.float64)
     x, y = _standard_gamma(alpha, 2, generator, device)
-    return x / (x + y)
+    ratio: Tensor = x / (x + y)
+    return ratio
 
 
 def cutmix_box(
@@ -370,7 +375,7 @@ class _StateSnapshot(nn.Module):
 
 
 @register_method("gdumb", GDumbConfig)
-class GDumb(MethodBase):
+class GDumb(MethodBase[GDumbConfig]):
     """Greedy sampler and dumb learner (see the module docstring).
 
     State: the memory (``buffer``), the classes seen (``seen``), the network's initial weights
@@ -384,7 +389,7 @@ class GDumb(MethodBase):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: GDumbConfig,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)

@@ -10,7 +10,7 @@ found through the dual quadratic program (Eq. 10-11), solved on the CPU with ``q
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -142,8 +142,11 @@ def project_gem(gradient: Tensor, memory_gradients: Tensor, margin: float, *, ep
 # The method
 
 
+GEMConfigT = TypeVar("GEMConfigT", bound=ReplayConfig)
+
+
 @register_method("gem", GEMConfig)
-class GEM(MethodBase):
+class GEM(MethodBase[GEMConfigT]):
     """Gradient Episodic Memory (Lopez-Paz & Ranzato, NeurIPS 2017).
 
     Update, with ``g`` the gradient of the stream loss and ``G = [g_0; ...; g_{t-1}]`` the
@@ -197,7 +200,7 @@ class GEM(MethodBase):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: GEMConfigT,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
@@ -254,7 +257,8 @@ class GEM(MethodBase):
             return
         params = self.trained_parameters()
         gradient = flatten_gradients(params, [p.grad for p in params])
-        projected = project_gem(gradient, memory, self.config.gamma)
+        gamma = cast(GEMConfig, self.config).gamma  # A-GEM, whose config has none, projects its own way
+        projected = project_gem(gradient, memory, gamma)
         if projected is not gradient:
             assign_gradients(params, projected)
 

@@ -4,7 +4,7 @@ NeurIPS 2019)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -88,7 +88,8 @@ def gss_scores(candidate_grads: Tensor, buffer_grads: Tensor, eps: float = 1e-8)
         raise ValueError("gss_scores needs at least one buffer gradient")
     dots = candidate_grads @ buffer_grads.T  # (K, n)
     norms = candidate_grads.norm(dim=1)[:, None] * buffer_grads.norm(dim=1)[None, :]
-    return (dots / norms.clamp_min(eps)).amax(dim=1) + 1
+    scores: Tensor = (dots / norms.clamp_min(eps)).amax(dim=1) + 1
+    return scores
 
 
 def gss_replacement(
@@ -202,7 +203,7 @@ class ScoredBuffer(Buffer):
 
 
 @register_method("gss", GSSConfig)
-class GSS(MethodBase):
+class GSS(MethodBase[GSSConfig]):
     """Gradient-based Sample Selection, greedy variant (GSS-Greedy; Aljundi, Lin, Goujaud &
     Bengio, "Gradient based sample selection for online continual learning", NeurIPS 2019), as
     run in the DER paper (Buzzega et al., NeurIPS 2020, Table 2).
@@ -285,7 +286,7 @@ class GSS(MethodBase):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: GSSConfig,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)

@@ -150,7 +150,7 @@ def anchor_loss(new_logits: Tensor, old_logits: Tensor, lambda_: float) -> Tenso
 
 
 @register_method("hal", HALConfig)
-class HAL(MethodBase):
+class HAL(MethodBase[HALConfig]):
     """Hindsight Anchor Learning: experience replay plus one learned anchor input per past class,
     whose outputs the update keeps in check.
 
@@ -224,7 +224,7 @@ class HAL(MethodBase):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: HALConfig,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)

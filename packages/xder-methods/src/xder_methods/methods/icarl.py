@@ -41,7 +41,7 @@ Deviations from the paper and from the authors' code (mammoth), which the X-DER 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -108,7 +108,7 @@ class ICaRLConfig(ExemplarReplayConfig):
 
 
 @register_method("icarl", ICaRLConfig)
-class ICaRL(LwFMC):
+class ICaRL(LwFMC[ICaRLConfig]):
     """iCaRL: LwF.MC's distillation on the stream and replayed exemplars, a herding memory, and
     nearest-mean-of-exemplars prediction (see the module docstring)."""
 
@@ -121,7 +121,7 @@ class ICaRL(LwFMC):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: ICaRLConfig,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)

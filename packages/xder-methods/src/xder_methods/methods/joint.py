@@ -44,7 +44,7 @@ class JointConfig:
 
 
 @register_method("joint", JointConfig)
-class Joint(MethodBase):
+class Joint(MethodBase[JointConfig]):
     """Joint training (JT), X-DER paper Sec. 5.2: the i.i.d. upper bound.
 
     With ``mode="final"`` the rows of the accuracy matrix before the last task come from the

@@ -62,7 +62,7 @@ import bisect
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -257,7 +257,7 @@ def _head_parameter_ids(net: nn.Module) -> set[int]:
 
 
 @register_method("lucir", LUCIRConfig)
-class LUCIR(MethodBase):
+class LUCIR(MethodBase[LUCIRConfig]):
     """LUCIR: cosine classifier, less-forget feature distillation, margin ranking, imprinting,
     class-balanced fine-tuning and a herding memory (see the module docstring)."""
 
@@ -268,7 +268,7 @@ class LUCIR(MethodBase):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: LUCIRConfig,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
@@ -406,4 +406,5 @@ class LUCIR(MethodBase):
 
     def predict(self, x: Tensor) -> Tensor:
         """(B, num_classes) scaled cosine scores."""
-        return self.head(cast(Backbone, self.net).forward_features(x).flatten(1))
+        scores: Tensor = self.head(cast(Backbone, self.net).forward_features(x).flatten(1))
+        return scores

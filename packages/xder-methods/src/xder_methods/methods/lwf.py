@@ -156,7 +156,7 @@ def warm_up_head(
 
 
 @register_method("lwf", LwFConfig)
-class LwF(PreviousModelTeacher):
+class LwF(PreviousModelTeacher[LwFConfig]):
     """Learning without Forgetting (Li & Hoiem, ECCV 2016 / TPAMI 2017), no buffer.
 
     On a stream batch ``(x, y)`` of task t, with ``f`` the network, ``f_old`` the frozen network

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from xder_methods.core.base import ConfigT
 from xder_methods.core.protocols import Batch, StepOutput
 from xder_methods.core.registry import register_method
 from xder_methods.parts.teacher import PreviousModelTeacher
@@ -73,14 +74,15 @@ def binary_cross_entropy_per_item(logits: Tensor, targets: Tensor) -> Tensor:
 
 
 @register_method("lwf_mc", LwFMCConfig)
-class LwFMC(PreviousModelTeacher):
+class LwFMC(PreviousModelTeacher[ConfigT]):
     """LwF.MC: sigmoid cross-entropy on the new classes plus sigmoid distillation from the model
     of the previous task on the old ones (see the module docstring)."""
 
     @torch.no_grad()
     def teacher_logits(self, x: Tensor) -> Tensor:
         """(B, C) outputs of the frozen previous model."""
-        return self.teacher(x)
+        logits: Tensor = self.teacher(x)
+        return logits
 
     def distillation_loss_per_item(self, x: Tensor, y: Tensor, task: int) -> Tensor:
         """(B,) iCaRL loss of each input (targets from the teacher for the old classes)."""

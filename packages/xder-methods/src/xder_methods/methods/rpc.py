@@ -38,7 +38,7 @@ Details:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -79,7 +79,7 @@ class RPCConfig(ReplayConfig):
 
 
 @register_method("rpc", RPCConfig)
-class RPC(ER):
+class RPC(ER[RPCConfig]):
     """ER through a fixed Regular Polytope Classifier (see the module docstring)."""
 
     polytope: Tensor
@@ -89,7 +89,7 @@ class RPC(ER):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: RPCConfig,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
@@ -101,7 +101,8 @@ class RPC(ER):
     def logits(self, x: Tensor) -> Tensor:
         """(B, K) the outputs trained on: the network's own (``raw``) or the polytope logits."""
         if self.config.training == "raw":
-            return self.net(x)
+            logits: Tensor = self.net(x)
+            return logits
         return self.predict(x)
 
     def predict(self, x: Tensor) -> Tensor:

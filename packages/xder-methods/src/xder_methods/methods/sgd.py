@@ -19,7 +19,7 @@ class FineTuningConfig:
 
 
 @register_method("sgd", FineTuningConfig)
-class FineTuning(MethodBase):
+class FineTuning(MethodBase[FineTuningConfig]):
     """Fine-tuning (FT), X-DER paper Sec. 5.2: cross-entropy on the current task, no remedy.
 
     The softmax spans the classes seen so far (docs/methods.md, "What the competitors compute").

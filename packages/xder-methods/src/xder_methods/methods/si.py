@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -107,7 +107,7 @@ def si_penalty(params: Tensor, anchors: Tensor, importance: Tensor, c: float) ->
 
 
 @register_method("si", SIConfig)
-class SI(MethodBase):
+class SI(MethodBase[SIConfig]):
     """Synaptic Intelligence (Zenke, Poole & Ganguli, ICML 2017): fine-tuning with a quadratic
     surrogate loss anchoring each parameter to its value at the last task's end, weighted by how
     much the parameter's own movement lowered the loss along the past tasks' training paths. No
@@ -154,7 +154,7 @@ class SI(MethodBase):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: SIConfig,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)

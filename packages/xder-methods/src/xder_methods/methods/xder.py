@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -126,7 +126,7 @@ class XDERConfig(DarkReplayConfig):
 
 
 @register_method("xder", XDERConfig)
-class XDER(MethodBase):
+class XDER(MethodBase[XDERConfig]):
     """eXtended Dark Experience Replay (X-DER paper Sec. 4, Alg. 1-2; docs/xder.md).
 
     One training step of task t (c classes per head, heads are slices ``[k c, (k+1) c)``):
@@ -165,7 +165,7 @@ class XDER(MethodBase):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: XDERConfig,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)

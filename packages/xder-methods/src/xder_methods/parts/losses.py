@@ -168,7 +168,8 @@ def violation_mean(violation: Tensor, weights: Tensor | None = None) -> Tensor:
 def _own_head_max(logits: Tensor, labels: Tensor, head_size: int) -> Tensor:
     heads = logits[:, : (logits.shape[1] // head_size) * head_size].unflatten(1, (-1, head_size))
     own = heads[torch.arange(logits.shape[0], device=logits.device), labels // head_size]
-    return own.max(dim=1).values
+    values: Tensor = own.max(dim=1).values
+    return values
 
 
 def past_constraint(

@@ -12,8 +12,8 @@ import torch
 from torch import Tensor, nn
 
 from xder_methods.core.errors import MethodConfigError
-from xder_methods.core.loop import batch_bounds
 from xder_methods.core.protocols import Batch, TaskData, Transform
+from xder_methods.core.schedule import batch_bounds
 from xder_methods.parts.buffer import Buffer, BufferSample
 
 __all__ = [

@@ -38,7 +38,9 @@ def rank_within_class(labels: Tensor, num_classes: int) -> Tensor:
     return (one_hot.cumsum(dim=0) * one_hot).sum(dim=1) - 1
 
 
-def class_balanced_quotas(free: int, n_classes: int, generator: torch.Generator | None, device) -> Tensor:
+def class_balanced_quotas(
+    free: int, n_classes: int, generator: torch.Generator | None, device: torch.device | str | None
+) -> Tensor:
     """Share ``free`` slots among ``n_classes`` classes: ``free // n`` each, and one more for
     ``free % n`` classes drawn at random (the authors' end-of-task insertion)."""
     quotas = torch.full((n_classes,), free // n_classes, dtype=torch.int64, device=device)

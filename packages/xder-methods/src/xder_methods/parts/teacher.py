@@ -3,19 +3,17 @@ LwF.MC, iCaRL): its base class."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
-from xder_methods.core.base import MethodBase
+from xder_methods.core.base import ConfigT, MethodBase
 from xder_methods.core.protocols import ContinualSetting, Transforms
 from xder_methods.parts.networks import frozen_copy
 
 __all__ = ["PreviousModelTeacher"]
 
 
-class PreviousModelTeacher(MethodBase):
+class PreviousModelTeacher(MethodBase[ConfigT]):
     """A method with a teacher: a frozen copy of the network as it was when the current task
     began (LwF.MC, iCaRL, LwF). Registered from the start, so that every ``state_dict`` has the
     same keys; refreshed at ``begin_task`` of every task t >= 1; in eval mode even while the
@@ -26,13 +24,13 @@ class PreviousModelTeacher(MethodBase):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: Any,
+        config: ConfigT,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
         self.teacher = frozen_copy(net)
 
-    def train(self, mode: bool = True) -> PreviousModelTeacher:
+    def train(self, mode: bool = True) -> PreviousModelTeacher[ConfigT]:
         super().train(mode)
         self.teacher.train(False)
         return self
