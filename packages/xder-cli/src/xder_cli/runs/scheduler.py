@@ -1,12 +1,12 @@
 """Run these runs, in this process or on Ray: the one scheduler of ``sweep`` and ``experiment``.
 
 A :class:`PlannedRun` is a run to train, as a sweep or an experiment plans it: its name (its run
-directory's, under the folder it is trained into), its seed, its configuration and what its plan
-varies in it. :func:`train_runs` skips the runs whose run directory holds a finished run already, trains the
-others (each with :func:`train_one`, resuming from its checkpoint where it has one) one after
-the other in this process, or as Ray tasks (:func:`train_on_ray`: on a local Ray instance started
-for them, or on the cluster at ``address``), and hands each outcome to a callback as it ends. It
-prints nothing: the commands show progress through its callbacks.
+directory's, under the folder the runs train into), its seed, its configuration and what its plan
+varies in it. :func:`train_runs` skips the runs whose run directory holds a finished run already,
+trains the others (each with :func:`train_one`, resuming from its checkpoint where it has one) one
+after the other in this process, or as Ray tasks (:func:`train_on_ray`: on a local Ray instance
+started for them, or on the cluster at ``address``), and hands each outcome to a callback as it
+ends. It prints nothing: the commands show progress through its callbacks.
 
 Each run holds its run directory's lock while it trains (:func:`xder_cli.runs.rundir.lock_run_dir`):
 the same sweep or experiment started twice never trains a run twice; a run that the other one
