@@ -226,3 +226,27 @@ def planted(tmp_path):
     """A :class:`Planted` object and the marker file its unpickling would create."""
     marker = tmp_path / "ran"
     return Planted(marker), marker
+
+
+# ---------------------------------------------------------------------------------------------
+# Structure: the shape of a package read from its sources (tests/<area>/test_structure.py).
+
+
+@pytest.fixture(scope="session")
+def structure():
+    """``tests/structure.py``, the checks of a package's shape that the structure tests share,
+    loaded from its path: the sessions import test files by path (``--import-mode=importlib``), so
+    no folder of tests is importable by name."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    name = "xder_tests_structure"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("structure.py"))
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclasses look their module up while they are made
+        spec.loader.exec_module(module)
+    return sys.modules[name]

@@ -151,7 +151,10 @@ def test_prepare_miniimagenet_from_image_folders(tmp_path: Path, capsys) -> None
         (["info", "seq-ntu60", "--data-root", "{tmp}"], "xder-run data prepare ntu60"),
         (["info", "seq-miniimg", "--data-root", "{tmp}"], "MINIIMG"),
         (["info", "seq-nothing"], "unknown benchmark 'seq-nothing'"),
-        (["prepare", "ntu60", "--data-root", "{tmp}"], "needs --raw DIR"),
+        (
+            ["prepare", "ntu60", "--data-root", "{tmp}"],
+            "needs a source, the folder holding the files to convert: `xder-run data prepare ntu60 --raw DIR",
+        ),
         (["prepare", "ntu60", "--raw", "{tmp}/absent"], "does not exist"),
         (["prepare", "miniimagenet", "--source", "{tmp}"], "neither train.csv"),
         (["prepare", "cub200", "--data-root", "{tmp}"], "CUB_200_2011"),

@@ -1,23 +1,32 @@
 """The library's errors as the command line words them: every option a message of xder_cli.runs
 names has a flag (xder_cli.commands.common.FLAGS), and each such message reaches the user as one
-line with the flag, exit status 2, exactly as before the library raised errors of its own."""
+line with the flag, exit status 2, exactly as before the library raised errors of its own; the
+settings and calls the library packages' messages name (they spell no flag) reach it as flags and
+xder-run commands (xder_cli.arguments.SETTING_FLAGS)."""
 
 from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 
 import xder_cli.runs
-from xder_cli.arguments import FLAGS, error_line, flag
+import xder_data
+import xder_methods
+import xder_models
+from xder_cli.arguments import FLAGS, SETTING_FLAGS, SOURCE_FLAGS, error_line, flag
 from xder_cli.commands import command_modules
+from xder_cli.commands.common import RUN_FLAGS
 from xder_cli.main import build_parser, main
 from xder_cli.runs.errors import OPTIONS, RunError, SettingError, option
+from xder_data import DataNotFoundError, ImportOptionError, ImportOptions, benchmark_defaults
 from xder_data import benchmark as data_registry
-from xder_data import benchmark_defaults
+from xder_data.errors import download_call, prepare_call
+from xder_methods import MethodConfigError
 
 RUNS = Path(xder_cli.runs.__file__).parent
 PLACEHOLDER = re.compile(r"\{([a-z][a-z_]*(?:\.[a-z_]+)?)\}")
@@ -50,20 +59,25 @@ def _placeholders_in_the_library() -> dict[str, set[str]]:
     return found
 
 
-def test_every_option_has_a_flag_that_a_command_takes() -> None:
-    assert set(FLAGS) == set(OPTIONS)
-    assert all(flag(name).startswith(("--", "xder-run ")) for name in OPTIONS)
+def _flags_taken() -> set[str]:
+    """Every flag of every parser and subparser of xder-run."""
     taken: set[str] = set()
     parsers = [build_parser()]
-    while parsers:  # every parser and subparser of xder-run
+    while parsers:
         parser = parsers.pop()
         for action in parser._actions:
             taken.update(action.option_strings)
             if isinstance(action, argparse._SubParsersAction):
                 parsers.extend(action.choices.values())
+    return taken
+
+
+def test_every_option_has_a_flag_that_a_command_takes() -> None:
+    assert set(FLAGS) == set(OPTIONS)
+    assert all(flag(name).startswith(("--", "xder-run ")) for name in OPTIONS)
     commands = {f"xder-run {name}" for name in command_modules()}
     spelt = {flag(name) for name in OPTIONS}
-    assert spelt - taken - commands == set()
+    assert spelt - _flags_taken() - commands == set()
 
 
 def test_every_placeholder_of_the_library_is_an_option_with_a_flag() -> None:
@@ -82,6 +96,49 @@ def test_the_command_line_renders_options_as_flags_and_other_errors_as_they_are(
     )
     other = ValueError("a value\n  on two lines {run.device}")
     assert error_line(other) == "a value on two lines {run.device}"
+
+
+LIBRARY_PACKAGES = (xder_data, xder_methods, xder_models)
+"""The packages whose errors xder-run prints as one line (xder_cli.main)."""
+LIBRARY_NAME = re.compile(r"\b(?:ImportOptions|prepare_data)\.[a-z_]+")
+
+
+def test_the_settings_library_packages_name_have_flags_that_a_command_takes() -> None:
+    assert set(SETTING_FLAGS.values()) | set(SOURCE_FLAGS.values()) <= _flags_taken()
+    assert {f.key: f.flag for f in RUN_FLAGS if f.key in SETTING_FLAGS} == {"run.data_root": "--data-root"}
+    fields = {f"ImportOptions.{f.name}" for f in dataclasses.fields(ImportOptions) if f.name != "progress"}
+    assert fields <= set(SETTING_FLAGS)
+    named = {
+        name
+        for package in LIBRARY_PACKAGES
+        for path in Path(package.__file__).parent.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        for name in LIBRARY_NAME.findall(node.value)
+    }
+    assert "ImportOptions.num_frames" in named
+    assert named <= set(SETTING_FLAGS), f"named without a flag: {sorted(named - set(SETTING_FLAGS))}"
+
+
+def test_the_command_line_renders_what_library_packages_name_as_flags_and_commands() -> None:
+    error = MethodConfigError("method.buffer_size must be >= 0, got -5 (e.g. 200)")
+    assert error_line(error) == "--buffer-size must be >= 0, got -5 (e.g. 200)"
+    missing = DataNotFoundError(
+        f"seq-ntu60 needs its files: run `{prepare_call('ntu60', 'ROOT', source='DIR')}`, "
+        f"`{prepare_call('cub200', 'data')}` or `{download_call('cifar10', '/d')}`; run.data_root names "
+        "the folder (run.protocol NAME); pass benchmark.cache_dir=DIR, not method.buffer_sizes"
+    )
+    assert error_line(missing) == (
+        "seq-ntu60 needs its files: run `xder-run data prepare ntu60 --raw DIR --data-root ROOT`, "
+        "`xder-run data prepare cub200 --data-root data` or `xder-run data download cifar10 --data-root /d`; "
+        "--data-root names the folder (--protocol NAME); pass --set benchmark.cache_dir=DIR, not "
+        "method.buffer_sizes"
+    )
+    options = ImportOptionError(
+        "ImportOptions.test_per_class re-splits; point prepare_data.source at it, or pass "
+        "ImportOptions.miniimagenet_format."
+    )
+    assert error_line(options) == "--test-per-class re-splits; point --source at it, or pass --format."
 
 
 def _error(capsys) -> str:

@@ -174,8 +174,8 @@ EXPERIMENT_PLUGIN = '''
 """A plugin experiment: the method of --method (default er) once per seed, the FAA of each."""
 
 from xder_cli.runs import rundir
-from xder_cli.runs.experiments import register_experiment
-from xder_cli.runs.experiments.common import ExperimentRun, PlannedExperiment, faa_metrics, run_config
+from xder_cli.runs.experiments import PlannedExperiment, PlannedRun, register_experiment
+from xder_cli.runs.experiments.common import faa_metrics, run_config
 
 
 class Seeds:
@@ -185,7 +185,7 @@ class Seeds:
     def plan(self, options, common, notify):
         method = options.method or "er"
         runs = [
-            ExperimentRun(
+            PlannedRun(
                 f"{method}-s{seed}",
                 seed,
                 run_config(method, options.benchmark, seed, options.run_sets(), options.protocol),

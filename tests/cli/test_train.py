@@ -227,7 +227,7 @@ def test_validation_split_is_evaluated_too(tmp_path: Path) -> None:
         (["--set", "lr=1"], "section one of run, train, backbone, method"),
         (["--set", "method.alpha"], "section.key=value"),
         (["--buffer-size", "-5"], "--buffer-size must be >= 0"),
-        (["--set", "method.buffer_size=-5"], "buffer size must be >= 0"),
+        (["--set", "method.buffer_size=-5"], "--buffer-size must be >= 0, got -5 (e.g. 200)"),
         (["--class-order", "1,1,2"], "not a permutation"),
         (["--class-order", "upside-down"], "natural, reversed, random"),
         (["--device", "tpu"], "device"),

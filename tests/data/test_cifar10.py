@@ -199,10 +199,10 @@ def test_missing_folder_names_every_way_to_get_the_data(tmp_path: Path) -> None:
         load_benchmark("seq-cifar10", tmp_path)
     message = _one_line(exc)
     assert str(tmp_path / "cifar-10-batches-py") in message
-    assert f"xder-run data download cifar10 --data-root {tmp_path}" in message
-    assert f"xder-run data prepare cifar10 --source DIR --data-root {tmp_path}" in message
+    assert f"download_data('cifar10', '{tmp_path}')" in message
+    assert f"prepare_data('cifar10', '{tmp_path}', source='DIR')" in message
     assert "cifar-10-python.tar.gz" in message
-    with pytest.raises(DataNotFoundError, match="--data-root"):
+    with pytest.raises(DataNotFoundError, match=r"run\.data_root ROOT"):
         load_benchmark("seq-cifar10")
 
 

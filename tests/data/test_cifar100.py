@@ -245,7 +245,7 @@ def _one_line(exc: pytest.ExceptionInfo[BaseException]) -> str:
 
 
 def test_no_root_says_how_to_pass_one() -> None:
-    with pytest.raises(DataNotFoundError, match="--data-root"):
+    with pytest.raises(DataNotFoundError, match=r"run\.data_root ROOT"):
         load_benchmark("seq-cifar100")
 
 
@@ -254,7 +254,7 @@ def test_missing_folder_names_it_and_the_fix(tmp_path: Path) -> None:
         load_benchmark("seq-cifar100", tmp_path)
     message = _one_line(exc)
     assert str(tmp_path / "cifar-100-python") in message
-    assert f"xder-run data download cifar100 --data-root {tmp_path}" in message
+    assert f"download_data('cifar100', '{tmp_path}')" in message
     assert "cifar-100-python.tar.gz" in message
 
 
@@ -266,7 +266,7 @@ def test_missing_file_names_it(written, tmp_path: Path, name: str) -> None:
         load_benchmark("seq-cifar100", tmp_path)
     message = _one_line(exc)
     assert str(tmp_path / "cifar-100-python" / name) in message
-    assert "xder-run data download cifar100" in message
+    assert "download_data('cifar100'" in message
 
 
 def _meta() -> dict[str, Any]:
@@ -381,7 +381,7 @@ def test_truncated_or_foreign_files(written, tmp_path: Path, name: str, content:
         load_benchmark("seq-cifar100", tmp_path)
     message = _one_line(exc)
     assert message.startswith(f"{path}: ")
-    assert "xder-run data download cifar100" in message
+    assert "download_data('cifar100'" in message
 
 
 # ---------------------------------------------------------------------------------------------
@@ -579,5 +579,5 @@ def test_an_archive_given_as_the_data_root_is_told_to_be_imported(tmp_path: Path
         load_benchmark("seq-cifar100", archive)
     message = _one_line(exc)
     assert f"{archive} is a file, not a folder" in message
-    assert f"xder-run data prepare cifar100 --source {archive}" in message
-    assert "data download" not in message  # not: download into the archive
+    assert f"prepare_data('cifar100', 'data', source='{archive}')" in message
+    assert "download_data" not in message  # not: download into the archive

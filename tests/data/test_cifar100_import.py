@@ -326,5 +326,5 @@ def test_a_missing_folder_now_also_names_the_importer(tmp_path: Path) -> None:
     with pytest.raises(DataNotFoundError) as exc:
         load_benchmark("seq-cifar100", tmp_path)
     message = _one_line(exc)
-    assert f"xder-run data download cifar100 --data-root {tmp_path}" in message
-    assert f"xder-run data prepare cifar100 --source DIR --data-root {tmp_path}" in message
+    assert f"download_data('cifar100', '{tmp_path}')" in message
+    assert f"prepare_data('cifar100', '{tmp_path}', source='DIR')" in message

@@ -707,7 +707,7 @@ def test_missing_cifar(sources, tmp_path: Path) -> None:
         cs.prepare_coco_stitch(coco_root, data_root, n_train=4, n_test=2)
     message = one_line(exc)
     assert str(data_root / "cifar-100-python") in message
-    assert "xder-run data download cifar100" in message
+    assert "download_data('cifar100'" in message
 
 
 def test_cifar_with_other_class_names(sources, tmp_path: Path) -> None:
@@ -787,13 +787,16 @@ def test_class_order_remaps_primary_and_secondary_labels(bench, prepared) -> Non
 
 
 def test_benchmark_without_files(tmp_path: Path) -> None:
-    with pytest.raises(DataNotFoundError, match="--data-root ROOT"):
+    with pytest.raises(
+        DataNotFoundError,
+        match=r"needs a data root .*prepare_data\('coco-stitch', 'ROOT', source='COCO_DIR'\)",
+    ):
         load_benchmark("coco-stitch")
     with pytest.raises(DataNotFoundError) as exc:
         load_benchmark("coco-stitch", tmp_path)
     message = one_line(exc)
     assert str(tmp_path / "coco_stitch" / "train.h5") in message
-    assert f"xder-run data prepare coco-stitch --source COCO_DIR --data-root {tmp_path}" in message
+    assert f"prepare_data('coco-stitch', '{tmp_path}', source='COCO_DIR')" in message
 
 
 @pytest.mark.parametrize(
@@ -834,4 +837,4 @@ def test_benchmark_rejects_a_wrong_layout(prepared, tmp_path: Path, change: str)
         load_benchmark("coco-stitch", tmp_path)
     message = one_line(exc)
     assert message.startswith(f"{path}: ")
-    assert "xder-run data prepare coco-stitch" in message
+    assert "prepare_data('coco-stitch'" in message

@@ -627,7 +627,7 @@ def test_listing_that_is_not_utf8(listing_copy: Path) -> None:
 def test_no_root_and_no_folder(tmp_path: Path) -> None:
     with pytest.raises(DataNotFoundError) as exc:
         load_benchmark("seq-cub200", None)
-    assert "--data-root" in _one_line(exc)
+    assert "run.data_root ROOT" in _one_line(exc)
     with pytest.raises(DataNotFoundError) as exc:
         load_benchmark("seq-cub200", tmp_path)
     assert str(tmp_path / "CUB_200_2011") in _one_line(exc)

@@ -459,7 +459,7 @@ def test_folder_mistakes(make, options, error, message, tmp_path: Path) -> None:
 
 
 def test_no_data_root() -> None:
-    with pytest.raises(DataNotFoundError, match="needs --data-root"):
+    with pytest.raises(DataNotFoundError, match=r"needs run\.data_root"):
         load_benchmark("folder", None)
 
 

@@ -270,9 +270,9 @@ def _one_line(error: pytest.ExceptionInfo[DataError]) -> str:
 def test_a_kind_that_converts_files_needs_a_source(kind: str) -> None:
     with pytest.raises(ImportOptionError) as error:
         prepare_data(kind, ROOT)
-    flag = "--raw" if kind == "ntu60" else "--source"
     assert _one_line(error) == (
-        f"data prepare {kind} needs {flag} DIR (the folder holding the files to convert)"
+        f"{kind} needs a source, the folder holding the files to convert: "
+        f"`prepare_data('{kind}', '{ROOT}', source='DIR')`"
     )
 
 
@@ -300,30 +300,34 @@ def test_download_calls_its_downloader(monkeypatch, dataset: str, tmp_path: Path
         (
             "miniimagenet",
             ImportOptions(miniimagenet_format="folders", test_per_class=1),
-            "--test-per-class re-splits the csv and pickle distributions; the folders layout keeps its own "
-            "split (train/ -> train, val/ -> test): leave it out",
+            "ImportOptions.test_per_class re-splits the csv and pickle distributions; the folders layout "
+            "keeps its own split (train/ -> train, val/ -> test): leave it out",
         ),
         (
             "miniimagenet",
             ImportOptions(miniimagenet_format="jpeg"),  # type: ignore[arg-type]
-            "miniimagenet format 'jpeg' (--format): choose one of csv, pickle, folders",
+            "ImportOptions.miniimagenet_format 'jpeg': choose one of csv, pickle, folders",
         ),
         (
             "miniimagenet",
             ImportOptions(miniimagenet_format="pickle", test_per_class=0),
-            "test_per_class (--test-per-class) must be an integer of at least 1, got 0",
+            "ImportOptions.test_per_class must be an integer of at least 1, got 0",
         ),
         (
             "miniimagenet",
             ImportOptions(miniimagenet_format="csv", seed=-1),
-            "seed (--seed) must be an integer of at least 0, got -1",
+            "ImportOptions.seed must be an integer of at least 0, got -1",
         ),
-        ("coco-stitch", ImportOptions(seed=-1), "seed (--seed) must be an integer of at least 0, got -1"),
+        (
+            "coco-stitch",
+            ImportOptions(seed=-1),
+            "ImportOptions.seed must be an integer of at least 0, got -1",
+        ),
         *(
             (
                 kind,
                 ImportOptions(num_frames=0),
-                "num_frames (--frames) must be an integer of at least 1, got 0",
+                "ImportOptions.num_frames must be an integer of at least 1, got 0",
             )
             for kind in ("ntu60", "ntu60-stgcn", "ntu60-efficientgcn")
         ),
@@ -384,15 +388,17 @@ def test_miniimagenet_undetectable_folder(tmp_path: Path, layout: str) -> None:
         detect_miniimagenet_format(source)
     assert _one_line(error) == (
         f"{source} holds neither train.csv (+ images/), mini-imagenet-cache-*.pkl nor train/ and val/ image "
-        "folders: point --source at one of the miniImageNet distributions (or a tar archive of the image "
-        "folders), or pass --format"
+        "folders: point prepare_data.source at one of the miniImageNet distributions (or a tar archive of "
+        "the image folders), or pass ImportOptions.miniimagenet_format"
     )
 
 
 def test_miniimagenet_missing_source(tmp_path: Path) -> None:
     with pytest.raises(DataNotFoundError) as error:
         detect_miniimagenet_format(tmp_path / "absent")
-    assert _one_line(error).startswith(f"{tmp_path / 'absent'}: no such folder or archive: point --source")
+    assert _one_line(error).startswith(
+        f"{tmp_path / 'absent'}: no such folder or archive: point prepare_data.source"
+    )
 
 
 @pytest.mark.parametrize("layout", ["csv", "pickle", "folders"])
@@ -405,7 +411,7 @@ def test_prepare_detects_the_miniimagenet_format(monkeypatch, tmp_path: Path, la
 
 def test_detected_folders_refuse_a_test_split(tmp_path: Path) -> None:
     source = _plant(tmp_path / "mini", "folders")
-    with pytest.raises(ImportOptionError, match="--test-per-class re-splits"):
+    with pytest.raises(ImportOptionError, match=r"ImportOptions\.test_per_class re-splits"):
         prepare_data("miniimagenet", ROOT, source=source, options=ImportOptions(test_per_class=1))
 
 

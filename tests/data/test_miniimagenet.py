@@ -148,7 +148,7 @@ def test_any_integer_label_dtype_is_accepted(written, tmp_path: Path) -> None:
 
 
 def test_no_root_or_folder(tmp_path: Path) -> None:
-    with pytest.raises(DataNotFoundError, match="--data-root"):
+    with pytest.raises(DataNotFoundError, match=r"run\.data_root ROOT"):
         load_benchmark("seq-miniimg")
     with pytest.raises(DataNotFoundError) as exc:
         load_benchmark("seq-miniimg", tmp_path)

@@ -653,7 +653,7 @@ def test_valid_handmade_layout_loads(tmp_path) -> None:
 
 
 def test_missing_or_unreadable_files(tmp_path) -> None:
-    with pytest.raises(DataNotFoundError, match="xder-run data prepare ntu60 --raw DIR --data-root ROOT"):
+    with pytest.raises(DataNotFoundError, match=r"prepare_data\('ntu60', 'ROOT', source='DIR'\)"):
         load_benchmark("seq-ntu60", tmp_path)
     with pytest.raises(DataNotFoundError, match="needs a data root"):
         load_benchmark("seq-ntu60")

@@ -133,7 +133,7 @@ def test_every_config_documents_paper_defaults_and_is_frozen(name) -> None:
     assert dataclasses.is_dataclass(config)
     assert cls.__dataclass_params__.frozen
     if "buffer_size" in {f.name for f in dataclasses.fields(cls)}:
-        with pytest.raises(MethodConfigError, match="buffer size"):
+        with pytest.raises(MethodConfigError, match=r"^method\.buffer_size must be >= 0, got -1"):
             cls(buffer_size=-1)
 
 

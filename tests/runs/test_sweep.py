@@ -16,8 +16,9 @@ import pytest
 from xder_cli.runs import rundir
 from xder_cli.runs.errors import SettingError
 from xder_cli.runs.lifecycle import RunDisplay, run_training
+from xder_cli.runs.scheduler import PlannedRun
 from xder_cli.runs.settings import build_plan
-from xder_cli.runs.sweep import Trial, load_spec, plan_trials, run_sweep, spec_from_preset, with_settings
+from xder_cli.runs.sweep import load_spec, plan_trials, run_sweep, spec_from_preset, with_settings
 from xder_methods import Callback
 
 GRID = """\
@@ -48,7 +49,7 @@ class _CrashAfterSecondTask(Callback):
             raise KeyboardInterrupt
 
 
-def _interrupt_after_second_task(trial: Trial, run_dir: Path) -> None:
+def _interrupt_after_second_task(trial: PlannedRun, run_dir: Path) -> None:
     """Leave ``run_dir`` as a run killed after its second task: checkpoint, partial results."""
     plan = build_plan(trial.config)
     run_dir.mkdir(parents=True)
@@ -116,7 +117,7 @@ def test_grid_on_ray_selects_on_validation_and_resumes(tmp_path: Path) -> None:
     by_point: dict[tuple, list[float]] = {}
     for trial in trials:
         results = json.loads((out / "trials" / trial.name / "results.json").read_text())
-        by_point.setdefault(tuple(trial.point.values()), []).append(results["val_faa"])
+        by_point.setdefault(tuple(trial.tags.values()), []).append(results["val_faa"])
     best_point = max(by_point, key=lambda p: statistics.fmean(by_point[p]))
     saved = json.loads((out / "sweep.json").read_text())
     assert saved["selected_on"] == "validation"
@@ -234,7 +235,7 @@ def test_the_shipped_selection_grids_give_every_method_the_same_budget(
         assert (spec.method, spec.benchmark, spec.buffer_size) == (grid.stem, benchmark, buffer_size)
         assert (spec.protocol, spec.validation, spec.seeds) == ("laptop", 0.1, (0, 1)), grid.stem
         assert len(trials) == 8, grid.stem
-        assert len({json.dumps(t.point, sort_keys=True) for t in trials}) == 4, grid.stem
+        assert len({json.dumps(t.tags, sort_keys=True) for t in trials}) == 4, grid.stem
 
 
 def test_a_sweep_grid_names_its_protocol(tmp_path: Path) -> None:

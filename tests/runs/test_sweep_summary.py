@@ -10,13 +10,14 @@ import statistics
 import pytest
 
 from xder_cli.runs import scheduler
-from xder_cli.runs.sweep import SweepSpec, Trial, select, sweep_markdown
+from xder_cli.runs.scheduler import PlannedRun
+from xder_cli.runs.sweep import SweepSpec, select, sweep_markdown
 
 
-def _trials(seeds: tuple[int, ...]) -> tuple[SweepSpec, list[Trial]]:
+def _trials(seeds: tuple[int, ...]) -> tuple[SweepSpec, list[PlannedRun]]:
     spec = SweepSpec(method="er", benchmark="seq-digits", seeds=seeds, grid={"train.lr": [0.1, 0.2]})
     trials = [
-        Trial(f"p00{i}-abc-s{seed}", {"train.lr": lr}, seed, {})
+        PlannedRun(f"p00{i}-abc-s{seed}", seed, {}, {"train.lr": lr})
         for i, lr in enumerate((0.1, 0.2))
         for seed in seeds
     ]
@@ -55,7 +56,7 @@ def test_one_seed_shows_no_standard_deviation() -> None:
 
 def test_retries_are_counted_in_the_summary_and_the_report() -> None:
     spec = SweepSpec(method="er", benchmark="seq-digits", seeds=(0,), grid={"train.lr": [0.1, 0.2]})
-    trials = [Trial(f"p{i}-s0", {"train.lr": lr}, 0, {}) for i, lr in enumerate((0.1, 0.2))]
+    trials = [PlannedRun(f"p{i}-s0", 0, {}, {"train.lr": lr}) for i, lr in enumerate((0.1, 0.2))]
     node = {"id": "abc", "ip": "10.0.0.2", "host": "node2"}
     outcomes = {
         "p0-s0": {"status": "finished", "val_faa": 50.0, "faa": 40.0, "attempts": 3, "node": node},
@@ -82,7 +83,9 @@ def test_retries_are_counted_in_the_summary_and_the_report() -> None:
 def test_selection_ignores_test_accuracy_and_unfinished_points() -> None:
     spec = SweepSpec(method="er", benchmark="seq-digits", seeds=(0, 1), grid={"train.lr": [0.1, 0.2, 0.3]})
     trials = [
-        Trial(f"p{i}-s{s}", {"train.lr": lr}, s, {}) for i, lr in enumerate((0.1, 0.2, 0.3)) for s in (0, 1)
+        PlannedRun(f"p{i}-s{s}", s, {}, {"train.lr": lr})
+        for i, lr in enumerate((0.1, 0.2, 0.3))
+        for s in (0, 1)
     ]
     outcomes = {
         "p0-s0": {"status": "finished", "val_faa": 50.0, "faa": 90.0},
@@ -104,7 +107,7 @@ def test_a_trial_with_a_checkpoint_is_unfinished_not_unrun(tmp_path) -> None:
     # An interrupted sweep's summary: one trial finished, one stopped after a checkpoint, one
     # never started.
     spec, trials = _trials((0,))
-    trials.append(Trial("p002-abc-s0", {"train.lr": 0.3}, 0, {}))
+    trials.append(PlannedRun("p002-abc-s0", 0, {}, {"train.lr": 0.3}))
     (tmp_path / "trials" / "p001-abc-s0").mkdir(parents=True)
     (tmp_path / "trials" / "p001-abc-s0" / "checkpoint.pt").write_bytes(b"")
     summary = select(spec, trials, {"p000-abc-s0": _finished(61.0, 50.0)}, tmp_path)

@@ -2,23 +2,26 @@
 usage mistake in one line, the help formatter that keeps an ``examples:`` epilog as written, the
 argument types (comma lists, numbers with a bound, class orders, ``--set``'s assignments), an old
 flag spelling kept for a release, and the library's errors as the command line words them
-(:func:`flag`, :func:`error_line`). What a command's flags mean for a run is
-:mod:`xder_cli.commands.common`'s."""
+(:func:`flag`, :func:`error_line`; the library packages' messages: :func:`spell_settings`). What a
+command's flags mean for a run is :mod:`xder_cli.commands.common`'s."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from xder_cli.catalogue import PROTOCOL_ALIASES
-from xder_cli.runs._dotted import parse_assignment  # settings' reader; settings imports the library
+from xder_cli.runs._dotted import SECTIONS, parse_assignment  # settings imports the library
 from xder_cli.runs.errors import OPTIONS, RunError
 
 __all__ = [
     "FLAGS",
+    "SETTING_FLAGS",
+    "SOURCE_FLAGS",
     "DeprecatedAlias",
     "ExamplesFormatter",
     "Parser",
@@ -32,6 +35,7 @@ __all__ = [
     "name_list",
     "plugin_arguments",
     "protocol_name",
+    "spell_settings",
 ]
 
 
@@ -55,10 +59,56 @@ def flag(option: str) -> str:
     return FLAGS[option]
 
 
+SETTING_FLAGS = {
+    "run.data_root": "--data-root",
+    "run.protocol": "--protocol",
+    "method.buffer_size": "--buffer-size",
+    "prepare_data.source": "--source",
+    "ImportOptions.num_frames": "--frames",
+    "ImportOptions.missing_list": "--missing",
+    "ImportOptions.miniimagenet_format": "--format",
+    "ImportOptions.test_per_class": "--test-per-class",
+    "ImportOptions.seed": "--seed",
+}
+"""The command line's flag of each setting that a library package's message names: a run's
+setting by its dotted key, an import's input by :func:`xder_data.prepare_data`'s argument or
+:class:`xder_data.ImportOptions`' field (the packages spell no flag: :mod:`xder_data.errors`)."""
+SOURCE_FLAGS = {"ntu60": "--raw"}
+"""``xder-run data prepare``'s flag for the files a kind converts, where it is not ``--source``."""
+
+_SETTING = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, SETTING_FLAGS)) + r")(?!\w|\.\w)")
+_ASSIGNED = re.compile(r"(?<![\w.-])((?:" + "|".join(s for s in SECTIONS if s != "run") + r")\.\w+=)")
+_PREPARE = re.compile(r"prepare_data\('([^']+)', '([^']*)'(?:, source='([^']*)')?\)")
+_DOWNLOAD = re.compile(r"download_data\('([^']+)', '([^']*)'\)")
+
+
+def _prepare_command(match: re.Match[str]) -> str:
+    kind, root, source = match.groups()
+    given = "" if source is None else f" {SOURCE_FLAGS.get(kind, '--source')} {source}"
+    return f"xder-run data prepare {kind}{given} --data-root {root}"
+
+
+def spell_settings(text: str) -> str:
+    """A library package's message as ``xder-run`` words it: each setting of
+    :data:`SETTING_FLAGS` as its flag, another ``section.key=VALUE`` as ``--set
+    section.key=VALUE``, and a call that makes a benchmark's files
+    (:func:`xder_data.errors.prepare_call`, :func:`xder_data.errors.download_call`) as the
+    ``xder-run data`` command that makes them.
+
+    >>> spell_settings("pass run.data_root ROOT, after `download_data('cifar100', 'ROOT')`")
+    'pass --data-root ROOT, after `xder-run data download cifar100 --data-root ROOT`'
+    """
+    text = _PREPARE.sub(_prepare_command, text)
+    text = _DOWNLOAD.sub(lambda match: f"xder-run data download {match[1]} --data-root {match[2]}", text)
+    text = _SETTING.sub(lambda match: SETTING_FLAGS[match[1]], text)
+    return _ASSIGNED.sub(r"--set \1", text)
+
+
 def error_line(error: BaseException) -> str:
-    """An error as ``xder-run`` prints it: one line, the library's options spelled as flags
-    (:mod:`xder_cli.runs.errors`)."""
-    text = error.render(flag) if isinstance(error, RunError) else str(error)
+    """An error as ``xder-run`` prints it: one line, the run library's options spelled as flags
+    (:mod:`xder_cli.runs.errors`), the settings a library package's message names too
+    (:func:`spell_settings`)."""
+    text = error.render(flag) if isinstance(error, RunError) else spell_settings(str(error))
     return " ".join(text.split())
 
 

@@ -25,7 +25,14 @@ import numpy as np
 
 from xder_data._image_copy import Entry, ImageCopy
 from xder_data._pickle import load_data_pickle
-from xder_data.errors import BenchmarkFormatError, DataNotFoundError, UnsafePickleError, one_line
+from xder_data.errors import (
+    BenchmarkFormatError,
+    DataNotFoundError,
+    UnsafePickleError,
+    download_call,
+    one_line,
+    prepare_call,
+)
 
 __all__ = ["CifarFiles", "CifarImport", "Split", "decode_copy", "split_dict", "write_pickle"]
 
@@ -45,8 +52,9 @@ class CifarFiles:
         benchmark: the benchmark that reads it, e.g. ``"seq-cifar100"``.
         folder: the folder the official archive unpacks to, e.g. ``"cifar-100-python"``.
         archive: the official archive's name.
-        download: the ``xder-run data download`` name.
-        prepare: also suggest ``xder-run data prepare <prepare> --source DIR`` in fixes (or "").
+        download: the :func:`~xder_data.download_data` name.
+        prepare: also suggest importing a copy with :func:`~xder_data.prepare_data` of this kind
+            in fixes (or "").
     """
 
     dataset: str
@@ -60,25 +68,22 @@ class CifarFiles:
         """What the user should do to get the files under ``root`` (a file given as the root is
         most often the image archive itself: it is imported, not downloaded into)."""
         if root.is_file():
-            source = f"`xder-run data prepare {self.prepare} --source {root} --data-root data`"
+            source = f"`{prepare_call(self.prepare, 'data', source=root)}`"
             return (
-                f"{root} is a file, not a folder: --data-root names the folder that holds {self.folder}/"
+                f"{root} is a file, not a folder: run.data_root names the folder that holds {self.folder}/"
                 + (f"; import an image archive with {source}" if self.prepare else "")
             )
-        text = f"run `xder-run data download {self.download} --data-root {root}`"
+        text = f"run `{download_call(self.download, root)}`"
         if self.prepare:
-            text += (
-                f", import an image-folder copy with `xder-run data prepare {self.prepare} --source DIR "
-                f"--data-root {root}`,"
-            )
+            text += f", import an image-folder copy with `{prepare_call(self.prepare, root, source='DIR')}`,"
         return f"{text} or unpack {self.archive} under {root}"
 
     def path(self, root: Path | str | None) -> Path:
         """``<root>/<folder>``, which must exist."""
         if root is None:
             raise DataNotFoundError(
-                f"{self.benchmark} needs a data root: pass --data-root ROOT (the folder that holds "
-                f"{self.folder}/), after `xder-run data download {self.download} --data-root ROOT`"
+                f"{self.benchmark} needs a data root: pass run.data_root ROOT (the folder that holds "
+                f"{self.folder}/), after `{download_call(self.download, 'ROOT')}`"
             )
         root = Path(root)
         folder = root / self.folder

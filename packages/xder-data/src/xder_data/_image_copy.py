@@ -74,7 +74,7 @@ class ImageCopy:
         """
         if not source.exists():
             raise DataNotFoundError(
-                f"{source}: no such folder or archive: give --source an image-folder copy"
+                f"{source}: no such folder or archive: give prepare_data.source an image-folder copy"
             )
         if source.is_dir():
             return list(self._folder_entries(source))

@@ -497,7 +497,7 @@ def benchmark_defaults(name: str, protocol: str = DEFAULT_PROTOCOL) -> Benchmark
     if protocol not in protocols:
         others = ", ".join(list_protocols(name))
         raise UnknownProtocolError(
-            f"benchmark {name!r} has no protocol {protocol!r}: it has {others} (--protocol NAME)"
+            f"benchmark {name!r} has no protocol {protocol!r}: it has {others} (run.protocol NAME)"
         )
     return protocols[protocol]
 

@@ -94,7 +94,7 @@ import torch.nn.functional as F
 from xder_data.augment import Compose, CropFlip, Normalize
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, Progress, no_progress, register_benchmark
 from xder_data.cifar100 import CIFAR100_MEAN, CIFAR100_STD, seq_cifar100, upsample_images
-from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
+from xder_data.errors import BenchmarkFormatError, DataNotFoundError, download_call, one_line, prepare_call
 
 __all__ = [
     "COCO_STITCH_DEFAULTS",
@@ -191,7 +191,7 @@ COCO_STITCH_DEFAULTS = BenchmarkDefaults(
 
 
 def _prepare_hint(root: Path | str = "ROOT") -> str:
-    return f"run `xder-run data prepare coco-stitch --source COCO_DIR --data-root {root}`"
+    return f"run `{prepare_call('coco-stitch', root, source='COCO_DIR')}`"
 
 
 def coco_stitch_paths(root: str | Path) -> dict[str, Path]:
@@ -774,7 +774,7 @@ def prepare_coco_stitch(
             found = None if cifar.class_names is None else cifar.class_names[shared.cifar_id]
             raise BenchmarkFormatError(
                 f"{cifar_meta}: fine label {shared.cifar_id} is named {found!r}, expected {shared.name!r}: "
-                f"not the official CIFAR-100: run `xder-run data download cifar100 --data-root {data_root}`"
+                f"not the official CIFAR-100: run `{download_call('cifar100', data_root)}`"
             )
     cifar_splits = {"train": (cifar.train_x, cifar.train_y), "test": (cifar.test_x, cifar.test_y)}
     seeds = dict(zip(_SPLITS, np.random.SeedSequence(seed).spawn(2), strict=True))

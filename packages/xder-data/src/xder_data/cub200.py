@@ -91,7 +91,7 @@ from xder_data._cub_format import (
 from xder_data._hdf5 import read_attr
 from xder_data.augment import Compose, Normalize, StrongAugment
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, Progress, no_progress, register_benchmark
-from xder_data.errors import BenchmarkFormatError, BenchmarkOptionError, DataNotFoundError
+from xder_data.errors import BenchmarkFormatError, BenchmarkOptionError, DataNotFoundError, prepare_call
 
 __all__ = [
     "CUB200_FOLDER",
@@ -148,10 +148,7 @@ SEQ_CUB200_DEFAULTS = BenchmarkDefaults(
 
 CACHE_FORMAT = "xder-cub200"
 CACHE_VERSION = 1
-_PREPARE_HINT = (
-    "prepare the cache once with `xder-run data prepare cub200 --data-root ROOT` "
-    "(xder_data.cub200.prepare_cub200)"
-)
+_PREPARE_HINT = f"prepare the cache once with `{prepare_call('cub200', 'ROOT')}`"
 
 """Wraps the iterable a converter walks through (e.g. ``tqdm``); the identity by default."""
 
@@ -293,7 +290,7 @@ def cub200_cache_path(root: str | Path) -> Path:
 def _require_root(root: Path | str | None) -> Path:
     if root is None:
         raise DataNotFoundError(
-            f"seq-cub200 needs a data root: pass --data-root ROOT, the folder holding {CUB200_FOLDER}/ "
+            f"seq-cub200 needs a data root: pass run.data_root ROOT, the folder holding {CUB200_FOLDER}/ "
             f"(from CUB_200_2011.tgz) and {SEGMENTATIONS_FOLDER}/ (from segmentations.tgz)"
         )
     return Path(root)

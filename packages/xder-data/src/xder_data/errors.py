@@ -1,6 +1,16 @@
-"""Exceptions for problems a user can cause with data: each message names the problem and the fix."""
+"""Exceptions for problems a user can cause with data: each message names the problem and the fix.
+
+A fix names what its reader sets as this package knows it, never a command-line flag: a run's
+setting by its dotted key (``run.data_root``, ``run.protocol``, ``benchmark.cache_dir=DIR``), an
+import's input by :func:`~xder_data.prepare_data`'s argument or :class:`~xder_data.ImportOptions`'
+field (``prepare_data.source``, ``ImportOptions.num_frames``), and the files to make by the call
+that makes them (:func:`prepare_call`, :func:`download_call`). A front end words them its own way:
+``xder-run`` prints each as its flag or command (:func:`xder_cli.arguments.error_line`).
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 __all__ = [
     "BenchmarkFormatError",
@@ -14,7 +24,9 @@ __all__ = [
     "UnknownImporterError",
     "UnknownProtocolError",
     "UnsafePickleError",
+    "download_call",
     "one_line",
+    "prepare_call",
 ]
 
 
@@ -22,6 +34,19 @@ def one_line(exc: BaseException) -> str:
     """``Type: message`` of an exception on one line (for the one-line errors of the readers)."""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def prepare_call(kind: str, data_root: str | Path, source: str | Path | None = None) -> str:
+    """How a fix says to make a benchmark's files: the :func:`~xder_data.prepare_data` call, e.g.
+    ``prepare_data('ntu60', 'ROOT', source='DIR')`` (``source`` left out where None)."""
+    given = "" if source is None else f", source='{source}'"
+    return f"prepare_data('{kind}', '{data_root}'{given})"
+
+
+def download_call(dataset: str, data_root: str | Path) -> str:
+    """How a fix says to download a dataset: the :func:`~xder_data.download_data` call, e.g.
+    ``download_data('cifar100', 'ROOT')``."""
+    return f"download_data('{dataset}', '{data_root}')"
 
 
 class DataError(Exception):

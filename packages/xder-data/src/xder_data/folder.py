@@ -312,7 +312,7 @@ def _read_cache(path: Path, digest: str, n_images: int) -> np.ndarray | None:
 
 
 def _write_cache(path: Path, pixels: np.ndarray, digest: str, listing: FolderListing) -> None:
-    fix = "pass --set benchmark.cache_dir=DIR (a writable folder) when the data folder is read-only"
+    fix = "pass benchmark.cache_dir=DIR (a writable folder) when the data folder is read-only"
     partial = path.with_name(path.name + ".partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -488,7 +488,7 @@ def folder(
     """
     _check_options(image_size, test_fraction)
     if root is None:
-        raise DataNotFoundError(f"the folder benchmark needs --data-root DIR: {_LAYOUT}")
+        raise DataNotFoundError(f"the folder benchmark needs run.data_root DIR: {_LAYOUT}")
     root = Path(root)
     split: dict[str, Any] = {"tasks": tasks, "classes_per_task": classes_per_task, "mean": mean, "std": std}
     if root.is_file() and root.suffix == ".npz":

@@ -25,6 +25,7 @@ from xder_data.errors import (
     DataNotFoundError,
     ImportOptionError,
     UnknownImporterError,
+    prepare_call,
 )
 
 __all__ = [
@@ -113,7 +114,7 @@ Download = Callable[[Path], Path]
 @dataclass(frozen=True)
 class _Entry:
     importer: Importer
-    source_flag: str | None
+    needs_source: bool
     download: Download | None
 
 
@@ -121,7 +122,7 @@ _REGISTRY: dict[str, _Entry] = {}
 
 
 def register_importer(
-    kind: str, *, source_flag: str | None = "--source", download: Download | None = None
+    kind: str, *, needs_source: bool = True, download: Download | None = None
 ) -> Callable[[Importer], Importer]:
     """Register ``importer(source: Path | None, data_root: Path, options: ImportOptions) ->
     ImportResult`` as ``xder-run data prepare KIND`` (a decorator, as
@@ -129,10 +130,9 @@ def register_importer(
 
     Args:
         kind: the name the command takes, e.g. ``"cifar10"``.
-        source_flag: the flag of ``xder-run data prepare`` naming the files to convert
-            (``"--source"``, or ``"--raw"`` for raw files), which :func:`prepare_data` then
-            requires; None for an importer that reads only the data root (``cub200``): it is
-            passed the source if one is given, None otherwise.
+        needs_source: whether the importer converts files given as ``source``, which
+            :func:`prepare_data` then requires; False for one that reads only the data root
+            (``cub200``): it is passed the source if one is given, None otherwise.
         download: ``download(data_root) -> folder``, fetching, checking and unpacking the official
             archive where its licence allows it: ``xder-run data download KIND``
             (:func:`download_data`).
@@ -144,7 +144,7 @@ def register_importer(
     def decorator(importer: Importer) -> Importer:
         if kind in _REGISTRY:
             raise ValueError(f"importer {kind!r} is already registered")
-        _REGISTRY[kind] = _Entry(importer, source_flag, download)
+        _REGISTRY[kind] = _Entry(importer, needs_source, download)
         return importer
 
     return decorator
@@ -190,9 +190,10 @@ def prepare_data(
     if kind not in _REGISTRY:
         raise UnknownImporterError(f"unknown kind {kind!r}: choose one of {', '.join(list_importers())}")
     entry = _REGISTRY[kind]
-    if source is None and entry.source_flag is not None:
+    if source is None and entry.needs_source:
         raise ImportOptionError(
-            f"data prepare {kind} needs {entry.source_flag} DIR (the folder holding the files to convert)"
+            f"{kind} needs a source, the folder holding the files to convert: "
+            f"`{prepare_call(kind, data_root, source='DIR')}`"
         )
     given = None if source is None else Path(source)
     return entry.importer(given, Path(data_root), options or ImportOptions())
@@ -230,7 +231,7 @@ def detect_miniimagenet_format(source: str | Path) -> MiniImageNetFormat:
         return "folders"
     if not source.exists():
         raise DataNotFoundError(
-            f"{source}: no such folder or archive: point --source at one of the miniImageNet "
+            f"{source}: no such folder or archive: point prepare_data.source at one of the miniImageNet "
             "distributions (or a tar archive of the image folders)"
         )
     if (source / "train.csv").is_file():
@@ -241,8 +242,8 @@ def detect_miniimagenet_format(source: str | Path) -> MiniImageNetFormat:
         return "folders"
     raise BenchmarkFormatError(
         f"{source} holds neither train.csv (+ images/), mini-imagenet-cache-*.pkl nor train/ and val/ "
-        "image folders: point --source at one of the miniImageNet distributions (or a tar archive of "
-        "the image folders), or pass --format"
+        "image folders: point prepare_data.source at one of the miniImageNet distributions (or a tar "
+        "archive of the image folders), or pass ImportOptions.miniimagenet_format"
     )
 
 
@@ -257,11 +258,11 @@ def _given(source: Path | None) -> Path:
     return source
 
 
-def _check_at_least(name: str, flag: str, value: int, low: int) -> None:
+def _check_at_least(name: str, value: int, low: int) -> None:
     """The converters raise a plain ValueError on these (a programming error there); here they
-    are the user's options, reported in one line."""
+    are the user's options (``ImportOptions.<name>``), reported in one line."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ImportOptionError(f"{name} ({flag}) must be an integer of at least {low}, got {value!r}")
+        raise ImportOptionError(f"ImportOptions.{name} must be an integer of at least {low}, got {value!r}")
 
 
 def _cifar_result(kind: str, done: cifar10.CIFAR10Import | cifar100.CIFAR100Import) -> ImportResult:
@@ -293,9 +294,9 @@ def _ntu_result(kind: str, report: ntu60.NTUConversionReport) -> ImportResult:
     return ImportResult(kind, summary, tuple(details), report)
 
 
-@register_importer("ntu60", source_flag="--raw")
+@register_importer("ntu60")
 def _import_ntu60(source: Path | None, data_root: Path, options: ImportOptions) -> ImportResult:
-    _check_at_least("num_frames", "--frames", options.num_frames, 1)
+    _check_at_least("num_frames", options.num_frames, 1)
     report = ntu60.prepare_ntu60(
         _given(source),
         data_root,
@@ -313,7 +314,7 @@ def _register_ntu_arrays(kind: str, converter: str) -> None:
 
     @register_importer(kind)
     def _import(source: Path | None, data_root: Path, options: ImportOptions) -> ImportResult:
-        _check_at_least("num_frames", "--frames", options.num_frames, 1)
+        _check_at_least("num_frames", options.num_frames, 1)
         report = getattr(ntu60, converter)(
             _given(source),
             data_root,
@@ -334,20 +335,20 @@ def _import_miniimagenet(source: Path | None, data_root: Path, options: ImportOp
     form = options.miniimagenet_format or detect_miniimagenet_format(source)
     if form not in MINIIMAGENET_FORMATS:
         raise ImportOptionError(
-            f"miniimagenet format {form!r} (--format): choose one of {', '.join(MINIIMAGENET_FORMATS)}"
+            f"ImportOptions.miniimagenet_format {form!r}: choose one of {', '.join(MINIIMAGENET_FORMATS)}"
         )
     progress = options.progress("classes")
     if form == "folders":
         if options.test_per_class is not None:
             raise ImportOptionError(
-                "--test-per-class re-splits the csv and pickle distributions; the folders layout "
+                "ImportOptions.test_per_class re-splits the csv and pickle distributions; the folders layout "
                 "keeps its own split (train/ -> train, val/ -> test): leave it out"
             )
         done = miniimagenet.import_miniimagenet_folders(source, data_root, progress=progress)
     else:
         test_per_class = 100 if options.test_per_class is None else options.test_per_class
-        _check_at_least("test_per_class", "--test-per-class", test_per_class, 1)
-        _check_at_least("seed", "--seed", options.seed, 0)
+        _check_at_least("test_per_class", test_per_class, 1)
+        _check_at_least("seed", options.seed, 0)
         importer = (
             miniimagenet.import_miniimagenet_csv if form == "csv" else miniimagenet.import_miniimagenet_pickle
         )
@@ -363,7 +364,7 @@ def _import_miniimagenet(source: Path | None, data_root: Path, options: ImportOp
     return ImportResult("miniimagenet", summary, report=done)
 
 
-@register_importer("cub200", source_flag=None)
+@register_importer("cub200", needs_source=False)
 def _import_cub200(source: Path | None, data_root: Path, options: ImportOptions) -> ImportResult:
     done = cub200.prepare_cub200(data_root, progress=options.progress("images"))
     masks = "with" if done.masks else "without"
@@ -373,7 +374,7 @@ def _import_cub200(source: Path | None, data_root: Path, options: ImportOptions)
 
 @register_importer("coco-stitch")
 def _import_coco_stitch(source: Path | None, data_root: Path, options: ImportOptions) -> ImportResult:
-    _check_at_least("seed", "--seed", options.seed, 0)
+    _check_at_least("seed", options.seed, 0)
     done = coco_stitch.prepare_coco_stitch(
         _given(source), data_root, seed=options.seed, progress=options.progress("examples")
     )

@@ -53,7 +53,13 @@ from xder_data._image_copy import Entry, ImageCopy, staged_folder
 from xder_data._pickle import load_data_pickle
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, Progress, no_progress, register_benchmark
-from xder_data.errors import BenchmarkFormatError, DataNotFoundError, UnsafePickleError, one_line
+from xder_data.errors import (
+    BenchmarkFormatError,
+    DataNotFoundError,
+    UnsafePickleError,
+    one_line,
+    prepare_call,
+)
 
 __all__ = [
     "MINIIMG_FILES",
@@ -98,9 +104,9 @@ SEQ_MINIIMG_DEFAULTS = BenchmarkDefaults(
 
 def _fix(root: Path) -> str:
     return (
-        f"import miniImageNet into {root} with xder_data.import_miniimagenet_csv, "
-        "import_miniimagenet_pickle or import_miniimagenet_folders (`xder-run data prepare "
-        "miniimagenet --source SRC`), or unzip the X-DER "
+        f"import miniImageNet into {root} with `{prepare_call('miniimagenet', root, source='SRC')}` "
+        "(xder_data.import_miniimagenet_csv, import_miniimagenet_pickle or import_miniimagenet_folders), "
+        "or unzip the X-DER "
         f"authors' miniImagenet.zip so that {root / MINIIMG_FOLDER}/train_x.npy exists"
     )
 
@@ -200,7 +206,7 @@ def seq_miniimg(root: Path | None) -> Benchmark:
     """
     if root is None:
         raise DataNotFoundError(
-            "seq-miniimg needs a data root: pass --data-root ROOT (the folder that holds MINIIMG/)"
+            "seq-miniimg needs a data root: pass run.data_root ROOT (the folder that holds MINIIMG/)"
         )
     root = Path(root)
     folder = root / MINIIMG_FOLDER

@@ -83,7 +83,7 @@ from xder_data._ntu_format import (
 from xder_data._pickle import load_data_pickle
 from xder_data.augment import Compose
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, Progress, no_progress, register_benchmark
-from xder_data.errors import BenchmarkFormatError, DataNotFoundError, UnsafePickleError
+from xder_data.errors import BenchmarkFormatError, DataNotFoundError, UnsafePickleError, prepare_call
 from xder_data.skeleton import SkeletonAugment, SkeletonNormalize
 
 __all__ = [
@@ -377,7 +377,7 @@ SEQ_NTU60_DEFAULTS = BenchmarkDefaults(
 
 _NTU60_MAX_SETUP = 17
 _READ_BLOCK = 512
-_PREPARE_HINT = "run `xder-run data prepare ntu60 --raw DIR --data-root ROOT`"
+_PREPARE_HINT = f"run `{prepare_call('ntu60', 'ROOT', source='DIR')}`"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -490,11 +490,15 @@ def prepare_ntu60(
     raw_dir = Path(raw_dir)
     if not raw_dir.is_dir():
         raise DataNotFoundError(
-            f"NTU raw folder {raw_dir} does not exist: point --raw at nturgb+d_skeletons/"
+            f"NTU raw folder {raw_dir} does not exist: give the folder nturgb+d_skeletons/ of the raw "
+            ".skeleton files"
         )
     files = sorted(raw_dir.rglob("*.skeleton"))
     if not files:
-        raise DataNotFoundError(f"no .skeleton files under {raw_dir}: point --raw at nturgb+d_skeletons/")
+        raise DataNotFoundError(
+            f"no .skeleton files under {raw_dir}: give the folder nturgb+d_skeletons/ of the raw "
+            ".skeleton files"
+        )
     missing = read_missing_list(missing_list) if missing_list is not None else frozenset()
     skipped = dict.fromkeys(SKIP_REASONS, 0)
     malformed: list[str] = []

@@ -1,11 +1,12 @@
 """Run these runs, in this process or on Ray: the one scheduler of ``sweep`` and ``experiment``.
 
-A :class:`RunToTrain` is a run to train: its name, its run directory and its configuration.
-:func:`train_runs` skips the runs whose run directory holds a finished run already, trains the
-others (each with :func:`train_one`, resuming from its checkpoint where it has one) one after
-the other in this process, or as Ray tasks (:func:`train_on_ray`: on a local Ray instance started
-for them, or on the cluster at ``address``), and hands each outcome to a callback as it ends. It
-prints nothing: the commands show progress through its callbacks.
+A :class:`PlannedRun` is a run to train, as a sweep or an experiment plans it: its name (its run
+directory's, under the folder the runs train into), its seed, its configuration and what its plan
+varies in it. :func:`train_runs` skips the runs whose run directory holds a finished run already,
+trains the others (each with :func:`train_one`, resuming from its checkpoint where it has one) one
+after the other in this process, or as Ray tasks (:func:`train_on_ray`: on a local Ray instance
+started for them, or on the cluster at ``address``), and hands each outcome to a callback as it
+ends. It prints nothing: the commands show progress through its callbacks.
 
 Each run holds its run directory's lock while it trains (:func:`xder_cli.runs.rundir.lock_run_dir`):
 the same sweep or experiment started twice never trains a run twice; a run that the other one
@@ -32,9 +33,10 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from xder_cli.runs import rundir
 from xder_cli.runs.errors import RunDirError
@@ -49,7 +51,7 @@ __all__ = [
     "RETRY_LOCK_WAIT_S",
     "RUNNING_ELSEWHERE",
     "LogOutput",
-    "RunToTrain",
+    "PlannedRun",
     "outcome_note",
     "read_attempts",
     "retry_note",
@@ -86,13 +88,25 @@ commands pass :func:`xder_cli.progress.in_run_log`; on Ray it is called in the w
 module-level function travels by its name)."""
 
 
-class RunToTrain(NamedTuple):
-    """A run to train: its name (in outcomes and progress), its run directory and its resolved
-    configuration."""
+@dataclass(frozen=True)
+class PlannedRun:
+    """A run to train, as a sweep (:func:`xder_cli.runs.sweep.plan_trials`: a trial) or an
+    experiment (:class:`xder_cli.runs.experiments.PlannedExperiment`) plans it, and as
+    :func:`train_runs` trains it.
+
+    Attributes:
+        name: its run directory's name under the folder the runs train into (a sweep's
+            ``DIR/trials``, an experiment's ``OUT/runs``); its name in outcomes and progress lines.
+        seed: its ``run.seed``.
+        config: its resolved configuration, by section.
+        tags: what its plan varies in it: a sweep's grid point (``{"train.lr": 0.1}``), an
+            experiment's protocol (``{"pair": 0, "regulariser": "lfr"}``, ``{"entry": "derpp"}``).
+    """
 
     name: str
-    run_dir: Path
+    seed: int
     config: dict[str, dict[str, Any]]
+    tags: dict[str, Any] = field(default_factory=dict)
 
 
 def _ignore(*args: Any) -> None:
@@ -356,7 +370,8 @@ def _node_cpus(ray: Any) -> list[float]:
 
 
 def train_on_ray(
-    runs: Sequence[tuple[str, Path, dict[str, dict[str, Any]]]],
+    runs: Sequence[PlannedRun],
+    root: Path,
     on_done: Callable[[str, dict[str, Any]], None],
     *,
     max_concurrent: int | None = None,
@@ -365,8 +380,8 @@ def train_on_ray(
     cpus_per_run: float | None = None,
     log_output: LogOutput | None = None,
 ) -> None:
-    """Train each ``(name, run_dir, config)`` (a :class:`RunToTrain`) with :func:`train_one` as a Ray
-    task, at most ``max_concurrent`` at once (None: as many as Ray schedules);
+    """Train each run into ``root/<name>`` with :func:`train_one` as a Ray task, at most
+    ``max_concurrent`` at once (None: as many as Ray schedules);
     ``on_done(name, outcome)`` runs here, in the driver, as each ends. Workers load the plugins
     this process loaded (:func:`xder_cli.runs.plugins.loaded_plugins`).
 
@@ -378,8 +393,8 @@ def train_on_ray(
 
     Args:
         address: a running Ray cluster (``ray://host:10001`` or ``host:6379``); None starts a local
-            instance for these runs (and stops it after). On a cluster, every ``run_dir`` must be on
-            a filesystem every node sees.
+            instance for these runs (and stops it after). On a cluster, ``root`` must be on a
+            filesystem every node sees.
         gpus_per_run: the GPUs Ray reserves for each run (0: none).
         cpus_per_run: the CPUs Ray reserves for each run. Ray runs a
             run's kernels on as many threads as it reserves CPUs for it (``OMP_NUM_THREADS``),
@@ -422,12 +437,13 @@ def train_on_ray(
         running: dict[Any, tuple[str, Path, str]] = {}
         while queue or running:
             while queue and len(running) < limit:
-                name, run_dir, config = queue.pop(0)
+                run = queue.pop(0)
+                run_dir = root / run.name
                 submission = uuid.uuid4().hex  # one per task; Ray's retries of it share it
                 ref = remote.remote(
-                    str(Path(run_dir).resolve()), config, plugins, submission, log_output=log_output
+                    str(run_dir.resolve()), run.config, plugins, submission, log_output=log_output
                 )
-                running[ref] = (name, Path(run_dir), submission)
+                running[ref] = (run.name, run_dir, submission)
             ready, _ = ray.wait(list(running), num_returns=1)
             name, run_dir, submission = running.pop(ready[0])
             try:
@@ -442,10 +458,11 @@ def train_on_ray(
 
 
 def train_runs(
-    runs: Sequence[RunToTrain],
+    runs: Sequence[PlannedRun],
+    root: Path,
     *,
     use_ray: bool,
-    on_start: Callable[[dict[str, dict[str, Any]], list[RunToTrain]], None] = _ignore,
+    on_start: Callable[[dict[str, dict[str, Any]], list[PlannedRun]], None] = _ignore,
     on_done: Callable[[str, dict[str, Any], dict[str, dict[str, Any]]], None] = _ignore,
     max_concurrent: int | None = None,
     address: str | None = None,
@@ -453,8 +470,8 @@ def train_runs(
     cpus_per_run: float | None = None,
     log_output: LogOutput | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Train every run whose run directory does not hold a finished run yet, and return the
-    outcome of each run, by name (finished ones marked ``skipped``; see :func:`train_one`).
+    """Train every run whose run directory, ``root/<name>``, does not hold a finished run yet, and
+    return the outcome of each run, by name (finished ones marked ``skipped``; see :func:`train_one`).
 
     With ``use_ray`` the runs are Ray tasks (:func:`train_on_ray`, which takes ``max_concurrent``,
     ``address``, ``gpus_per_run`` and ``cpus_per_run``; no Ray instance starts when nothing is
@@ -467,7 +484,7 @@ def train_runs(
             already in ``outcomes`` (the dict this function returns).
         log_output: what each run shows, into its ``log.txt`` (:data:`LogOutput`).
     """
-    outcomes, pending_names = split_finished([(run.name, run.run_dir) for run in runs])
+    outcomes, pending_names = split_finished([(run.name, root / run.name) for run in runs])
     pending = [run for run in runs if run.name in pending_names]
     on_start(outcomes, pending)
 
@@ -478,6 +495,7 @@ def train_runs(
     if use_ray:
         train_on_ray(
             pending,
+            root,
             record,
             max_concurrent=max_concurrent,
             address=address,
@@ -487,5 +505,5 @@ def train_runs(
         )
     else:
         for run in pending:
-            record(run.name, train_one(str(run.run_dir), run.config, log_output=log_output))
+            record(run.name, train_one(str(root / run.name), run.config, log_output=log_output))
     return outcomes

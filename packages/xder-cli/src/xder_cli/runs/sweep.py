@@ -53,7 +53,7 @@ from xder_cli.runs.errors import RunDirError, SettingError, option
 from xder_cli.runs.presets import preset_entry
 from xder_cli.runs.scheduler import (
     LogOutput,
-    RunToTrain,
+    PlannedRun,
     outcome_note,
     retry_note,
     run_retries,
@@ -67,7 +67,6 @@ __all__ = [
     "SWEEP_MD",
     "TRIALS",
     "SweepSpec",
-    "Trial",
     "load_spec",
     "plan_trials",
     "run_sweep",
@@ -105,16 +104,6 @@ class SweepSpec:
     preset: str = "none"
     fixed: dict[str, Any] = field(default_factory=dict)
     protocol: str = DEFAULT_PROTOCOL
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One (grid point, seed): its name (its run directory under ``DIR/trials``) and config."""
-
-    name: str
-    point: dict[str, Any]
-    seed: int
-    config: dict[str, dict[str, Any]]
 
 
 def _check_quoted(table: dict[str, Any], section: str, where: str) -> None:
@@ -264,8 +253,10 @@ def with_settings(spec: SweepSpec, settings: dict[str, Any], buffer_size: int | 
     )
 
 
-def plan_trials(spec: SweepSpec) -> list[Trial]:
-    """Every (grid point, seed), each with a validated configuration (nothing is trained).
+def plan_trials(spec: SweepSpec) -> list[PlannedRun]:
+    """Every (grid point, seed), a trial: a :class:`~xder_cli.runs.scheduler.PlannedRun` named
+    ``<point>-s<seed>`` (its run directory under ``DIR/trials``), tagged with its grid point, with a
+    validated configuration (nothing is trained).
 
     Raises:
         SettingError (and the packages' config errors): a seed given twice
@@ -285,7 +276,7 @@ def plan_trials(spec: SweepSpec) -> list[Trial]:
                 spec.method, spec.benchmark, protocol=spec.protocol, preset=spec.preset, settings=settings
             )
             plan = build_plan(config)
-            trials.append(Trial(f"{_point_name(index, point)}-s{seed}", point, seed, plan.config))
+            trials.append(PlannedRun(f"{_point_name(index, point)}-s{seed}", seed, plan.config, point))
     return trials
 
 
@@ -294,7 +285,7 @@ UNFINISHED = {"status": "unfinished: resumes from its checkpoint when the sweep 
 
 
 def select(
-    spec: SweepSpec, trials: list[Trial], outcomes: dict[str, dict[str, Any]], out: Path | None = None
+    spec: SweepSpec, trials: list[PlannedRun], outcomes: dict[str, dict[str, Any]], out: Path | None = None
 ) -> dict[str, Any]:
     """The sweep's summary: per point the mean +- std over seeds of validation and test FAA, and
     the best point by mean VALIDATION FAA among points whose every seed finished (ties: the
@@ -306,7 +297,7 @@ def select(
     points: dict[str, dict[str, Any]] = {}
     for trial in trials:
         key = trial.name.rsplit("-s", 1)[0]
-        entry = points.setdefault(key, {"point": trial.point, "trials": [], "val": [], "test": []})
+        entry = points.setdefault(key, {"point": trial.tags, "trials": [], "val": [], "test": []})
         outcome = outcomes.get(trial.name, {"status": "not run"})
         entry["trials"].append(trial.name)
         if outcome.get("status") == "finished" and outcome.get("val_faa") is not None:
@@ -347,7 +338,7 @@ def select(
             {
                 "name": t.name,
                 "run_dir": f"{TRIALS}/{t.name}",
-                "point": t.point,
+                "point": t.tags,
                 "seed": t.seed,
                 "node": None,
                 "attempts": 0,
@@ -465,7 +456,7 @@ def run_sweep(
     except OSError as error:
         raise RunDirError(f"cannot create the output folder {out}: {error.strerror}") from error
 
-    def started(outcomes: dict[str, dict[str, Any]], pending: list[RunToTrain]) -> None:
+    def started(outcomes: dict[str, dict[str, Any]], pending: list[PlannedRun]) -> None:
         on_start(len(trials), len(trials) - len(pending))
         write_summary(out, select(spec, trials, outcomes, out))
 
@@ -474,7 +465,8 @@ def run_sweep(
         write_summary(out, select(spec, trials, outcomes, out))
 
     outcomes = train_runs(
-        [RunToTrain(t.name, trial_root / t.name, t.config) for t in trials],
+        trials,
+        trial_root,
         use_ray=True,
         on_start=started,
         on_done=done,

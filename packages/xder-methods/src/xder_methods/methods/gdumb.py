@@ -115,9 +115,7 @@ class GDumbConfig:
 
     def __post_init__(self) -> None:
         if self.buffer_size < 0:
-            raise MethodConfigError(
-                f"buffer size must be >= 0, got {self.buffer_size}: pass --buffer-size 200 or similar"
-            )
+            raise MethodConfigError(f"method.buffer_size must be >= 0, got {self.buffer_size} (e.g. 200)")
         checks = [
             (self.epochs_fitting >= 0, f"method.epochs_fitting must be >= 0, got {self.epochs_fitting}"),
             (self.batch_size >= 1, f"method.batch_size must be >= 1, got {self.batch_size}"),

@@ -45,9 +45,7 @@ class ReplayConfig:
 
     def __post_init__(self) -> None:
         if self.buffer_size < 0:
-            raise MethodConfigError(
-                f"buffer size must be >= 0, got {self.buffer_size}: pass --buffer-size 200 or similar"
-            )
+            raise MethodConfigError(f"method.buffer_size must be >= 0, got {self.buffer_size} (e.g. 200)")
         if self.minibatch_size < 1:
             raise MethodConfigError(f"method.minibatch_size must be >= 1, got {self.minibatch_size}")
 

@@ -1,8 +1,8 @@
 """Experiments the X-DER paper runs as protocols (``xder-run experiment NAME``), in a registry.
 
 Each experiment (an :class:`Experiment`, registered by name with :func:`register_experiment`)
-plans a set of ordinary runs (:func:`plan_experiment`: one run directory each,
-``OUT/runs/<name>/``); :func:`run_experiment` trains those not finished yet
+plans a set of ordinary runs (:func:`plan_experiment`: each a :class:`PlannedRun`, one run
+directory each, ``OUT/runs/<name>/``); :func:`run_experiment` trains those not finished yet
 (:mod:`xder_cli.runs.scheduler`) and tabulates them: ``OUT/experiment.json`` (every number, per
 run and aggregated), ``OUT/experiment.md`` (a Markdown table) and a PNG plot. Running it again
 skips finished runs and resumes interrupted ones from their checkpoints; a run directory trained
@@ -44,7 +44,6 @@ from xder_cli.runs.experiments.common import (
     RUNS,
     Experiment,
     ExperimentOptions,
-    ExperimentRun,
     PlannedExperiment,
     execute,
     run_experiment,
@@ -52,6 +51,7 @@ from xder_cli.runs.experiments.common import (
 from xder_cli.runs.experiments.flatness import Flatness
 from xder_cli.runs.experiments.sensitivity import Sensitivity
 from xder_cli.runs.experiments.table import Table
+from xder_cli.runs.scheduler import PlannedRun
 from xder_cli.runs.settings import Notify, ignore
 from xder_data import canonical_protocol
 
@@ -62,8 +62,8 @@ __all__ = [
     "RUNS",
     "Experiment",
     "ExperimentOptions",
-    "ExperimentRun",
     "PlannedExperiment",
+    "PlannedRun",
     "execute",
     "get_experiment",
     "list_experiments",

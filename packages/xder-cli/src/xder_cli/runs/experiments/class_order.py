@@ -12,7 +12,6 @@ from xder_cli.runs.defaults import CLASS_ORDER_METHODS as DEFAULT_METHODS
 from xder_cli.runs.experiments.common import (
     OWNED_BY_ALL,
     ExperimentOptions,
-    ExperimentRun,
     PlannedExperiment,
     cell,
     check_owned,
@@ -27,6 +26,7 @@ from xder_cli.runs.experiments.common import (
     run_records,
     with_overrides,
 )
+from xder_cli.runs.scheduler import PlannedRun
 from xder_cli.runs.settings import Notify, ignore
 from xder_data import DEFAULT_PROTOCOL
 from xder_eval.plots import legend_outside, new_figure, save_figure
@@ -51,10 +51,10 @@ def plan_class_order(
     seeds: Sequence[int],
     sets: Mapping[str, Any],
     protocol: str = DEFAULT_PROTOCOL,
-) -> list[ExperimentRun]:
+) -> list[PlannedRun]:
     """Every (method, natural | reversed, seed), configured and validated."""
     return [
-        ExperimentRun(
+        PlannedRun(
             f"{method}-{order}-s{seed}",
             seed,
             run_config(method, benchmark, seed, {**sets, "run.class_order": order}, protocol),
@@ -67,7 +67,7 @@ def plan_class_order(
 
 
 def summarize_class_order(
-    runs: Sequence[ExperimentRun], outcomes: dict[str, dict[str, Any]], root: Path, common: dict[str, Any]
+    runs: Sequence[PlannedRun], outcomes: dict[str, dict[str, Any]], root: Path, common: dict[str, Any]
 ) -> dict[str, Any]:
     """experiment.json of ``class-order``: per method and order, FAA and FF (mean, std over the
     finished seeds), the FAA difference reversed minus natural, and every run."""

@@ -1,9 +1,9 @@
-"""What the experiments share: a planned run (:class:`ExperimentRun`), the options of
-``xder-run experiment`` (:class:`ExperimentOptions`), the :class:`Experiment` protocol and a
-planned experiment (:class:`PlannedExperiment`); run configurations and the settings an experiment
-owns; running the planned runs (:func:`execute`, :func:`run_experiment`, through
-:mod:`xder_cli.runs.scheduler`); and the records, cells, overrides and number formats of their
-summaries and tables.
+"""What the experiments share: the options of ``xder-run experiment``
+(:class:`ExperimentOptions`), the :class:`Experiment` protocol and a planned experiment
+(:class:`PlannedExperiment`, whose runs are :class:`~xder_cli.runs.scheduler.PlannedRun`); run
+configurations and the settings an experiment owns; running the planned runs (:func:`execute`,
+:func:`run_experiment`, through :mod:`xder_cli.runs.scheduler`); and the records, cells, overrides
+and number formats of their summaries and tables.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from xder_cli.runs import rundir
 from xder_cli.runs._stats import fmt, fmt_stat, mean_std
 from xder_cli.runs.defaults import EXPERIMENT_SEEDS as DEFAULT_SEEDS
 from xder_cli.runs.errors import RunDirError, SettingError, option
-from xder_cli.runs.scheduler import LogOutput, RunToTrain, outcome_note, run_retries, train_runs
+from xder_cli.runs.scheduler import LogOutput, PlannedRun, outcome_note, run_retries, train_runs
 from xder_cli.runs.settings import Notify, build_plan, defines, resolve_config, settings_text
 from xder_data import DEFAULT_PROTOCOL, canonical_protocol
 
@@ -31,7 +31,6 @@ __all__ = [
     "RUNS",
     "Experiment",
     "ExperimentOptions",
-    "ExperimentRun",
     "PlannedExperiment",
     "cell",
     "check_owned",
@@ -52,17 +51,6 @@ __all__ = [
 ]
 
 EXPERIMENT_JSON, EXPERIMENT_MD, RUNS = "experiment.json", "experiment.md", "runs"
-
-
-@dataclass(frozen=True)
-class ExperimentRun:
-    """One planned run: its directory name under ``OUT/runs``, seed, resolved configuration, and
-    what the protocol varies in it (``tags``, e.g. ``{"pair": 0, "regulariser": "lfr"}``)."""
-
-    name: str
-    seed: int
-    config: dict[str, dict[str, Any]]
-    tags: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,7 +110,7 @@ class PlannedExperiment:
             (`` at buffer 500``).
     """
 
-    runs: list[ExperimentRun]
+    runs: list[PlannedRun]
     summarize: Callable[[dict[str, dict[str, Any]], Path], dict[str, Any]]
     markdown: Callable[[dict[str, Any]], str]
     plot: Callable[[dict[str, Any], Path], None]
@@ -217,7 +205,7 @@ def _normalised(config: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return json.loads(json.dumps({s: values for s, values in body.items() if values}))
 
 
-def _check_existing(run: ExperimentRun, run_dir: Path) -> None:
+def _check_existing(run: PlannedRun, run_dir: Path) -> None:
     """A run directory left by an earlier invocation must hold this run's configuration."""
     path = run_dir / rundir.CONFIG
     if not path.is_file():
@@ -243,7 +231,7 @@ def _ignore(*args: Any) -> None:
 
 
 def execute(
-    runs: Sequence[ExperimentRun],
+    runs: Sequence[PlannedRun],
     root: Path,
     *,
     describe: Callable[[dict[str, Any] | None], str],
@@ -276,7 +264,7 @@ def execute(
     for run in runs:
         _check_existing(run, root / run.name)
 
-    def started(outcomes: dict[str, dict[str, Any]], pending: list[RunToTrain]) -> None:
+    def started(outcomes: dict[str, dict[str, Any]], pending: list[PlannedRun]) -> None:
         on_start(len(runs), len(runs) - len(pending))
         on_change(outcomes)
 
@@ -286,7 +274,8 @@ def execute(
         on_change(outcomes)
 
     return train_runs(
-        [RunToTrain(run.name, root / run.name, run.config) for run in runs],
+        runs,
+        root,
         use_ray=use_ray,
         on_start=started,
         on_done=done,
@@ -361,7 +350,7 @@ def describe_faa(results: dict[str, Any] | None, label: str = "FAA") -> str:
 
 
 def run_records(
-    runs: Sequence[ExperimentRun],
+    runs: Sequence[PlannedRun],
     outcomes: dict[str, dict[str, Any]],
     root: Path,
     metrics: Callable[[dict[str, Any] | None], dict[str, Any]],

@@ -17,7 +17,6 @@ from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.experiments.common import (
     OWNED_BY_ALL,
     ExperimentOptions,
-    ExperimentRun,
     PlannedExperiment,
     cell,
     check_owned,
@@ -32,6 +31,7 @@ from xder_cli.runs.experiments.common import (
     run_records,
     with_overrides,
 )
+from xder_cli.runs.scheduler import PlannedRun
 from xder_cli.runs.settings import Notify, ignore
 from xder_data import DEFAULT_PROTOCOL, load_benchmark
 from xder_eval.plots import legend_outside, new_figure, save_figure
@@ -90,7 +90,7 @@ def plan_flatness(
     seeds: Sequence[int],
     sets: Mapping[str, Any],
     protocol: str = DEFAULT_PROTOCOL,
-) -> list[ExperimentRun]:
+) -> list[PlannedRun]:
     """Every (pair, regulariser, seed) of the stable-regime study, configured and validated."""
     runs = []
     for pair in pairs:
@@ -99,7 +99,7 @@ def plan_flatness(
             study = {"run.class_order": order, "train.tasks": 2, "method.regulariser": regulariser}
             for seed in seeds:
                 runs.append(
-                    ExperimentRun(
+                    PlannedRun(
                         f"pair{pair}-{regulariser}-s{seed}",
                         seed,
                         run_config(FLATNESS_METHOD, benchmark, seed, {**sets, **study}, protocol),
@@ -124,7 +124,7 @@ def flatness_metrics(results: dict[str, Any] | None) -> dict[str, float | None]:
 
 
 def summarize_flatness(
-    runs: Sequence[ExperimentRun], outcomes: dict[str, dict[str, Any]], root: Path, common: dict[str, Any]
+    runs: Sequence[PlannedRun], outcomes: dict[str, dict[str, Any]], root: Path, common: dict[str, Any]
 ) -> dict[str, Any]:
     """experiment.json of ``flatness``: per pair and regulariser, the first task's final accuracy
     and forgetting (mean, std over the finished seeds), their means over pairs, and every run."""

@@ -16,7 +16,6 @@ from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.experiments.common import (
     OWNED_BY_ALL,
     ExperimentOptions,
-    ExperimentRun,
     PlannedExperiment,
     cell,
     check_owned,
@@ -30,6 +29,7 @@ from xder_cli.runs.experiments.common import (
     run_records,
     with_overrides,
 )
+from xder_cli.runs.scheduler import PlannedRun
 from xder_cli.runs.settings import Notify, ignore
 from xder_cli.runs.sweep import SweepSpec, plan_trials
 from xder_data import DEFAULT_PROTOCOL
@@ -54,7 +54,7 @@ def plan_sensitivity(
     seeds: Sequence[int],
     sets: Mapping[str, Any],
     protocol: str = DEFAULT_PROTOCOL,
-) -> tuple[list[ExperimentRun], dict[str, Any], str]:
+) -> tuple[list[PlannedRun], dict[str, Any], str]:
     """Every (parameter, value, seed), each parameter's values planned as a one-key sweep grid
     around the base configuration (the method's default preset + ``sets``), with no validation
     split (the test FAA is what this study reports).
@@ -78,8 +78,8 @@ def plan_sensitivity(
         )
         for trial in plan_trials(spec):
             runs.append(
-                ExperimentRun(
-                    f"{key}-{trial.name}", trial.seed, trial.config, {"param": key, "value": trial.point[key]}
+                PlannedRun(
+                    f"{key}-{trial.name}", trial.seed, trial.config, {"param": key, "value": trial.tags[key]}
                 )
             )
     base_values = {}
@@ -90,7 +90,7 @@ def plan_sensitivity(
 
 
 def summarize_sensitivity(
-    runs: Sequence[ExperimentRun],
+    runs: Sequence[PlannedRun],
     outcomes: dict[str, dict[str, Any]],
     root: Path,
     common: dict[str, Any],

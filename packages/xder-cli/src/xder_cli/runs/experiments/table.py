@@ -39,7 +39,6 @@ from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.experiments.common import (
     OWNED_BY_ALL,
     ExperimentOptions,
-    ExperimentRun,
     PlannedExperiment,
     check_owned,
     describe_faa,
@@ -68,6 +67,7 @@ from xder_cli.runs.published import (
     published_at,
     published_benchmarks,
 )
+from xder_cli.runs.scheduler import PlannedRun
 from xder_cli.runs.settings import Notify, ignore
 from xder_data import DEFAULT_PROTOCOL
 from xder_eval import PublishedResult, compare_to_published
@@ -171,7 +171,7 @@ def _metric_cell(
 
 
 def summarize_table(
-    runs: Sequence[ExperimentRun],
+    runs: Sequence[PlannedRun],
     outcomes: dict[str, dict[str, Any]],
     root: Path,
     common: dict[str, Any],

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xder_cli.runs.errors import SettingError, option
-from xder_cli.runs.experiments.common import ExperimentRun, run_config
+from xder_cli.runs.experiments.common import run_config
 from xder_cli.runs.presets import DEFAULT_ORDER, list_presets, preset_entry
 from xder_cli.runs.published import (
     XDER_TABLE,
@@ -22,6 +22,7 @@ from xder_cli.runs.published import (
     published_at,
     published_table,
 )
+from xder_cli.runs.scheduler import PlannedRun
 from xder_data import DEFAULT_PROTOCOL, list_benchmarks
 from xder_eval import PublishedResult
 from xder_methods import list_methods, method_config_class
@@ -152,7 +153,7 @@ def plan_table(
     seeds: Sequence[int],
     sets: Mapping[str, Any],
     protocol: str = DEFAULT_PROTOCOL,
-) -> list[ExperimentRun]:
+) -> list[PlannedRun]:
     """Every (entry, seed) of a table, configured and validated: the entry's preset, the buffer
     size for methods that keep a buffer, then ``sets``."""
     runs = []
@@ -163,7 +164,7 @@ def plan_table(
                 entry.method, benchmark, seed, {**buffer, **sets}, protocol, preset=entry.preset
             )
             runs.append(
-                ExperimentRun(
+                PlannedRun(
                     entry.run_name(buffer_size, seed),
                     seed,
                     config,

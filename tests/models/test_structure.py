@@ -1,0 +1,67 @@
+"""The shape of xder-models, read from its sources (``tests/structure.py``, through the ``structure``
+fixture of ``tests/conftest.py``): its nox session, which installs xder-models alone, runs it.
+
+* No import circle among its modules: imports inside functions count, those under ``if
+  TYPE_CHECKING:`` do not (they never run).
+* No module longer than :data:`LONGEST_MODULE` lines.
+* It never prints: what it has to say goes to its caller (return values, errors).
+* No string of it spells a command-line flag (``--buffer-size``): a message names the setting
+  (``backbone.weights``), and ``xder-run`` words it as its flag
+  (``xder_cli.arguments.spell_settings``).
+  Docstrings are left out: they are for the reader of the code, and may say what ``xder-run``
+  calls a setting.
+
+Each rule's test first has its checker find a violation planted in a package of its own, so that
+none passes for want of looking.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import xder_models
+
+LONGEST_MODULE = 500  # lines; the longest module, efficientgcn.py, has 476
+
+
+@pytest.fixture(scope="module")
+def modules(structure) -> dict[str, Path]:
+    found = structure.package_modules(xder_models)
+    assert "xder_models.resnet" in found
+    return found
+
+
+def test_no_import_circle(structure, modules, tmp_path: Path) -> None:
+    structure.check_the_cycle_finder(tmp_path)
+    graph = structure.import_graph(modules)
+    assert "xder_models._weights" in graph["xder_models.resnet_imagenet"]  # the graph sees the imports
+    found = structure.cycle(graph)
+    assert found is None, "import circle: " + " -> ".join(found or [])
+
+
+def test_modules_stay_short(structure, modules, tmp_path: Path) -> None:
+    structure.check_the_length_cap(tmp_path)
+    long = structure.too_long(modules, LONGEST_MODULE)
+    assert not long, f"longer than {LONGEST_MODULE} lines (module: lines): {long}"
+
+
+def test_the_package_never_prints(structure, modules) -> None:
+    structure.check_the_print_finder()
+    found = [
+        f"{module}:{call}"
+        for module, path in modules.items()
+        for call in structure.printing_calls(path.read_text(encoding="utf-8"))
+    ]
+    assert found == []
+
+
+def test_no_string_spells_a_command_line_flag(structure, modules) -> None:
+    structure.check_the_flag_finder()
+    found = [
+        f"{module}:{flag}"
+        for module, path in modules.items()
+        for flag in structure.flags_spelled(path.read_text(encoding="utf-8"))
+    ]
+    assert found == [], f"name the setting (backbone.weights), not xder-run's flag: {found}"
