@@ -238,12 +238,13 @@ def printing_calls(source: str) -> list[str]:
 
 def base_class_names(source: str) -> set[str]:
     """The names that ``source`` uses as a base class in a ``class X(Base):`` statement (the
-    first name of a dotted base: ``module`` of ``module.Base``)."""
+    first name of a dotted base: ``module`` of ``module.Base``; ``Base`` of a generic
+    ``Base[Config]``)."""
     names = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ClassDef):
             for base in node.bases:
-                while isinstance(base, ast.Attribute):
+                while isinstance(base, ast.Attribute | ast.Subscript):
                     base = base.value
                 if isinstance(base, ast.Name):
                     names.add(base.id)

@@ -107,7 +107,7 @@ def test_a_method_imports_another_only_as_its_base_class(structure, modules, tmp
         {
             "methods/__init__.py": "from pkg.methods import base, child, other\n",  # registers them
             "methods/base.py": "class Base:\n    pass\ndef helper():\n    pass\n",
-            "methods/child.py": "from pkg.methods.base import Base\nclass Child(Base):\n    pass\n",
+            "methods/child.py": "from pkg.methods.base import Base\nclass Child(Base[int]):\n    pass\n",
             "methods/other.py": (
                 "from pkg.methods.base import Base, helper\n"
                 "import pkg.methods.child\n"
