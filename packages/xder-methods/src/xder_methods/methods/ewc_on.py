@@ -9,13 +9,12 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, grad, vmap
 
 from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import check_settings
 from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
 from xder_methods.core.registry import register_method
-from xder_methods.parts.gradients import flat_parameters
+from xder_methods.parts.gradients import flat_parameters, per_example_gradients
 from xder_methods.parts.losses import seen_class_cross_entropy
 
 __all__ = [
@@ -23,7 +22,6 @@ __all__ = [
     "OnlineEWCConfig",
     "ewc_penalty",
     "fisher_diagonal",
-    "per_example_log_likelihood_grads",
 ]
 
 
@@ -95,32 +93,6 @@ def ewc_penalty(params: Tensor, anchors: Tensor, fisher: Tensor, lambda_: float)
     return lambda_ * (fisher * (params - anchors).pow(2)).sum()
 
 
-def per_example_log_likelihood_grads(
-    net: nn.Module, x: Tensor, y: Tensor, num_seen: int
-) -> tuple[dict[str, Tensor], Tensor]:
-    """Per-item gradients of ``log p(y_i | x_i)``, the softmax over the first ``num_seen``
-    outputs, vectorised (``torch.func.vmap`` of ``grad``): each item alone through ``net`` in the
-    mode it is in (BatchNorm in eval mode normalises with its running statistics).
-
-    Args:
-        x: (B, ...) network inputs; y: (B,) int64 labels ``< num_seen``.
-
-    Returns:
-        ``({name: (B, *param.shape)}, (B,) log-likelihoods)``, names as ``net.named_parameters()``.
-    """
-    params = {name: p.detach() for name, p in net.named_parameters()}
-    buffers = {name: b.detach() for name, b in net.named_buffers()}
-
-    def log_likelihood(params: dict[str, Tensor], x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        logits = functional_call(net, (params, buffers), (x.unsqueeze(0),))
-        log_probs = logits[0, :num_seen].float().log_softmax(dim=0)
-        value = log_probs.gather(0, y.reshape(1)).squeeze(0)
-        return value, value.detach()
-
-    grads, log_likelihoods = vmap(grad(log_likelihood, has_aux=True), in_dims=(None, 0, 0))(params, x, y)
-    return grads, log_likelihoods
-
-
 # ---------------------------------------------------------------------------------------------
 # The method
 
@@ -143,7 +115,8 @@ class OnlineEWC(MethodBase):
 
     ``CE_seen`` is FT's (:class:`~xder_methods.methods.sgd.SGD`): one softmax over the classes seen so far.
     The step makes no host synchronisation; the task's end makes one vectorised per-item gradient
-    pass per ``fisher_chunk_size`` items (:func:`per_example_log_likelihood_grads`).
+    pass per ``fisher_chunk_size`` items
+    (:func:`~xder_methods.parts.gradients.per_example_gradients`).
 
     Checked against the authors' code (mammoth ``models/ewc_on.py``, the DER paper's runs) and the
     paper; point by point:
@@ -206,6 +179,11 @@ class OnlineEWC(MethodBase):
     def task_fisher(self, data: TaskData) -> Tensor:
         """(P,) the Fisher diagonal of one task's items (see the class docstring), in eval mode."""
         num_seen = self.seen_classes(data.task)
+
+        def log_likelihood(logits: Tensor, y: Tensor) -> Tensor:
+            """``log p(y | x)`` of one item, the softmax over the seen classes: (1, C), (1,) -> ()."""
+            return logits[0, :num_seen].float().log_softmax(dim=0).gather(0, y).squeeze(0)
+
         count = data.y.shape[0]
         total = torch.zeros_like(self.fisher)
         was_training = self.net.training
@@ -214,9 +192,7 @@ class OnlineEWC(MethodBase):
             for start in range(0, count, self.config.fisher_chunk_size):
                 end = min(start + self.config.fisher_chunk_size, count)
                 x = self.transforms.train(data.x_raw[start:end], self.generator)
-                grads, log_likelihoods = per_example_log_likelihood_grads(
-                    self.net, x, data.y[start:end], num_seen
-                )
+                grads, log_likelihoods = per_example_gradients(self.net, log_likelihood, x, data.y[start:end])
                 parts = [fisher_diagonal(g, log_likelihoods, count).reshape(-1) for g in grads.values()]
                 total += torch.cat(parts)
         finally:
