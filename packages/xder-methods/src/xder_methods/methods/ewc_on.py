@@ -10,12 +10,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import check_settings
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
+from xder_methods.core.protocols import ContinualSetting, TaskData, Transforms
 from xder_methods.core.registry import register_method
+from xder_methods.parts.anchoring import AnchoredFineTuning, quadratic_penalty
 from xder_methods.parts.gradients import flat_parameters, per_example_gradients
-from xder_methods.parts.losses import seen_class_cross_entropy
 
 __all__ = [
     "OnlineEWC",
@@ -80,7 +79,8 @@ def fisher_diagonal(grads: Tensor, log_likelihoods: Tensor, count: int | None = 
 
 def ewc_penalty(params: Tensor, anchors: Tensor, fisher: Tensor, lambda_: float) -> Tensor:
     """The online-EWC penalty ``lambda_ * sum_i F_i (theta_i - theta*_i) ** 2`` (no 1/2: the
-    authors' code, whose ``lambda_`` the DER paper tuned).
+    authors' code, whose ``lambda_`` the DER paper tuned): :func:`quadratic_penalty` weighted by
+    the Fisher.
 
     Args:
         params: (P,) current parameters (gradient flows through them).
@@ -90,7 +90,7 @@ def ewc_penalty(params: Tensor, anchors: Tensor, fisher: Tensor, lambda_: float)
     Returns:
         () scalar.
     """
-    return lambda_ * (fisher * (params - anchors).pow(2)).sum()
+    return quadratic_penalty(params, anchors, fisher, lambda_)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def ewc_penalty(params: Tensor, anchors: Tensor, fisher: Tensor, lambda_: float)
 
 
 @register_method("ewc_on", OnlineEWCConfig)
-class OnlineEWC(MethodBase):
+class OnlineEWC(AnchoredFineTuning):
     """Online EWC (Schwarz et al., ICML 2018, the online consolidation of Progress & Compress,
     applied to the one network as the DER paper's baseline): fine-tuning with a quadratic penalty
     that anchors each parameter to its value at the last task's end, weighted by a running sum of
@@ -114,9 +114,9 @@ class OnlineEWC(MethodBase):
         F <- gamma * F + F_task;   theta* <- theta
 
     ``CE_seen`` is FT's (:class:`~xder_methods.methods.sgd.SGD`): one softmax over the classes seen so far.
-    The step makes no host synchronisation; the task's end makes one vectorised per-item gradient
-    pass per ``fisher_chunk_size`` items
-    (:func:`~xder_methods.parts.gradients.per_example_gradients`).
+    The step is :class:`~xder_methods.parts.anchoring.AnchoredFineTuning`'s, with ``w = F``. It
+    makes no host synchronisation; the task's end makes one vectorised per-item gradient pass per
+    ``fisher_chunk_size`` items (:func:`~xder_methods.parts.gradients.per_example_gradients`).
 
     Checked against the authors' code (mammoth ``models/ewc_on.py``, the DER paper's runs) and the
     paper; point by point:
@@ -156,20 +156,12 @@ class OnlineEWC(MethodBase):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
-        theta = flat_parameters(net.parameters()).detach()
-        self.register_buffer("fisher", torch.zeros_like(theta))
-        self.register_buffer("anchors", theta.clone())
+        self.register_buffer("fisher", torch.zeros_like(self.anchors))
 
     fisher: Tensor
-    anchors: Tensor
 
-    def observe(self, batch: Batch) -> StepOutput:
-        ce = seen_class_cross_entropy(self.net(batch.x), batch.y, self.seen_classes(batch.task))
-        if batch.task == 0:  # F is zero until the first task ends: the penalty would be 0
-            return StepOutput(ce, {"ce": ce.detach()})
-        theta = flat_parameters(self.net.parameters())
-        penalty = ewc_penalty(theta, self.anchors, self.fisher, self.config.lambda_)
-        return StepOutput(ce + penalty, {"ce": ce.detach(), "penalty": penalty.detach()})
+    def penalty_weights(self) -> tuple[Tensor, float]:
+        return self.fisher, self.config.lambda_
 
     def end_task(self, task: int, data: TaskData) -> None:
         fisher = self.task_fisher(data)
