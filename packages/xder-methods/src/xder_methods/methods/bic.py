@@ -79,7 +79,6 @@ X-DER tables):
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -93,6 +92,7 @@ from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, Tas
 from xder_methods.core.registry import register_method
 from xder_methods.core.schedule import TrainingSchedule
 from xder_methods.parts.buffer import Buffer
+from xder_methods.parts.networks import frozen_copy
 from xder_methods.parts.replay import (
     ExemplarReplayConfig,
     MergedReplay,
@@ -287,9 +287,7 @@ class BiC(MethodBase):
         self.merged = MergedReplay()
         # Positions of the current task's rows withheld from training (prepare_task), in the state.
         self.withheld = torch.zeros(0, dtype=torch.int64, device=device)
-        self.teacher = copy.deepcopy(net)
-        self.teacher.requires_grad_(False)
-        self.teacher.eval()
+        self.teacher = frozen_copy(net)
         self.register_buffer("bias_alpha", torch.ones(setting.n_tasks, device=device))
         self.register_buffer("bias_beta", torch.zeros(setting.n_tasks, device=device))
 

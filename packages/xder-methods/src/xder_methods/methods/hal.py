@@ -5,7 +5,6 @@ paper's release)."""
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -322,7 +321,11 @@ class HAL(MethodBase):
     def finetuned_copy(self) -> nn.Module:
         """A copy of the network after ``finetuning_epochs`` SGD steps on buffer batches (train
         mode), returned in eval mode without gradients: the estimate of the future network."""
-        model = copy.deepcopy(self.net).train(True)
+        return frozen_copy(self.net, finetune=self.finetune)
+
+    def finetune(self, model: nn.Module) -> None:
+        """``finetuning_epochs`` SGD steps (lr ``anchor_lr``) of ``model`` on batches of
+        ``finetuning_batch_size`` augmented buffer items (none while the buffer is empty)."""
         optimizer = torch.optim.SGD(model.parameters(), lr=self.anchor_lr())
         for _ in range(self.config.finetuning_epochs if len(self.buffer) else 0):
             sample = self.buffer.sample(self.config.finetuning_batch_size, self.generator)
@@ -330,8 +333,6 @@ class HAL(MethodBase):
             optimizer.zero_grad(set_to_none=True)
             F.cross_entropy(model(x), sample.labels).backward()
             optimizer.step()
-        model.requires_grad_(False)
-        return model.train(False)
 
     def anchor_lr(self) -> float:
         """The lr of the fine-tuning and of the anchors: ``anchor_lr``, else the training lr."""
