@@ -18,7 +18,7 @@ from xder_methods import (
     create_method,
     fit,
 )
-from xder_methods.methods.fdr import FDR, FDRConfig, function_distance, kept_rows, per_task_share
+from xder_methods.methods.fdr import FDR, FDRConfig, function_distance
 
 
 def identity_transforms(x, generator=None):
@@ -70,15 +70,6 @@ def test_function_distance_sends_no_gradient_to_the_stored_logits() -> None:
     assert stored.grad is None
 
 
-def test_per_task_share_and_kept_rows_by_hand() -> None:
-    assert [per_task_share(200, t) for t in (1, 2, 3, 5)] == [200, 100, 66, 40]
-    # Blocks of 5 and 4 items cut to 3 each: rows 0-2 of the first, 5-7 of the second.
-    assert kept_rows([5, 4], 3).tolist() == [0, 1, 2, 5, 6, 7]
-    # A block shorter than the share keeps all of its items.
-    assert kept_rows([2, 5], 3).tolist() == [0, 1, 2, 3, 4]
-    assert kept_rows([], 3).tolist() == []
-
-
 # -------------------------------------------------------------------------------- the memory
 
 
@@ -107,7 +98,7 @@ def test_end_task_shares_the_memory_equally_and_stores_the_logits_of_the_time(
         [0] * 5 + [1] * 5,
         [0] * 3 + [1] * 3 + [2] * 3,
     ]
-    assert method.task_counts == [3, 3, 3]
+    assert method.memory.counts == [3, 3, 3]
     # Each cut keeps the first items of a block, examples and logits as they were stored.
     torch.testing.assert_close(ends[1].examples[:5], ends[0].examples[:5])
     torch.testing.assert_close(ends[1].logits[:5], ends[0].logits[:5])

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import xder_methods.methods.gem as gem_module
 from xder_methods import Batch, OpCounter, TaskData, Transforms, create_method
-from xder_methods.methods.gem import GEM, GEMConfig, project_gem, task_memory_rows
+from xder_methods.methods.gem import GEM, GEMConfig, project_gem
 from xder_methods.parts.gradients import flatten_gradients
 
 
@@ -122,14 +122,6 @@ def test_projection_keeps_dtype_and_device() -> None:
     torch.testing.assert_close(projected, torch.tensor([1.0, 0.0]))
 
 
-def test_task_memory_rows_are_distinct_and_at_most_per_task() -> None:
-    rows = task_memory_rows(10, 4, torch.Generator().manual_seed(0), "cpu")
-    assert rows.shape == (4,)
-    assert len(set(rows.tolist())) == 4
-    assert all(0 <= r < 10 for r in rows.tolist())
-    assert sorted(task_memory_rows(3, 4, torch.Generator(), "cpu").tolist()) == [0, 1, 2]
-
-
 def test_quadprog_is_imported_lazily() -> None:
     """A machine without quadprog must still import xder_methods: no module-level import of it."""
     tree = ast.parse(inspect.getsource(gem_module))
@@ -150,7 +142,7 @@ def test_memory_holds_buffer_size_over_n_tasks_examples_of_each_task(
     for t in range(3):
         method.end_task(t, task_data(stream, t))
     # 10 // 3 = 3 examples per task, in contiguous rows, labelled with their task.
-    assert method.task_rows == [(0, 3), (3, 6), (6, 9)]
+    assert method.memory.blocks == [(0, 3), (3, 6), (6, 9)]
     assert len(method.buffer) == 9
     stored = method.buffer.all()
     assert stored.task_labels.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
@@ -163,7 +155,7 @@ def test_memory_holds_buffer_size_over_n_tasks_examples_of_each_task(
 
 def memory_loss(method: GEM, stream, task: int) -> torch.Tensor:
     """The memory loss of ``task`` recomputed independently (test transform: no randomness)."""
-    start, end = method.task_rows[task]
+    start, end = method.memory.blocks[task]
     x = method.buffer.examples[start:end].float() / 255
     return F.cross_entropy(method.net(x), method.buffer.labels[start:end])
 

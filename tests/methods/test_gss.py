@@ -1,5 +1,5 @@
-"""GSS: the score and the greedy replacement by hand, per-item gradients against autograd, what
-makes it GSS (gradient-diverse buffer), training, resume, and the cost of a step."""
+"""GSS: the score and the greedy replacement by hand, what makes it GSS (gradient-diverse buffer),
+training, resume, and the cost of a step."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from xder_methods.methods.gss import (
     GSSConfig,
     gss_replacement,
     gss_scores,
-    per_item_gradients,
 )
 from xder_methods.parts.buffer import Buffer
 
@@ -129,22 +128,6 @@ def test_gss_replacement_never_picks_a_zero_score_and_takes_no_candidates() -> N
     slots, after = gss_replacement(torch.tensor([1.0, 2.0]), torch.zeros(0), torch.zeros(0), torch.zeros(0))
     assert slots.shape == (0,)
     torch.testing.assert_close(after, torch.tensor([1.0, 2.0]))
-
-
-def test_per_item_gradients_match_autograd_item_by_item(stream, tiny_net) -> None:
-    torch.manual_seed(0)
-    net = tiny_net(6, batchnorm=True).eval()
-    with torch.no_grad():
-        net.body[2].running_mean.uniform_(-1, 1)  # non-trivial running statistics
-    x, y = stream.train_x[:5].float() / 255, stream.train_y[:5]
-    got = per_item_gradients(net, x, y)
-    params = [p for p in net.parameters() if p.requires_grad]
-    assert got.shape == (5, sum(p.numel() for p in params))
-    for i in range(5):
-        loss = F.cross_entropy(net(x[i : i + 1]), y[i : i + 1])
-        expected = torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)])
-        torch.testing.assert_close(got[i], expected)
-    assert all(p.grad is None for p in params)
 
 
 def test_config_rejects_bad_values() -> None:

@@ -23,7 +23,7 @@ from xder_methods import (
     fit,
 )
 from xder_methods.core.errors import MethodConfigError
-from xder_methods.methods.hal import HAL, HALConfig, anchor_loss, anchor_objective, ring_slots
+from xder_methods.methods.hal import HAL, HALConfig, anchor_loss, anchor_objective
 from xder_methods.parts.buffer import Buffer
 
 
@@ -51,17 +51,6 @@ def task_data(stream, task: int) -> TaskData:
 
 
 # ------------------------------------------------------------------------------ pure functions
-
-
-def test_ring_slots_by_hand() -> None:
-    # Task 1 owns rows 4..7 (portion 4); its items 0, 1, 2 go to rows 4, 5, 6.
-    assert ring_slots(0, 3, 4, 1, 12).tolist() == [4, 5, 6]
-    # Its items 3, 4, 5: 3 % 4, 4 % 4, 5 % 4 = 3, 0, 1, i.e. rows 7, 4, 5 (the oldest overwritten).
-    assert ring_slots(3, 3, 4, 1, 12).tolist() == [7, 4, 5]
-    # Six items into a ring of 4: items 0 and 1 are overwritten by items 4 and 5 of the same batch,
-    # so they are discarded (row 12 = capacity) and every row is written once.
-    assert ring_slots(0, 6, 4, 1, 12).tolist() == [12, 12, 6, 7, 4, 5]
-    assert ring_slots(5, 2, 0, 1, 12).tolist() == [12, 12]  # no room per task: nothing stored
 
 
 def test_anchor_objective_by_hand() -> None:

@@ -79,7 +79,6 @@ X-DER tables):
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -87,7 +86,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import check_settings
 from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskBudget, TaskData, Transforms
 from xder_methods.core.registry import register_method
@@ -100,6 +98,7 @@ from xder_methods.parts.replay import (
     stream_buffer_groups,
 )
 from xder_methods.parts.selection import rank_within_class
+from xder_methods.parts.teacher import PreviousModelTeacher
 
 __all__ = [
     "BiC",
@@ -256,7 +255,7 @@ def task_balanced_mask(task_labels: Tensor, per_task: int, n_tasks: int) -> Tens
 
 
 @register_method("bic", BiCConfig)
-class BiC(MethodBase[BiCConfig]):
+class BiC(PreviousModelTeacher[BiCConfig]):
     """Bias Correction (Wu et al., CVPR 2019; X-DER paper Sec. 5.2): see the module docstring.
 
     State (all in ``state_dict``): the network, the frozen teacher (a copy of the network taken at
@@ -287,23 +286,10 @@ class BiC(MethodBase[BiCConfig]):
         self.merged = MergedReplay()
         # Positions of the current task's rows withheld from training (prepare_task), in the state.
         self.withheld = torch.zeros(0, dtype=torch.int64, device=device)
-        self.teacher = copy.deepcopy(net)
-        self.teacher.requires_grad_(False)
-        self.teacher.eval()
         self.register_buffer("bias_alpha", torch.ones(setting.n_tasks, device=device))
         self.register_buffer("bias_beta", torch.zeros(setting.n_tasks, device=device))
 
-    def train(self, mode: bool = True) -> BiC:
-        super().train(mode)
-        self.teacher.eval()  # the previous model is only ever evaluated
-        return self
-
     # ---------------------------------------------------------------------------------- step
-
-    def begin_task(self, task: int) -> None:
-        super().begin_task(task)
-        if task >= 1:
-            self.teacher.load_state_dict(self.net.state_dict())
 
     def corrected(self, logits: Tensor, task: int) -> Tensor:
         """``logits`` with the bias layer of ``task`` applied to that task's classes."""

@@ -8,21 +8,18 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, grad, vmap
 
-from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import check_settings
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
+from xder_methods.core.protocols import ContinualSetting, TaskData, Transforms
 from xder_methods.core.registry import register_method
-from xder_methods.parts.gradients import flat_parameters
-from xder_methods.parts.losses import seen_class_cross_entropy
+from xder_methods.parts.anchoring import AnchoredFineTuning, quadratic_penalty
+from xder_methods.parts.gradients import flat_parameters, per_example_gradients
 
 __all__ = [
     "OnlineEWC",
     "OnlineEWCConfig",
     "ewc_penalty",
     "fisher_diagonal",
-    "per_example_log_likelihood_grads",
 ]
 
 
@@ -81,7 +78,8 @@ def fisher_diagonal(grads: Tensor, log_likelihoods: Tensor, count: int | None = 
 
 def ewc_penalty(params: Tensor, anchors: Tensor, fisher: Tensor, lambda_: float) -> Tensor:
     """The online-EWC penalty ``lambda_ * sum_i F_i (theta_i - theta*_i) ** 2`` (no 1/2: the
-    authors' code, whose ``lambda_`` the DER paper tuned).
+    authors' code, whose ``lambda_`` the DER paper tuned): :func:`quadratic_penalty` weighted by
+    the Fisher.
 
     Args:
         params: (P,) current parameters (gradient flows through them).
@@ -91,33 +89,7 @@ def ewc_penalty(params: Tensor, anchors: Tensor, fisher: Tensor, lambda_: float)
     Returns:
         () scalar.
     """
-    return lambda_ * (fisher * (params - anchors).pow(2)).sum()
-
-
-def per_example_log_likelihood_grads(
-    net: nn.Module, x: Tensor, y: Tensor, num_seen: int
-) -> tuple[dict[str, Tensor], Tensor]:
-    """Per-item gradients of ``log p(y_i | x_i)``, the softmax over the first ``num_seen``
-    outputs, vectorised (``torch.func.vmap`` of ``grad``): each item alone through ``net`` in the
-    mode it is in (BatchNorm in eval mode normalises with its running statistics).
-
-    Args:
-        x: (B, ...) network inputs; y: (B,) int64 labels ``< num_seen``.
-
-    Returns:
-        ``({name: (B, *param.shape)}, (B,) log-likelihoods)``, names as ``net.named_parameters()``.
-    """
-    params = {name: p.detach() for name, p in net.named_parameters()}
-    buffers = {name: b.detach() for name, b in net.named_buffers()}
-
-    def log_likelihood(params: dict[str, Tensor], x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        logits = functional_call(net, (params, buffers), (x.unsqueeze(0),))
-        log_probs = logits[0, :num_seen].float().log_softmax(dim=0)
-        value = log_probs.gather(0, y.reshape(1)).squeeze(0)
-        return value, value.detach()
-
-    grads, log_likelihoods = vmap(grad(log_likelihood, has_aux=True), in_dims=(None, 0, 0))(params, x, y)
-    return grads, log_likelihoods
+    return quadratic_penalty(params, anchors, fisher, lambda_)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,7 +97,7 @@ def per_example_log_likelihood_grads(
 
 
 @register_method("ewc_on", OnlineEWCConfig)
-class OnlineEWC(MethodBase[OnlineEWCConfig]):
+class OnlineEWC(AnchoredFineTuning[OnlineEWCConfig]):
     """Online EWC (Schwarz et al., ICML 2018, the online consolidation of Progress & Compress,
     applied to the one network as the DER paper's baseline): fine-tuning with a quadratic penalty
     that anchors each parameter to its value at the last task's end, weighted by a running sum of
@@ -141,8 +113,9 @@ class OnlineEWC(MethodBase[OnlineEWCConfig]):
         F <- gamma * F + F_task;   theta* <- theta
 
     ``CE_seen`` is FT's (:class:`~xder_methods.methods.sgd.SGD`): one softmax over the classes seen so far.
-    The step makes no host synchronisation; the task's end makes one vectorised per-item gradient
-    pass per ``fisher_chunk_size`` items (:func:`per_example_log_likelihood_grads`).
+    The step is :class:`~xder_methods.parts.anchoring.AnchoredFineTuning`'s, with ``w = F``. It
+    makes no host synchronisation; the task's end makes one vectorised per-item gradient pass per
+    ``fisher_chunk_size`` items (:func:`~xder_methods.parts.gradients.per_example_gradients`).
 
     Checked against the authors' code (mammoth ``models/ewc_on.py``, the DER paper's runs) and the
     paper; point by point:
@@ -182,20 +155,12 @@ class OnlineEWC(MethodBase[OnlineEWCConfig]):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
-        theta = flat_parameters(net.parameters()).detach()
-        self.register_buffer("fisher", torch.zeros_like(theta))
-        self.register_buffer("anchors", theta.clone())
+        self.register_buffer("fisher", torch.zeros_like(self.anchors))
 
     fisher: Tensor
-    anchors: Tensor
 
-    def observe(self, batch: Batch) -> StepOutput:
-        ce = seen_class_cross_entropy(self.net(batch.x), batch.y, self.seen_classes(batch.task))
-        if batch.task == 0:  # F is zero until the first task ends: the penalty would be 0
-            return StepOutput(ce, {"ce": ce.detach()})
-        theta = flat_parameters(self.net.parameters())
-        penalty = ewc_penalty(theta, self.anchors, self.fisher, self.config.lambda_)
-        return StepOutput(ce + penalty, {"ce": ce.detach(), "penalty": penalty.detach()})
+    def penalty_weights(self) -> tuple[Tensor, float]:
+        return self.fisher, self.config.lambda_
 
     def end_task(self, task: int, data: TaskData) -> None:
         fisher = self.task_fisher(data)
@@ -205,6 +170,11 @@ class OnlineEWC(MethodBase[OnlineEWCConfig]):
     def task_fisher(self, data: TaskData) -> Tensor:
         """(P,) the Fisher diagonal of one task's items (see the class docstring), in eval mode."""
         num_seen = self.seen_classes(data.task)
+
+        def log_likelihood(logits: Tensor, y: Tensor) -> Tensor:
+            """``log p(y | x)`` of one item, the softmax over the seen classes: (1, C), (1,) -> ()."""
+            return logits[0, :num_seen].float().log_softmax(dim=0).gather(0, y).squeeze(0)
+
         count = data.y.shape[0]
         total = torch.zeros_like(self.fisher)
         was_training = self.net.training
@@ -213,9 +183,7 @@ class OnlineEWC(MethodBase[OnlineEWCConfig]):
             for start in range(0, count, self.config.fisher_chunk_size):
                 end = min(start + self.config.fisher_chunk_size, count)
                 x = self.transforms.train(data.x_raw[start:end], self.generator)
-                grads, log_likelihoods = per_example_log_likelihood_grads(
-                    self.net, x, data.y[start:end], num_seen
-                )
+                grads, log_likelihoods = per_example_gradients(self.net, log_likelihood, x, data.y[start:end])
                 parts = [fisher_diagonal(g, log_likelihoods, count).reshape(-1) for g in grads.values()]
                 total += torch.cat(parts)
         finally:

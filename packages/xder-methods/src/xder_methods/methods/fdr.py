@@ -18,8 +18,9 @@ from xder_methods.core.registry import register_method
 from xder_methods.core.schedule import batch_bounds
 from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.replay import ReplayConfig
+from xder_methods.parts.task_memory import TaskMemory, per_task_share, task_memory_rows
 
-__all__ = ["FDR", "FDRConfig", "function_distance", "kept_rows", "per_task_share"]
+__all__ = ["FDR", "FDRConfig", "function_distance"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,24 +55,6 @@ def function_distance(logits: Tensor, stored_logits: Tensor) -> Tensor:
     stored = torch.softmax(stored_logits.detach().float(), dim=1)
     distance: Tensor = torch.linalg.vector_norm(probs - stored, ord=2, dim=1)
     return distance
-
-
-def per_task_share(buffer_size: int, tasks_seen: int) -> int:
-    """Items each task keeps once ``tasks_seen`` tasks have ended: ``buffer_size // tasks_seen``."""
-    return buffer_size // tasks_seen
-
-
-def kept_rows(counts: list[int], share: int, device: torch.device | str | None = None) -> Tensor:
-    """Rows of a buffer laid out as one contiguous block per task (block j holds ``counts[j]``
-    items, blocks in task order) that survive cutting every block to its first ``share`` items:
-    a (sum(min(c, share)),) int64 index, in block order."""
-    parts, start = [], 0
-    for count in counts:
-        parts.append(torch.arange(start, start + min(count, share), device=device))
-        start += count
-    if not parts:
-        return torch.zeros(0, dtype=torch.int64, device=device)
-    return torch.cat(parts)
 
 
 @register_method("fdr", FDRConfig)
@@ -140,8 +123,7 @@ class FDR(MethodBase[FDRConfig]):
             num_logits=setting.num_classes,
             device=self.device,
         )
-        self.task_counts: list[int] = []
-        """Items of each ended task in the buffer, in task order (their blocks are contiguous)."""
+        self.memory = TaskMemory(self.buffer)  # blocks: the rows of each ended task, in task order
 
     def observe(self, batch: Batch) -> StepOutput:
         """Two optimiser steps (:attr:`manual_optimization`): the cross-entropy on the stream
@@ -164,32 +146,19 @@ class FDR(MethodBase[FDRConfig]):
     def end_task(self, task: int, data: TaskData) -> None:
         """Cut every earlier task's block to the new equal share, then add the share of ``task``
         with the network's current logits."""
-        share = per_task_share(self.config.buffer_size, len(self.task_counts) + 1)
-        device = self.buffer.labels.device
-        kept = self.buffer.gather(kept_rows(self.task_counts, share, device))
-        counts = [min(count, share) for count in self.task_counts]
-        rows = torch.randperm(data.y.shape[0], generator=self.generator, device=data.y.device)[:share]
+        share = per_task_share(self.config.buffer_size, len(self.memory.blocks) + 1)
+        self.memory.cut(share)
+        rows = task_memory_rows(data.y.shape[0], share, self.generator, data.y.device)
         x_raw, y = data.x_raw[rows], data.y[rows]
         view = self.transforms.train(x_raw, self.generator)
         bounds = batch_bounds(y.shape[0], self.config.minibatch_size, drop_last=False)
         logits = [self.net(view[start:end]) for start, end in bounds]
         new_logits = torch.cat(logits) if logits else view.new_zeros(0, self.setting.num_classes)
-        assert kept.logits is not None
-        examples = torch.cat([kept.examples, x_raw.to(device)])
-        total = examples.shape[0]
-        self.buffer.write(
-            torch.arange(total, device=device),
-            examples,
-            torch.cat([kept.labels, y.to(device)]),
-            torch.cat([kept.logits, new_logits.to(device)]),
-            torch.cat([kept.task_labels, torch.full_like(y, task).to(device)]),
-        )
-        self.buffer.set_size(total)
-        self.task_counts = [*counts, y.shape[0]]
+        self.memory.add_block(x_raw, y, task, new_logits)
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {**super().get_extra_state(), "task_counts": list(self.task_counts)}
+        return {**super().get_extra_state(), "task_counts": self.memory.counts}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         super().set_extra_state(state)
-        self.task_counts = [int(c) for c in state["task_counts"]]
+        self.memory.counts = [int(c) for c in state["task_counts"]]

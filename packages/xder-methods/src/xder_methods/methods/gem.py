@@ -23,11 +23,12 @@ from xder_methods.core.registry import register_method
 from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.gradients import assign_gradients, flatten_gradients
 from xder_methods.parts.replay import ReplayConfig
+from xder_methods.parts.task_memory import TaskMemory, per_task_share, task_memory_rows
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["GEM", "GEMConfig", "project_gem", "task_memory_rows"]
+__all__ = ["GEM", "GEMConfig", "project_gem"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,17 +55,6 @@ class GEMConfig(ReplayConfig):
 
 # ---------------------------------------------------------------------------------------------
 # Pure functions
-
-
-def task_memory_rows(num_rows: int, per_task: int, generator: torch.Generator | None, device: Any) -> Tensor:
-    """The rows of one task's training data that enter the episodic memory at the task's end:
-    ``min(per_task, num_rows)`` distinct rows drawn uniformly (the authors' code: the first batch
-    of a shuffled loader of batch size ``per_task``).
-
-    Returns:
-        (min(per_task, num_rows),) int64 row indices.
-    """
-    return torch.randperm(num_rows, generator=generator, device=device)[:per_task]
 
 
 def _to_host(values: Tensor) -> np.ndarray:
@@ -172,8 +162,9 @@ class GEM(MethodBase[GEMConfigT]):
       examples drawn uniformly from the task's training set, unaugmented, with their label and
       task. Followed: mammoth (the DER paper's numbers use that memory; over 50 epochs "the
       last examples seen" is just another uniform draw). Layout: task ``k`` owns a contiguous
-      block of rows of a :class:`~xder_methods.parts.buffer.Buffer`, so selecting a task's memory is
-      a slice, with no host synchronisation (mammoth: ``unique`` and a boolean mask).
+      block of rows of a :class:`~xder_methods.parts.buffer.Buffer`
+      (:class:`~xder_methods.parts.task_memory.TaskMemory`), so selecting a task's memory is a
+      slice, with no host synchronisation (mammoth: ``unique`` and a boolean mask).
     * Losses: the GEM paper's CIFAR-100 runs are task-incremental, each loss over the task's
       own outputs; mammoth takes the cross-entropy over all outputs, for the stream batch and
       for each task's memory (every memory example of the task, weakly augmented anew at each
@@ -205,8 +196,7 @@ class GEM(MethodBase[GEMConfigT]):
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
         self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=self.device)
-        # Rows [start, end) of the buffer holding each stored task's memory, in task order.
-        self.task_rows: list[tuple[int, int]] = []
+        self.memory = TaskMemory(self.buffer)  # blocks: rows [start, end) of each stored task
         self._memory_gradients: Tensor | None = None  # (K, P), from observe to after_backward
 
     def trained_parameters(self) -> list[nn.Parameter]:
@@ -216,21 +206,16 @@ class GEM(MethodBase[GEMConfigT]):
     def end_task(self, task: int, data: TaskData) -> None:
         """Store ``buffer_size // n_tasks`` uniformly drawn examples of ``task`` (unaugmented) in
         the next free rows of the buffer."""
-        if task < len(self.task_rows):
+        if task < len(self.memory.blocks):
             return  # already stored (the loop ends each task once; this keeps it idempotent)
-        per_task = self.config.buffer_size // self.setting.n_tasks
-        rows = task_memory_rows(data.y.shape[0], per_task, self.generator, data.y.device)
-        start = len(self.buffer)
-        end = start + rows.shape[0]
-        slots = torch.arange(start, end, device=self.buffer.labels.device)
-        self.buffer.write(slots, data.x_raw[rows], data.y[rows], task_labels=task)
-        self.buffer.set_size(end)
-        self.task_rows.append((start, end))
+        share = per_task_share(self.config.buffer_size, self.setting.n_tasks)
+        rows = task_memory_rows(data.y.shape[0], share, self.generator, data.y.device)
+        self.memory.add_block(data.x_raw[rows], data.y[rows], task)
 
     def memory_losses(self) -> list[Tensor]:
         """The cross-entropy (over all outputs) of each stored task's memory, weakly augmented."""
         losses = []
-        for start, end in self.task_rows:
+        for start, end in self.memory.blocks:
             if end > start:
                 x = self.transforms.train(self.buffer.examples[start:end], self.generator)
                 losses.append(F.cross_entropy(self.net(x), self.buffer.labels[start:end]))
@@ -263,8 +248,8 @@ class GEM(MethodBase[GEMConfigT]):
             assign_gradients(params, projected)
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {**super().get_extra_state(), "task_rows": list(self.task_rows)}
+        return {**super().get_extra_state(), "task_rows": list(self.memory.blocks)}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         super().set_extra_state(state)
-        self.task_rows = [(int(start), int(end)) for start, end in state["task_rows"]]
+        self.memory.blocks = [(int(start), int(end)) for start, end in state["task_rows"]]

@@ -9,13 +9,13 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call, grad, vmap
 
 from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import MethodConfigError
 from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
 from xder_methods.core.registry import register_method
 from xder_methods.parts.buffer import Buffer
+from xder_methods.parts.gradients import per_example_gradients
 from xder_methods.parts.replay import ReplayConfig, prefill_reservoir
 
 __all__ = [
@@ -25,7 +25,6 @@ __all__ = [
     "ScoredBuffer",
     "gss_replacement",
     "gss_scores",
-    "per_item_gradients",
 ]
 
 EMPTY_BUFFER_SCORE = 0.1
@@ -152,32 +151,6 @@ def gss_replacement(
     return torch.where(shadowed, torch.full_like(slot, capacity), slot), scores
 
 
-def per_item_gradients(net: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-    """The gradient of each item's cross-entropy (over all outputs) with respect to every
-    trainable parameter, flattened and concatenated in ``named_parameters`` order: (N, P).
-
-    One vectorised pass (``torch.func.vmap`` of ``grad`` over items, ``functional_call`` at the
-    current weights); each item is its own batch of one, so call it with ``net`` in eval mode
-    (BatchNorm in train mode would normalise each item with its own statistics and write its
-    running statistics from inside the transform). No gradient reaches ``net``'s ``.grad``.
-
-    Args:
-        x: (N, ...) network inputs. y: (N,) int64 labels.
-    """
-    trainable = {name: p.detach() for name, p in net.named_parameters() if p.requires_grad}
-    constants: dict[str, Tensor] = {
-        name: p.detach() for name, p in net.named_parameters() if not p.requires_grad
-    }
-    constants.update(dict(net.named_buffers()))
-
-    def item_loss(params: dict[str, Tensor], x_item: Tensor, y_item: Tensor) -> Tensor:
-        logits = functional_call(net, {**params, **constants}, (x_item.unsqueeze(0),))
-        return F.cross_entropy(logits, y_item.unsqueeze(0))
-
-    grads = vmap(grad(item_loss), in_dims=(None, 0, 0))(trainable, x, y)
-    return torch.cat([g.flatten(1) for g in grads.values()], dim=1)
-
-
 class ScoredBuffer(Buffer):
     """A :class:`~xder_methods.parts.buffer.Buffer` that also keeps each item's GSS score:
     ``scores: (M + 1,)`` float32 (registered, in ``state_dict``; row M is scratch)."""
@@ -243,11 +216,11 @@ class GSS(MethodBase[GSSConfig]):
       one per stream batch, as mammoth: per-item subsets would cost B times the gradients.
     * Scoring gradients: computed in eval mode (BatchNorm with its running statistics), as
       mammoth; the paper is silent. It is also what lets one vectorised pass
-      (:func:`per_item_gradients`, ``torch.func.vmap``) score every item: each item its own
-      batch of one. Loss: cross-entropy over all outputs; gradient over every parameter (both
-      as mammoth). Scored after the optimisation step(s) on the batch (at the end of :meth:`observe`,
-      which takes them: ``manual_optimization``), as both the paper ("update, then select") and
-      mammoth do.
+      (:func:`~xder_methods.parts.gradients.per_example_gradients`, ``torch.func.vmap``) score
+      every item: each item its own batch of one. Loss: cross-entropy over all outputs; gradient
+      over every parameter (both as mammoth). Scored after the optimisation step(s) on the batch
+      (at the end of :meth:`observe`, which takes them: ``manual_optimization``), as both the
+      paper ("update, then select") and mammoth do.
     * Scoring inputs: the unaugmented examples through the test transform (normalisation only).
       Mammoth feeds its un-normalised ``not_aug_inputs`` tensors; the paper's samples are as
       received. Here the network sees them as it sees its training inputs, minus augmentation.
@@ -358,10 +331,13 @@ class GSS(MethodBase[GSSConfig]):
         was_training = self.net.training
         self.net.eval()
         try:
-            grads = per_item_gradients(self.net, x, torch.cat([y, sample.labels]))
+            grads, _ = per_example_gradients(
+                self.net, F.cross_entropy, x, torch.cat([y, sample.labels]), trainable_only=True
+            )
         finally:
             self.net.train(was_training)
-        candidates, compared = grads[: y.shape[0]], grads[y.shape[0] :]
+        flat = torch.cat([g.flatten(1) for g in grads.values()], dim=1)  # (B + n, P)
+        candidates, compared = flat[: y.shape[0]], flat[y.shape[0] :]
         # The mean loss's gradient is the mean of the items' (eval mode: items independent).
         batch = gss_scores(candidates.mean(dim=0, keepdim=True), compared).expand(y.shape[0])
         if self.config.candidate_gradient == "batch":

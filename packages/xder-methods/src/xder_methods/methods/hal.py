@@ -5,7 +5,6 @@ paper's release)."""
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -20,8 +19,9 @@ from xder_methods.core.registry import register_method
 from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.networks import frozen_copy
 from xder_methods.parts.replay import ReplayConfig, join_replay, prefill_reservoir
+from xder_methods.parts.task_memory import TaskMemory, per_task_share
 
-__all__ = ["ANCHOR_LR_BEFORE_TRAINING", "HAL", "HALConfig", "anchor_loss", "anchor_objective", "ring_slots"]
+__all__ = ["ANCHOR_LR_BEFORE_TRAINING", "HAL", "HALConfig", "anchor_loss", "anchor_objective"]
 
 ANCHOR_LR_BEFORE_TRAINING = 0.03
 """The anchors' lr where no training step preceded them (the DER paper's Split CIFAR-10 lr)."""
@@ -77,32 +77,6 @@ class HALConfig(ReplayConfig):
             (self.anchor_lr is None or self.anchor_lr > 0, f"anchor_lr must be > 0, got {self.anchor_lr}"),
         ]
         check_settings(checks, prefix="method.")
-
-
-def ring_slots(
-    seen_in_task: int,
-    batch_size: int,
-    portion: int,
-    task: int,
-    capacity: int,
-    device: torch.device | str | None = None,
-) -> Tensor:
-    """Slots of a per-task ring buffer (mammoth ``ring``) for a batch of new items.
-
-    Task t owns rows ``[t * portion, (t + 1) * portion)``; its n-th item (``n = seen_in_task + j``
-    for item j of the batch) goes to row ``t * portion + n % portion``, overwriting the oldest, so
-    each task keeps its ``portion`` latest items. An item that a later item of the same batch
-    overwrites (``j + portion < batch_size``) is marked ``capacity`` (discarded), so that no row is
-    written twice in one call.
-
-    Returns:
-        (batch_size,) int64 slots on ``device`` (``capacity`` marks a discarded item).
-    """
-    j = torch.arange(batch_size, device=device)
-    if portion == 0:
-        return torch.full_like(j, capacity)
-    slots = task * portion + (seen_in_task + j) % portion
-    return torch.where(j + portion < batch_size, torch.full_like(j, capacity), slots)
 
 
 def anchor_objective(
@@ -230,8 +204,8 @@ class HAL(MethodBase[HALConfig]):
         super().__init__(net, setting, transforms, config, generator)
         device = self.device
         self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=device)
-        self.portion = config.buffer_size // setting.n_tasks
-        self.seen_in_task = 0
+        self.portion = per_task_share(config.buffer_size, setting.n_tasks)
+        self.memory = TaskMemory(self.buffer)  # memory="ring": each task's ring of ``portion`` rows
         self.training_lr: float | None = None  # the lr of the last step
         self.anchors: Tensor
         self.phi: Tensor
@@ -242,7 +216,7 @@ class HAL(MethodBase[HALConfig]):
     def begin_task(self, task: int) -> None:
         super().begin_task(task)
         self.phi.zero_()
-        self.seen_in_task = 0
+        self.memory.offered = 0
 
     def active_anchors(self, task: int) -> Tensor:
         """(A, ...) the anchors in use during ``task``: those of every class of the earlier tasks."""
@@ -287,12 +261,7 @@ class HAL(MethodBase[HALConfig]):
         if self.config.memory == "reservoir":
             self.buffer.add_reservoir(batch.x_raw, batch.y, task_labels=batch.task, generator=self.generator)
             return
-        n = batch.y.shape[0]
-        capacity, device = self.buffer.capacity, batch.y.device
-        slots = ring_slots(self.seen_in_task, n, self.portion, batch.task, capacity, device)
-        self.buffer.write(slots, batch.x_raw, batch.y, task_labels=batch.task)
-        self.seen_in_task += n
-        self.buffer.set_size(batch.task * self.portion + min(self.seen_in_task, self.portion))
+        self.memory.add_to_ring(batch.x_raw, batch.y, batch.task, self.portion)
 
     def end_task(self, task: int, data: TaskData) -> None:
         """Learn one anchor per class of ``task`` (see the class docstring)."""
@@ -318,7 +287,11 @@ class HAL(MethodBase[HALConfig]):
     def finetuned_copy(self) -> nn.Module:
         """A copy of the network after ``finetuning_epochs`` SGD steps on buffer batches (train
         mode), returned in eval mode without gradients: the estimate of the future network."""
-        model = copy.deepcopy(self.net).train(True)
+        return frozen_copy(self.net, finetune=self.finetune)
+
+    def finetune(self, model: nn.Module) -> None:
+        """``finetuning_epochs`` SGD steps (lr ``anchor_lr``) of ``model`` on batches of
+        ``finetuning_batch_size`` augmented buffer items (none while the buffer is empty)."""
         optimizer = torch.optim.SGD(model.parameters(), lr=self.anchor_lr())
         for _ in range(self.config.finetuning_epochs if len(self.buffer) else 0):
             sample = self.buffer.sample(self.config.finetuning_batch_size, self.generator)
@@ -326,8 +299,6 @@ class HAL(MethodBase[HALConfig]):
             optimizer.zero_grad(set_to_none=True)
             F.cross_entropy(model(x), sample.labels).backward()
             optimizer.step()
-        model.requires_grad_(False)
-        return model.train(False)
 
     def anchor_lr(self) -> float:
         """The lr of the fine-tuning and of the anchors: ``anchor_lr``, else the training lr."""
@@ -336,10 +307,10 @@ class HAL(MethodBase[HALConfig]):
         return ANCHOR_LR_BEFORE_TRAINING if self.training_lr is None else self.training_lr
 
     def get_extra_state(self) -> dict[str, Any]:
-        state = {"seen_in_task": self.seen_in_task, "training_lr": self.training_lr}
+        state = {"seen_in_task": self.memory.offered, "training_lr": self.training_lr}
         return {**super().get_extra_state(), **state}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         super().set_extra_state(state)
-        self.seen_in_task = int(state["seen_in_task"])
+        self.memory.offered = int(state["seen_in_task"])
         self.training_lr = state["training_lr"]

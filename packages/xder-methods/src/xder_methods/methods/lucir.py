@@ -68,7 +68,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import check_settings
 from xder_methods.core.protocols import (
     Backbone,
@@ -84,9 +83,10 @@ from xder_methods.core.schedule import shuffled_batches
 from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.heads import CosineHead
 from xder_methods.parts.losses import at_least_float32
-from xder_methods.parts.networks import eval_features, frozen_batchnorm_stats, frozen_copy
+from xder_methods.parts.networks import eval_features, frozen_batchnorm_stats
 from xder_methods.parts.replay import ExemplarReplayConfig, MergedReplay, prefill_reservoir, replay_exemplars
 from xder_methods.parts.selection import class_mean_features, update_herding_buffer
+from xder_methods.parts.teacher import PreviousModelTeacher
 
 __all__ = [
     "LUCIR",
@@ -257,7 +257,7 @@ def _head_parameter_ids(net: nn.Module) -> set[int]:
 
 
 @register_method("lucir", LUCIRConfig)
-class LUCIR(MethodBase[LUCIRConfig]):
+class LUCIR(PreviousModelTeacher[LUCIRConfig]):
     """LUCIR: cosine classifier, less-forget feature distillation, margin ranking, imprinting,
     class-balanced fine-tuning and a herding memory (see the module docstring)."""
 
@@ -274,18 +274,12 @@ class LUCIR(MethodBase[LUCIRConfig]):
         super().__init__(net, setting, transforms, config, generator)
         num_features = int(cast(Backbone, net).num_features)
         self.head = CosineHead(num_features, setting.classes_per_task, generator, self.device)
-        self.teacher = frozen_copy(net)
         self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=self.device)
         self.merged = MergedReplay()
         self.register_buffer(
             "imprinted", torch.zeros(setting.num_classes, dtype=torch.bool, device=self.device)
         )
         self._net_head_ids = _head_parameter_ids(net)
-
-    def train(self, mode: bool = True) -> LUCIR:
-        super().train(mode)
-        self.teacher.train(False)
-        return self
 
     def less_forget_weight(self, task: int) -> float:
         """``lambda_base * sqrt(|C_o| / |C_n|)`` for ``task`` (0 at task 0)."""
@@ -298,11 +292,6 @@ class LUCIR(MethodBase[LUCIRConfig]):
         yield from (p for p in self.net.parameters() if id(p) not in self._net_head_ids)
         yield self.head.weights[self.current_task]
         yield self.head.sigma
-
-    def begin_task(self, task: int) -> None:
-        super().begin_task(task)
-        if task >= 1:
-            self.teacher.load_state_dict(self.net.state_dict())
 
     @torch.no_grad()
     def _imprint(self, features: Tensor, labels: Tensor, task: int) -> None:

@@ -10,12 +10,11 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import check_settings
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
+from xder_methods.core.protocols import ContinualSetting, TaskData, Transforms
 from xder_methods.core.registry import register_method
+from xder_methods.parts.anchoring import AnchoredFineTuning, quadratic_penalty
 from xder_methods.parts.gradients import flat_parameters, flatten_gradients
-from xder_methods.parts.losses import seen_class_cross_entropy
 
 __all__ = ["SI", "SIConfig", "path_contribution", "si_importance", "si_penalty"]
 
@@ -89,7 +88,8 @@ def si_importance(omega: Tensor, delta: Tensor, xi: float) -> Tensor:
 
 
 def si_penalty(params: Tensor, anchors: Tensor, importance: Tensor, c: float) -> Tensor:
-    """The surrogate loss ``c * sum_k Omega_k (theta_k - theta*_k) ** 2`` (paper Eq. 4).
+    """The surrogate loss ``c * sum_k Omega_k (theta_k - theta*_k) ** 2`` (paper Eq. 4):
+    :func:`quadratic_penalty` weighted by the importance.
 
     Args:
         params: (P,) current parameters (gradient flows through them).
@@ -99,7 +99,7 @@ def si_penalty(params: Tensor, anchors: Tensor, importance: Tensor, c: float) ->
     Returns:
         () scalar.
     """
-    return c * (importance * (params - anchors).pow(2)).sum()
+    return quadratic_penalty(params, anchors, importance, c)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,7 +107,7 @@ def si_penalty(params: Tensor, anchors: Tensor, importance: Tensor, c: float) ->
 
 
 @register_method("si", SIConfig)
-class SI(MethodBase[SIConfig]):
+class SI(AnchoredFineTuning[SIConfig]):
     """Synaptic Intelligence (Zenke, Poole & Ganguli, ICML 2017): fine-tuning with a quadratic
     surrogate loss anchoring each parameter to its value at the last task's end, weighted by how
     much the parameter's own movement lowered the loss along the past tasks' training paths. No
@@ -122,7 +122,8 @@ class SI(MethodBase[SIConfig]):
     At each task's end: ``Omega += omega / ((theta - theta*) ** 2 + xi)``, then ``theta* <- theta``
     and ``omega <- 0``. ``theta*`` starts as the network's initial parameters (the first task's
     start). ``CE_seen`` is FT's (:class:`~xder_methods.methods.sgd.SGD`): one softmax over the classes seen
-    so far. The gradient and the parameters are read around the loop's optimiser step
+    so far. The step's loss is :class:`~xder_methods.parts.anchoring.AnchoredFineTuning`'s, with
+    ``w = Omega``. The gradient and the parameters are read around the loop's optimiser step
     (:meth:`after_backward`, :meth:`after_step`); no host synchronisation.
 
     Checked against the paper and the authors' code (mammoth ``models/si.py``, the DER paper's
@@ -158,10 +159,8 @@ class SI(MethodBase[SIConfig]):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
-        theta = flat_parameters(net.parameters()).detach()
-        self.register_buffer("omega", torch.zeros_like(theta))
-        self.register_buffer("importance", torch.zeros_like(theta))
-        self.register_buffer("anchors", theta.clone())
+        self.register_buffer("omega", torch.zeros_like(self.anchors))
+        self.register_buffer("importance", torch.zeros_like(self.anchors))
         # One step's gradient and starting point, from after_backward to after_step (not state:
         # a checkpoint is taken between steps).
         self._step_gradient: Tensor | None = None
@@ -169,15 +168,9 @@ class SI(MethodBase[SIConfig]):
 
     omega: Tensor
     importance: Tensor
-    anchors: Tensor
 
-    def observe(self, batch: Batch) -> StepOutput:
-        ce = seen_class_cross_entropy(self.net(batch.x), batch.y, self.seen_classes(batch.task))
-        if batch.task == 0:  # Omega is zero until the first task ends: the penalty would be 0
-            return StepOutput(ce, {"ce": ce.detach()})
-        theta = flat_parameters(self.net.parameters())
-        penalty = si_penalty(theta, self.anchors, self.importance, self.config.c)
-        return StepOutput(ce + penalty, {"ce": ce.detach(), "penalty": penalty.detach()})
+    def penalty_weights(self) -> tuple[Tensor, float]:
+        return self.importance, self.config.c
 
     def _gradient(self) -> Tensor:
         params = list(self.net.parameters())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -38,9 +38,14 @@ def frozen_batchnorm_stats(module: nn.Module) -> Iterator[None]:
             m.track_running_stats = value
 
 
-def frozen_copy(net: nn.Module) -> nn.Module:
-    """A copy of ``net`` in eval mode whose parameters need no gradient (a teacher)."""
+def frozen_copy(net: nn.Module, finetune: Callable[[nn.Module], object] | None = None) -> nn.Module:
+    """A copy of ``net`` in eval mode whose parameters need no gradient (a teacher).
+
+    ``finetune``, if given, first trains the copy: it is called with the copy in train mode,
+    its parameters as trainable as ``net``'s (HAL's fine-tuned estimate of the future network)."""
     teacher = copy.deepcopy(net)
+    if finetune is not None:
+        finetune(teacher.train(True))
     teacher.requires_grad_(False)
     return teacher.train(False)
 

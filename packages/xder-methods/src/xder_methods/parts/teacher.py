@@ -1,5 +1,5 @@
 """A method that keeps a frozen copy of the network from the end of the previous task (LwF,
-LwF.MC, iCaRL): its base class."""
+LwF.MC, iCaRL, LUCIR, BiC): its base class."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ __all__ = ["PreviousModelTeacher"]
 
 class PreviousModelTeacher(MethodBase[ConfigT]):
     """A method with a teacher: a frozen copy of the network as it was when the current task
-    began (LwF.MC, iCaRL, LwF). Registered from the start, so that every ``state_dict`` has the
-    same keys; refreshed at ``begin_task`` of every task t >= 1; in eval mode even while the
-    method trains."""
+    began (LwF.MC, iCaRL, LwF, LUCIR, BiC). Registered from the start, so that every
+    ``state_dict`` has the same keys; refreshed at ``begin_task`` of every task t >= 1; in eval
+    mode even while the method trains."""
 
     def __init__(
         self,

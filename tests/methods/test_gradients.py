@@ -1,0 +1,58 @@
+"""Per-example gradients against a loop of single-item ``torch.autograd.grad``."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from xder_methods.parts.gradients import per_example_gradients
+
+
+def test_per_example_gradients_match_autograd_item_by_item(stream, tiny_net) -> None:
+    torch.manual_seed(0)
+    net = tiny_net(6, batchnorm=True).eval()
+    with torch.no_grad():
+        net.body[2].running_mean.uniform_(-1, 1)  # non-trivial running statistics
+    x, y = stream.train_x[:5].float() / 255, stream.train_y[:5]
+    grads, values = per_example_gradients(net, F.cross_entropy, x, y)
+    params = dict(net.named_parameters())
+    assert list(grads) == list(params)
+    for i in range(5):
+        loss = F.cross_entropy(net(x[i : i + 1]), y[i : i + 1])
+        expected = torch.autograd.grad(loss, list(params.values()))
+        for (name, got), want in zip(grads.items(), expected, strict=True):
+            assert got.shape == (5, *params[name].shape)
+            torch.testing.assert_close(got[i], want)
+        torch.testing.assert_close(values[i], loss.detach())
+    assert all(p.grad is None for p in params.values())
+    assert not values.requires_grad
+
+
+def test_per_example_gradients_of_any_objective_and_only_trainable_parameters(stream, tiny_net) -> None:
+    """A log-likelihood over the first 4 outputs, the first layer frozen: by default its gradient
+    is there too; ``trainable_only`` leaves it out and the rest unchanged."""
+    torch.manual_seed(1)
+    net = tiny_net(6).eval()
+    net.body[1].requires_grad_(False)
+    x, y = stream.train_x[:4].float() / 255, stream.train_y[:4] % 4
+
+    def log_likelihood(logits, label):
+        return logits[0, :4].log_softmax(dim=0).gather(0, label).squeeze(0)
+
+    every, values = per_example_gradients(net, log_likelihood, x, y)
+    trainable, _ = per_example_gradients(net, log_likelihood, x, y, trainable_only=True)
+    names = [name for name, _ in net.named_parameters()]
+    assert list(every) == names
+    assert list(trainable) == ["classifier.weight", "classifier.bias"]
+    for i in range(4):
+        leaves = [p.detach().requires_grad_(True) for p in net.parameters()]
+        out = torch.func.functional_call(net, dict(zip(names, leaves, strict=True)), (x[i : i + 1],))
+        value = torch.log_softmax(out[0, :4], dim=0)[y[i]]
+        expected = dict(zip(names, torch.autograd.grad(value, leaves), strict=True))
+        torch.testing.assert_close(values[i], value.detach())
+        for name in names:
+            torch.testing.assert_close(every[name][i], expected[name])
+        for name in trainable:
+            torch.testing.assert_close(trainable[name][i], expected[name])
+    # The classifier's rows of the outputs outside the softmax get no gradient.
+    assert torch.count_nonzero(every["classifier.weight"][:, 4:]) == 0
