@@ -43,7 +43,9 @@ class MethodBase(nn.Module, Generic[ConfigT]):
     loop's optimiser, :attr:`optimizer`), and returns the step's detached loss and terms; the loop
     then does nothing around it (no backward pass, :meth:`after_backward`, optimiser step,
     :meth:`after_step` or gradient-norm probe). For methods that take several steps on one batch
-    (FDR's function-space step, HAL's anchor step, GSS's ``batch_num`` steps)."""
+    (FDR's function-space step, HAL's anchor step, GSS's ``batch_num`` steps). The whole of such
+    an ``observe`` runs under the run's precision (with ``bf16``, the extra steps' forward passes
+    too)."""
 
     def __init__(
         self,
