@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 
-if TYPE_CHECKING:
-    pass
-import copy
-from typing import cast
-
-from xder_methods.core.protocols import (
-    Backbone,
-    Transform,
-)
+from xder_methods.core.protocols import Backbone, Transform
 from xder_methods.parts.losses import at_least_float32
 
 __all__ = ["eval_features", "frozen_batchnorm_stats", "frozen_copy"]
