@@ -5,6 +5,7 @@ one command and summarised by ``data info``; the ``[benchmark]`` section (record
 from __future__ import annotations
 
 import json
+import shlex
 import tomllib
 from pathlib import Path
 
@@ -209,4 +210,6 @@ def test_a_suggested_split_pastes_into_a_shell(tmp_path: Path, capsys) -> None:
     data = my_images(tmp_path / "my_images")
     assert main(["data", "info", "folder", "--data-root", str(data), "--set", "benchmark.tasks=4"]) == 2
     err = one_line_error(capsys)
-    assert "e.g. 'benchmark.classes_per_task=[2, 2, 1, 1]' (quoted for the shell)" in err
+    assert "e.g. --set 'benchmark.classes_per_task=[2, 2, 1, 1]' (quoted for the shell)" in err
+    suggested = err.split("e.g. ")[1].split(" (quoted")[0]
+    assert shlex.split(suggested) == ["--set", "benchmark.classes_per_task=[2, 2, 1, 1]"]

@@ -77,7 +77,9 @@ SOURCE_FLAGS = {"ntu60": "--raw"}
 """``xder-run data prepare``'s flag for the files a kind converts, where it is not ``--source``."""
 
 _SETTING = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, SETTING_FLAGS)) + r")(?!\w|\.\w)")
-_ASSIGNED = re.compile(r"(?<![\w.-])((?:" + "|".join(s for s in SECTIONS if s != "run") + r")\.\w+=)")
+# A ``section.key=`` the message names, with the quote that may open it: the flag goes before the
+# quote (``--set 'benchmark.classes_per_task=[2, 1]'``), so that the words paste into a shell.
+_ASSIGNED = re.compile(r"(?<![\w.-])('?(?:" + "|".join(s for s in SECTIONS if s != "run") + r")\.\w+=)")
 _PREPARE = re.compile(r"prepare_data\('([^']+)', '([^']*)'(?:, source='([^']*)')?\)")
 _DOWNLOAD = re.compile(r"download_data\('([^']+)', '([^']*)'\)")
 
