@@ -350,3 +350,43 @@ def check_the_print_finder() -> None:
         "    log.write('kept in a file: fine')\n"
     )
     assert printing_calls(planted) == ["3: print", "4: sys.stdout.write", "5: sys.stderr.writelines"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The rules every library package's structure test applies, each after its checker's self-test.
+
+
+def assert_no_import_circle(modules: dict[str, Path], folder: Path, edge: tuple[str, str]) -> None:
+    """No import circle among ``modules``; ``edge`` (importer, imported) is one the graph must see."""
+    check_the_cycle_finder(folder)
+    graph = import_graph(modules)
+    assert edge[1] in graph[edge[0]]  # the graph sees the package's imports
+    found = cycle(graph)
+    assert found is None, "import circle: " + " -> ".join(found or [])
+
+
+def assert_modules_stay_short(modules: dict[str, Path], folder: Path, cap: int) -> None:
+    check_the_length_cap(folder)
+    long = too_long(modules, cap)
+    assert not long, f"longer than {cap} lines (module: lines): {long}"
+
+
+def assert_never_prints(modules: dict[str, Path]) -> None:
+    check_the_print_finder()
+    found = [
+        f"{module}:{call}"
+        for module, path in modules.items()
+        for call in printing_calls(path.read_text(encoding="utf-8"))
+    ]
+    assert found == []
+
+
+def assert_no_flag_spelled(modules: dict[str, Path], instead: str) -> None:
+    """No string of ``modules`` (docstrings aside) spells a flag; ``instead`` says what to write."""
+    check_the_flag_finder()
+    found = [
+        f"{module}:{flag}"
+        for module, path in modules.items()
+        for flag in flags_spelled(path.read_text(encoding="utf-8"))
+    ]
+    assert found == [], f"{instead}, not the flag: {found}"

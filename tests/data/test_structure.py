@@ -36,34 +36,16 @@ def modules(structure) -> dict[str, Path]:
 
 
 def test_no_import_circle(structure, modules, tmp_path: Path) -> None:
-    structure.check_the_cycle_finder(tmp_path)
-    graph = structure.import_graph(modules)
-    assert "xder_data.ntu60" in graph["xder_data.importers"]  # the graph sees the package's imports
-    found = structure.cycle(graph)
-    assert found is None, "import circle: " + " -> ".join(found or [])
+    structure.assert_no_import_circle(modules, tmp_path, ("xder_data.importers", "xder_data.ntu60"))
 
 
 def test_modules_stay_short(structure, modules, tmp_path: Path) -> None:
-    structure.check_the_length_cap(tmp_path)
-    long = structure.too_long(modules, LONGEST_MODULE)
-    assert not long, f"longer than {LONGEST_MODULE} lines (module: lines): {long}"
+    structure.assert_modules_stay_short(modules, tmp_path, LONGEST_MODULE)
 
 
 def test_the_package_never_prints(structure, modules) -> None:
-    structure.check_the_print_finder()
-    found = [
-        f"{module}:{call}"
-        for module, path in modules.items()
-        for call in structure.printing_calls(path.read_text(encoding="utf-8"))
-    ]
-    assert found == []
+    structure.assert_never_prints(modules)
 
 
 def test_no_string_spells_a_command_line_flag(structure, modules) -> None:
-    structure.check_the_flag_finder()
-    found = [
-        f"{module}:{flag}"
-        for module, path in modules.items()
-        for flag in structure.flags_spelled(path.read_text(encoding="utf-8"))
-    ]
-    assert found == [], f"name the setting (run.data_root; errors.prepare_call), not the flag: {found}"
+    structure.assert_no_flag_spelled(modules, "name the setting (run.data_root; errors.prepare_call)")

@@ -68,33 +68,10 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
-def cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import circle of ``graph`` (its modules in order, the first repeated), or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(module: str) -> list[str] | None:
-        state[module] = 1
-        path.append(module)
-        for target in sorted(graph[module]):
-            if state.get(target) == 1:
-                return [*path[path.index(target) :], target]
-            if target not in state and (found := visit(target)):
-                return found
-        path.pop()
-        state[module] = 2
-        return None
-
-    for module in sorted(graph):
-        if module not in state and (found := visit(module)):
-            return found
-    return None
-
-
-def test_the_cycle_finder_finds_a_circle_and_accepts_a_tree() -> None:
-    assert cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
-    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert cycle({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == ["a", "b", "a"]
+def test_the_cycle_finder_finds_a_circle_and_accepts_a_tree(structure) -> None:
+    assert structure.cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert structure.cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert structure.cycle({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == ["a", "b", "a"]
 
 
 def test_the_graph_sees_imports_inside_functions() -> None:
@@ -105,8 +82,8 @@ def test_the_graph_sees_imports_inside_functions() -> None:
     assert "xder_cli.runs.rundir" in graph["xder_cli.runs.lifecycle"]
 
 
-def test_no_module_of_xder_cli_imports_itself_back() -> None:
-    assert cycle(import_graph()) is None
+def test_no_module_of_xder_cli_imports_itself_back(structure) -> None:
+    assert structure.cycle(import_graph()) is None
 
 
 def test_the_library_never_imports_the_command_line() -> None:
@@ -151,48 +128,15 @@ def test_modules_stay_short_and_main_only_assembles() -> None:
     assert lengths["xder_cli.main"] < LONGEST_MAIN
 
 
-STREAMS = ("stdout", "stderr", "__stdout__", "__stderr__")
-
-
-def printing_calls(source: str) -> list[str]:
-    """Each call in ``source`` that prints: ``print(...)``, or ``write``/``writelines`` on
-    ``sys.stdout`` or ``sys.stderr``, as ``line: call``."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        if isinstance(func, ast.Name) and func.id == "print":
-            found.append(f"{node.lineno}: print")
-        elif (
-            isinstance(func, ast.Attribute)
-            and func.attr in ("write", "writelines")
-            and isinstance(func.value, ast.Attribute)
-            and func.value.attr in STREAMS
-            and isinstance(func.value.value, ast.Name)
-            and func.value.value.id == "sys"
-        ):
-            found.append(f"{node.lineno}: sys.{func.value.attr}.{func.attr}")
-    return found
-
-
-def test_the_library_never_prints() -> None:
+def test_the_library_never_prints(structure) -> None:
     """xder_cli.runs hands its lines to its caller (callbacks, return values, errors); the
     commands and xder_cli.progress print them."""
-    planted = (
-        "import sys\n"
-        "def f(log):\n"
-        "    print('x', file=sys.stderr)\n"
-        "    sys.stdout.write('y')\n"
-        "    sys.stderr.writelines(['z'])\n"
-        "    log.write('kept in a file: fine')\n"
-    )
-    assert printing_calls(planted) == ["3: print", "4: sys.stdout.write", "5: sys.stderr.writelines"]
+    structure.check_the_print_finder()
     found = [
         f"{module}:{call}"
         for module, path in MODULES.items()
         if module.startswith("xder_cli.runs")
-        for call in printing_calls(path.read_text(encoding="utf-8"))
+        for call in structure.printing_calls(path.read_text(encoding="utf-8"))
     ]
     assert found == []
 
