@@ -1,14 +1,15 @@
 """The Quickstart's main job (README) and the ``seq-digits`` figures of the documentation's results
-page (``docs/results.md``), rerun (slow: about six minutes on two CPU cores; ``uv run nox`` runs
+page (``docs/results.md``), rerun (slow: about eight minutes on two CPU cores; ``uv run nox`` runs
 them in its ``slow`` session).
 
 The figures are read from the page itself, so that the table and this check cannot drift
-apart: each checked row of the "Results on `seq-digits`" table is retrained over its seeds with
-one thread per run (as the table was measured), two runs at a time, and its mean FAA must lie
-within two standard errors of the table's (SE of a difference of two means over n seeds each,
-from the two sample standard deviations). On the machine the table was measured on, the runs
-give its figures exactly; elsewhere floating-point sums in another order move single runs, not
-the mean beyond seed noise. The claims the page makes about those rows are checked too.
+apart: each checked row of the "Results on `seq-digits`" table is retrained over its first
+``SEEDS`` seeds with one thread per run (as the table was measured), two runs at a time, and
+their mean FAA must lie within two standard errors of the table's (SE of a difference of two
+means, from the two sample standard deviations and seed counts: conservative here, as our seeds
+are among the table's). On the machine the table was measured on, the runs give its figures
+exactly; elsewhere floating-point sums in another order move single runs, not the mean beyond
+seed noise. The claims the page makes about those rows are checked too, on the seeds rerun.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ ROWS = {
     "X-DER, `--preset none`": ["--method", "xder", "--preset", "none"],
     "X-DER, `tuned`": ["--method", "xder"],
 }
+# Seeds 0..SEEDS-1 of each row: three of the table's five keep the check's two-sigma power on
+# the page's claims (their margins are many standard errors) at 15 runs, not 25.
+SEEDS = 3
 
 
 def results_rows() -> dict[str, tuple[float, float, int]]:
@@ -117,7 +121,7 @@ def test_quickstart_main_job(tmp_path: Path) -> None:
 def test_the_seq_digits_results_table(tmp_path: Path) -> None:
     table = results_rows()
     assert set(ROWS) <= set(table), f"rows missing from docs/results.md: {set(ROWS) - set(table)}"
-    jobs = [(label, seed) for label in ROWS for seed in range(table[label][2])]
+    jobs = [(label, seed) for label in ROWS for seed in range(min(SEEDS, table[label][2]))]
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(
             pool.map(lambda job: train(tmp_path, ROWS[job[0]], job[1], "--set", "run.threads=1"), jobs)
