@@ -418,7 +418,7 @@ def test_mixed_image_sizes_without_image_size(tmp_path: Path) -> None:
     Image.fromarray(pixels(5, (9, 9))).save(tmp_path / "train" / "dog" / "big.png")
     with pytest.raises(
         BenchmarkFormatError,
-        match=r"mixed image sizes: .* is 8x8, .*big.png is 9x9; set benchmark.image_size",
+        match=r"mixed image sizes: .* is 8x8, .*big.png is 9x9; pass benchmark.image_size",
     ):
         load_benchmark("folder", tmp_path)
     assert load_benchmark("folder", tmp_path, image_size=8).input_shape == (3, 8, 8)

@@ -261,7 +261,7 @@ def _decode(
         elif image.size != first[1]:
             (w0, h0), (w, h) = first[1], image.size
             raise BenchmarkFormatError(
-                f"mixed image sizes: {first[0]} is {w0}x{h0}, {path} is {w}x{h}; set benchmark.image_size=N "
+                f"mixed image sizes: {first[0]} is {w0}x{h0}, {path} is {w}x{h}; pass benchmark.image_size=N "
                 "(each image's shorter side resized to N, then centre-cropped to N x N)"
             )
         if pixels is None:
