@@ -69,12 +69,16 @@ def test_a_retry_waits_for_the_lock_its_lost_attempt_held(tmp_path: Path, monkey
     run_dir.mkdir()
     lost = {"submission": "lost", "node": {"id": "n1", "ip": None, "host": "h"}, "pid": 1, "resume": False}
     rundir.EventLog(run_dir / ATTEMPTS).append(lost)
-    monkeypatch.setattr(scheduler, "RETRY_LOCK_WAIT_S", 0.5)
     with rundir.lock_run_dir(run_dir, then="-"):  # the lost attempt's lock, still held
+        # Another submission does not wait: it returns long before a wait of 30 s would end
+        # (a margin no busy machine eats up); the retry waits the whole RETRY_LOCK_WAIT_S.
+        monkeypatch.setattr(scheduler, "RETRY_LOCK_WAIT_S", 30.0)
         begin = time.monotonic()
         other = train_one(str(run_dir), trial.config, (), "another sweep")
         assert other["status"] == "running elsewhere"
-        assert time.monotonic() - begin < 0.5
+        assert time.monotonic() - begin < 30.0
+        monkeypatch.setattr(scheduler, "RETRY_LOCK_WAIT_S", 0.5)
+        begin = time.monotonic()
         waited = train_one(str(run_dir), trial.config, (), "lost")  # gives up after RETRY_LOCK_WAIT_S
         assert waited["status"] == "running elsewhere"
         assert time.monotonic() - begin >= 0.5
