@@ -153,7 +153,7 @@ def _constant(values: tuple[float, ...], device: torch.device, dtype: torch.dtyp
     """A small read-only vector of constants on ``device``, made once per (values, device, dtype)
     by fill kernels and then reused, so a training step launches nothing for it. Not
     ``torch.tensor(values, device=device)``: on a GPU that is a blocking copy from the host's
-    pageable memory, a host sync (seen in every X-DER step on an H200, issue 37)."""
+    pageable memory, a host sync (seen in every X-DER step on an H200)."""
     return torch.stack([torch.full((), float(v), dtype=dtype, device=device) for v in values])
 
 
