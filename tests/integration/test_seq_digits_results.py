@@ -4,12 +4,12 @@ them in its ``slow`` session).
 
 The figures are read from the page itself, so that the table and this check cannot drift
 apart: each checked row of the "Results on `seq-digits`" table is retrained over its first
-``SEEDS`` seeds with one thread per run (as the table was measured), two runs at a time, and
-their mean FAA must lie within two standard errors of the table's (SE of a difference of two
-means, from the two sample standard deviations and seed counts: conservative here, as our seeds
-are among the table's). On the machine the table was measured on, the runs give its figures
-exactly; elsewhere floating-point sums in another order move single runs, not the mean beyond
-seed noise. The claims the page makes about those rows are checked too, on the seeds rerun.
+``SEEDS`` seeds (FT over all: ``ALL_SEEDS``) with one thread per run (as the table was
+measured), two runs at a time, and their mean FAA must lie within two standard errors of the
+table's (SE of a difference of two means, from the two sample standard deviations and seed
+counts). On the machine the table was measured on, the runs give its figures exactly; elsewhere
+floating-point sums in another order move single runs, and the means within seed noise. The
+claims the page makes about those rows are checked too, on the seeds rerun.
 """
 
 from __future__ import annotations
@@ -37,8 +37,12 @@ ROWS = {
     "X-DER, `tuned`": ["--method", "xder"],
 }
 # Seeds 0..SEEDS-1 of each row: three of the table's five keep the check's two-sigma power on
-# the page's claims (their margins are many standard errors) at 15 runs, not 25.
+# the page's claims (their margins are many standard errors) at 17 runs, not 25. FT keeps all
+# five, its cheapest runs: its seeds end within a quarter point of each other on one CPU, so
+# that another CPU's shift of a few tenths (seeds 0-2: 19.33 on a two-core AMD EPYC, against
+# 19.83 ± 0.26) exceeds three seeds' standard error; over five, seed noise covers it.
 SEEDS = 3
+ALL_SEEDS = {"FT (`sgd`)"}
 
 
 def results_rows() -> dict[str, tuple[float, float, int]]:
@@ -121,7 +125,11 @@ def test_quickstart_main_job(tmp_path: Path) -> None:
 def test_the_seq_digits_results_table(tmp_path: Path) -> None:
     table = results_rows()
     assert set(ROWS) <= set(table), f"rows missing from docs/results.md: {set(ROWS) - set(table)}"
-    jobs = [(label, seed) for label in ROWS for seed in range(min(SEEDS, table[label][2]))]
+    jobs = [
+        (label, seed)
+        for label in ROWS
+        for seed in range(table[label][2] if label in ALL_SEEDS else min(SEEDS, table[label][2]))
+    ]
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(
             pool.map(lambda job: train(tmp_path, ROWS[job[0]], job[1], "--set", "run.threads=1"), jobs)
