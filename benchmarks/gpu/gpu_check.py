@@ -550,25 +550,23 @@ def bench(
     script: Script, device: torch.device, smoke: bool, benchmark: str, mode: str, methods=METHODS
 ) -> Any:
     path = script.out / f"bench-{benchmark}-{mode}.json"
+    if mode in COMPILED_MODES:
+        methods = tuple(m for m in methods if m in ("derpp", "xder"))
+    elif smoke and mode != "fp32":  # the other modes' paths with two methods (X-DER's bf16 and
+        # step graphs: the correctness phase and the unit tests); a CPU's bf16 is slow
+        methods = tuple(m for m in methods if m in ("sgd", "derpp"))
     args = [
         "bench", "--benchmark", benchmark, "--protocol", "full", "--methods", ",".join(methods),
         "--device", str(device), "--json", str(path), *MODES.get(mode, []),
     ]  # fmt: skip
     if mode == "compile":
         args += ["--precision", "bf16", "--compile"]
-    if mode in COMPILED_MODES:
-        methods = tuple(m for m in methods if m in ("derpp", "xder"))
-        args[args.index("--methods") + 1] = ",".join(methods)
     if smoke:
         args += ["--width", "8", "--steps", "2", "--warmup", "1", "--no-epoch"]
-        if mode != "fp32":  # the other modes' paths, with two methods (X-DER's bf16 and step
-            # graphs are checked by the correctness phase and the unit tests): a CPU's bf16 is slow
-            methods = tuple(m for m in methods if m in ("sgd", "derpp"))
-            args[args.index("--methods") + 1] = ",".join(methods)
     else:
         args += ["--steps", "20", "--warmup", "5"]
     limit = script.left() - (5 if mode in COMPILED_MODES else 0)
-    cap = limit if smoke else 180 if mode in COMPILED_MODES else 150
+    cap = limit if smoke else 180 if mode in COMPILED_MODES else 150  # smoke: no cap of its own
     # torch's reasons for recompiling or not running a CUDA graph, into the log
     env = {"TORCH_LOGS": "recompiles,perf_hints,cudagraphs"} if mode in COMPILED_MODES else {}
     result = xder_run(args, script.out / "bench.log", timeout=min(cap, limit), env=env)
