@@ -3,8 +3,10 @@
 # and one archive of its figures, logs and each run's small files (not the data, not
 # checkpoints) into $OUT/gpu (the tool brings back only a few files).
 #   bash benchmarks/gpu/device_call.sh [BUDGET_SECONDS] [gpu_check.py options...]
+# KEEP=1 keeps the scratch folder of an earlier call on the same machine: its prepared data and
+# its pack phase's figures (pack.json) serve this call (a second call while the machine is warm).
 work=/tmp/xder-gpu
-rm -rf "$work"
+[ "${KEEP:-0}" = 1 ] || rm -rf "$work"
 budget=${1:-360}
 shift || true
 bash benchmarks/gpu/run.sh "$work" --budget "$budget" "$@"

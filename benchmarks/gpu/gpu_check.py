@@ -43,11 +43,17 @@ Phases:
    mode (bf16 + channels-last + step graphs) out if the two FAAs differ by more than
    :data:`STEP_GRAPH_FAA_TOLERANCE`, and otherwise plans it with the replayed float32 epoch (an
    upper bound of its own).
-8. ``full_run``: ``--full-run`` (:data:`FULL_RUNS`: DER++ on Split CIFAR-10, buffer 200, by
-   default; X-DER on Split CIFAR-100, buffer 500) at its paper's protocol and preset, in the mode
-   of the fastest training-loop epoch, as many epochs per task as the time left allows, or
-   ``--full-run-epochs`` (``--bench-from`` takes the bench figures of an earlier call instead).
-9. ``compile``: the bench again with ``--compile`` in torch's default mode (DER++ and X-DER), when
+8. ``pack``: K = 1, 2, 4 and 8 DER++ runs at once on the one device (separate processes, Split
+   CIFAR-10 at the paper's shapes, :data:`PACK_EPOCHS` epochs of task 0), in the step_graph mode
+   where that phase agreed, else with the backbone's graphs: each run's steady epoch and the
+   packed throughput (epochs per hour, summed over the runs) against K.
+9. ``full_run``: ``--full-run`` (:data:`FULL_RUNS`: DER++ on Split CIFAR-10, buffer 200, by
+   default; X-DER on Split CIFAR-100, buffer 500) at its paper's protocol and preset, one run per
+   seed of ``--full-run-seeds``, all at once, in the mode of the fastest training-loop epoch (the
+   pack phase's for that many runs at once, where it ran; in a folder an earlier call left, its
+   ``pack.json``), as many epochs per task as the time left allows, or ``--full-run-epochs``
+   (``--bench-from`` takes the bench figures of an earlier call instead).
+10. ``compile``: the bench again with ``--compile`` in torch's default mode (DER++ and X-DER), when
    time is left; only when ``--phases`` names it.
 """
 
@@ -105,7 +111,12 @@ MIN_COSINE = {"tf32": 0.99, "bf16": 0.95}
 # the full run leaves step graphs out. Deterministic float32 should give equal matrices; this
 # allows for an atomic add whose order still varies.
 STEP_GRAPH_FAA_TOLERANCE = 2.0
-PHASES = ("data", "correctness", "syncs", "resume", "bench", "step_graph", "full_run", "compile")
+# The pack phase: K DER++ runs at once on one card, each PACK_EPOCHS epochs of task 0 (the first
+# records its graphs; the others are its steady epochs); PACK_RESERVE seconds kept for the full run.
+PACK_SIZES = (1, 2, 4, 8)
+PACK_EPOCHS = 3
+PACK_RESERVE = 20.0
+PHASES = ("data", "correctness", "syncs", "resume", "bench", "step_graph", "pack", "full_run", "compile")
 # torch.compile's default mode gained nothing on the H200 (the graphs mode of the bench replaces it)
 DEFAULT_PHASES = tuple(p for p in PHASES if p != "compile")
 # bf16 alone was slower than float32 on the H200 (more cast kernels in a launch-bound step), and
@@ -205,6 +216,42 @@ def checked(result: subprocess.CompletedProcess[str], what: str) -> subprocess.C
     return result
 
 
+def train_runs(
+    runs: dict[str, list[str]], log: Path, *, timeout: float, env: dict[str, str] | None = None
+) -> dict[str, float | None]:
+    """``xder-run`` runs all at once, one process each (``runs``: name -> its arguments), each
+    one's output into ``log`` with the name's suffix; waits for all, up to ``timeout`` seconds from
+    the start, then kills those left. Returns each run's wall seconds (None: killed at the
+    timeout); a run that fails raises, after all have ended."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    procs = {}
+    for name, args in runs.items():
+        with log.with_suffix(f".{name}.log").open("a") as file:
+            file.write(f"$ {' '.join([*LAUNCH, '--', *args])}\n")
+        procs[name] = subprocess.Popen(
+            [*LAUNCH, "--", *args],
+            stdout=log.with_suffix(f".{name}.log").open("a"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+    walls: dict[str, float | None] = {}
+    failed = []
+    for name, proc in procs.items():
+        try:
+            proc.wait(timeout=max(1.0, timeout - (time.monotonic() - started)))
+            walls[name] = time.monotonic() - started
+            if proc.returncode != 0:
+                failed.append(f"{name} (rc {proc.returncode})")
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            walls[name] = None
+    if failed:
+        raise RuntimeError(f"runs failed: {', '.join(failed)} (see {log.stem}.*.log)")
+    return walls
+
+
 # ---------------------------------------------------------------------------------------------
 # 1-2: environment and data
 
@@ -259,6 +306,9 @@ def prepare_data(script: Script, smoke: bool, kind: str) -> dict[str, Any]:
     """``xder-run data prepare KIND`` (cifar10 or cifar100) from ``data/<kind>-jpg.tar.gz`` beside
     this script, or in smoke mode from a small image folder written here."""
     data_root = script.out / "data"
+    prepared = data_root / {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}[kind]
+    if prepared.is_dir():  # an earlier call's, in the same folder
+        return {"data_root": str(data_root), "reused": str(prepared), "seconds": 0.0}
     if smoke:  # the CIFAR-100 importer wants the real counts: 500 and 100 a class
         counts = (40, 10) if kind == "cifar10" else (500, 100)
         source = smoke_images(script.out / f"smoke-{kind}", kind, *counts)
@@ -641,6 +691,94 @@ def step_graph_check(script: Script, device: torch.device, smoke: bool) -> dict[
     }
 
 
+def pack_mode(device: torch.device, check: dict[str, Any] | None) -> str:
+    """The mode the pack phase and a packed full run train in: whole-step graphs (``stepgraph``)
+    where the step_graph phase found the replayed run agreeing with the eager one, else the
+    backbone's graphs (``graphs``); on a CPU (smoke) float32, whose steps a GPU would replay."""
+    if device.type != "cuda":
+        return "fp32"
+    return "stepgraph" if check is not None and check["agree"] else "graphs"
+
+
+def pack(script: Script, device: torch.device, smoke: bool, mode: str) -> dict[str, Any]:
+    """K DER++ runs at once on one device, K in :data:`PACK_SIZES` (smoke: 1 and 2), each a
+    separate ``xder-run train`` process (Split CIFAR-10, the paper's shapes, buffer 200, seeds 0 ..
+    K-1, :data:`PACK_EPOCHS` epochs of task 0, in ``mode``): each run's steady epoch (the mean of
+    its epochs after the first, which records its graphs), and the packed throughput, the sum of
+    the runs' epochs per hour. A size the time left cannot hold is skipped (the time it needs
+    planned from the last size's wall time)."""
+    sizes = (1, 2) if smoke else PACK_SIZES
+    epochs = 2 if smoke else PACK_EPOCHS
+    rows = []
+    last_wall = 0.0
+    for k in sizes:
+        needs = last_wall * 1.8 + 10  # the next size: about twice the work of the last, in parallel
+        if not smoke and script.left() < needs + PACK_RESERVE:
+            rows.append(
+                {"k": k, "status": "skipped", "reason": f"{script.left():.0f} s left, needs {needs:.0f}"}
+            )
+            break
+        folder = script.out / f"pack-{k}"
+        runs = {}
+        for seed in range(k):
+            args = [
+                "train", "--method", "derpp", "--benchmark", "seq-cifar10", "--protocol", "full",
+                "--buffer-size", "20" if smoke else "200", "--seed", str(seed),
+                "--data-root", str(script.out / "data"), "--device", str(device),
+                "--epochs", str(epochs), "--set", "train.tasks=1", "--out", str(folder / f"seed-{seed}"),
+                *(a for setting in MODE_SETTINGS[mode] for a in ("--set", setting)),
+            ]  # fmt: skip
+            if smoke:
+                args += ["--set", "backbone.width=8"]
+            runs[f"seed-{seed}"] = args
+        started = time.monotonic()
+        try:
+            walls = train_runs(runs, folder / "pack.log", timeout=script.left() - PACK_RESERVE / 2)
+        except Exception as error:  # keep the sizes measured so far
+            rows.append({"k": k, "status": "error", "reason": f"{type(error).__name__}: {error}"})
+            break
+        wall = time.monotonic() - started
+        last_wall = wall
+        steady = []
+        for seed in range(k):
+            (run_dir,) = [p for p in (folder / f"seed-{seed}").iterdir() if p.is_dir()]
+            times = epoch_seconds(run_dir).get(0, [])
+            steady.append(sum(times[1:]) / len(times[1:]) if len(times) > 1 else None)
+        done = [t for t in steady if t is not None]
+        rows.append(
+            {
+                "k": k,
+                "status": "ok" if len(done) == k else "partial",
+                "wall_seconds": wall,
+                "run_wall_seconds": walls,
+                "steady_epoch_seconds": steady,
+                "mean_epoch_seconds": sum(done) / len(done) if done else None,
+                # the packed throughput: every run's steady epochs per hour, summed
+                "epochs_per_hour": sum(3600 / t for t in done) if done else None,
+            }
+        )
+    one = next((r["epochs_per_hour"] for r in rows if r["k"] == 1 and r.get("epochs_per_hour")), None)
+    for row in rows:
+        if one and row.get("epochs_per_hour"):
+            row["speedup_over_one"] = row["epochs_per_hour"] / one
+            # the DER paper's Split CIFAR-10 protocol: 5 tasks x 50 epochs a run
+            row["full_protocol_runs_per_hour"] = row["epochs_per_hour"] / 250
+    return {"method": "derpp", "benchmark": "seq-cifar10", "mode": mode, "epochs": epochs, "rows": rows}
+
+
+def packed_epoch_seconds(packed: dict[str, Any] | None, runs: int) -> float | None:
+    """A run's steady epoch with ``runs`` runs at once, from the pack phase: the smallest size
+    measured that holds them (an upper bound), else the largest measured."""
+    if not packed:
+        return None
+    rows = [r for r in packed["rows"] if r.get("mean_epoch_seconds")]
+    if not rows:
+        return None
+    holding = [r for r in rows if r["k"] >= runs]
+    row = min(holding, key=lambda r: r["k"]) if holding else max(rows, key=lambda r: r["k"])
+    return float(row["mean_epoch_seconds"])
+
+
 def full_run(
     script: Script,
     device: torch.device,
@@ -650,12 +788,17 @@ def full_run(
     which: str,
     epochs: int | None = None,
     check: dict[str, Any] | None = None,
+    seeds: tuple[int, ...] = (0,),
+    packed: dict[str, Any] | None = None,
+    whole: bool = False,
 ) -> dict[str, Any]:
-    """One of :data:`FULL_RUNS` in the mode of the fastest training-loop epoch (the loop's own
-    where measured, :data:`LOOP_EPOCH_SECONDS`, else the bench's times :data:`LOOP_OVER_BENCH`) among
-    the modes the bench measured, as many epochs per task (at most the protocol's) as fit in the
-    time left less ``reserve`` seconds (``epochs``: that many); ``check``: the step_graph phase's
-    figures, where it ran. A run the time cuts short still
+    """One of :data:`FULL_RUNS`, one run per seed of ``seeds``, all at once (one process each),
+    in the mode of the fastest training-loop epoch (the pack phase's, ``packed``, for as many runs
+    at once where it measured them; else the loop's own where measured, :data:`LOOP_EPOCH_SECONDS`;
+    else the bench's times :data:`LOOP_OVER_BENCH`), as many epochs per task (at most the
+    protocol's) as fit in the time left less ``reserve`` seconds (``epochs``: that many; ``whole``:
+    the last seeds left out where that lets the others run the whole protocol);
+    ``check``: the step_graph phase's figures, where it ran. A run the time cuts short still
     reports the tasks it finished (``results.json`` is rewritten after every task)."""
     spec = FULL_RUNS[which]
     timings = {}
@@ -674,48 +817,90 @@ def full_run(
         timings.pop("stepgraph", None)
     elif check is not None and (check["method"], check["benchmark"]) == (spec["method"], spec["benchmark"]):
         timings["stepgraph"] = check["replayed_epoch_seconds"]
-    mode = min(timings, key=timings.__getitem__) if timings else "fp32"
-    loop_epoch_s = timings.get(mode)
-    if epochs is None and (smoke or loop_epoch_s is None):
-        epochs = 1
-    elif epochs is None:  # 20 s for start-up, evaluations and plots (and 60 s for compiling)
-        per_epoch = spec["tasks"] * loop_epoch_s
+    same = packed is not None and (packed["method"], packed["benchmark"]) == (
+        spec["method"],
+        spec["benchmark"],
+    )
+
+    def plan(runs: int) -> tuple[str, float | None, int]:
+        """The mode, a run's epoch and the epochs per task that fit, with ``runs`` runs at once."""
+        packed_s = packed_epoch_seconds(packed, runs) if same else None
+        if packed_s is not None:  # measured with that many runs at once: it wins
+            mode, epoch_s = packed["mode"], packed_s
+        else:
+            mode = min(timings, key=timings.__getitem__) if timings else "fp32"
+            epoch_s = timings.get(mode)
+            if epoch_s is not None:  # not measured packed: as if one after another
+                epoch_s *= runs
+        if epoch_s is None:
+            return mode, None, 1
+        # 20 s for start-up, evaluations and plots (and 60 s for compiling)
         fixed = 20 + (60 if mode in COMPILED_MODES else 0) + (15 if mode == "stepgraph" else 0)
-        epochs = min(spec["epochs"], int(max(0.0, script.left() - reserve - fixed) / per_epoch))
+        fit = int(max(0.0, script.left() - reserve - fixed) / (spec["tasks"] * epoch_s))
+        return mode, epoch_s, min(spec["epochs"], fit)
+
+    if whole and epochs is None and not smoke:  # the fewest seeds dropped that let the protocol fit
+        for runs in range(len(seeds), 0, -1):
+            if plan(runs)[2] >= spec["epochs"]:
+                seeds = seeds[:runs]
+                break
+    mode, loop_epoch_s, fit = plan(len(seeds))
+    if epochs is None:
+        epochs = 1 if smoke else fit
     if epochs < 1:
         raise RuntimeError(
             f"no time for one epoch per task ({script.left():.0f} s left, {loop_epoch_s} s an epoch)"
         )
     out = script.out / "full-run"
-    args = [
-        "train", "--method", spec["method"], "--benchmark", spec["benchmark"], "--protocol", "full",
-        "--buffer-size", str(spec["buffer_size"]), "--preset", "paper", "--seed", "0",
-        "--data-root", str(script.out / "data"), "--device", str(device), "--epochs", str(epochs),
-        "--out", str(out), *(a for setting in MODE_SETTINGS[mode] for a in ("--set", setting)),
-    ]  # fmt: skip
-    if smoke:
-        args += ["--set", "backbone.width=8"]
+    runs = {}
+    for seed in seeds:
+        args = [
+            "train", "--method", spec["method"], "--benchmark", spec["benchmark"], "--protocol", "full",
+            "--buffer-size", str(spec["buffer_size"]), "--preset", "paper", "--seed", str(seed),
+            "--data-root", str(script.out / "data"), "--device", str(device), "--epochs", str(epochs),
+            "--out", str(out / f"seed-{seed}"),
+            *(a for setting in MODE_SETTINGS[mode] for a in ("--set", setting)),
+        ]  # fmt: skip
+        if smoke:
+            args += ["--set", "backbone.width=8"]
+        runs[f"seed-{seed}"] = args
     started = time.monotonic()
-    try:
-        checked(xder_run(args, script.out / "full_run.log", timeout=script.left() - reserve), "full run")
-        cut_short = False
-    except subprocess.TimeoutExpired:
-        cut_short = True
+    walls = train_runs(runs, script.out / "full_run.log", timeout=script.left() - reserve)
     seconds = time.monotonic() - started
-    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
-    results = run_results(run_dir)
+    per_seed = []
+    for seed in seeds:
+        (run_dir,) = [p for p in (out / f"seed-{seed}").iterdir() if p.is_dir()]
+        results = run_results(run_dir)
+        per_seed.append(
+            {
+                "seed": seed,
+                "complete": results["complete"] and walls[f"seed-{seed}"] is not None,
+                "tasks_done": results["tasks_done"],
+                "faa": results["faa"],
+                "wall_seconds": walls[f"seed-{seed}"],
+                "epoch_seconds": epoch_seconds(run_dir),
+                "accuracy_matrix": results["accuracy_matrix"],
+                "run_dir": str(run_dir.relative_to(script.out)),
+            }
+        )
+    faas = [r["faa"] for r in per_seed if r["faa"] is not None]
+    mean = sum(faas) / len(faas) if faas else None
+    std = (sum((f - mean) ** 2 for f in faas) / (len(faas) - 1)) ** 0.5 if len(faas) > 1 else None
     return {
         **spec,
         "mode": mode,
+        "seeds": list(seeds),
         "epochs_per_task": epochs,
-        "complete": results["complete"] and not cut_short,
-        "tasks_done": results["tasks_done"],
-        "faa": results["faa"],
+        "complete": all(r["complete"] for r in per_seed),
+        "tasks_done": min(r["tasks_done"] for r in per_seed),
+        "faa": mean,
+        "faa_std": std,
         "wall_seconds": seconds,
+        "planned_epoch_seconds": loop_epoch_s,
         "projected_full_protocol_seconds": None
         if loop_epoch_s is None
         else loop_epoch_s * spec["epochs"] * spec["tasks"],
-        "accuracy_matrix": results["accuracy_matrix"],
+        "runs": per_seed,
     }
 
 
@@ -726,7 +911,7 @@ def table(script: Script, benches: dict[Any, Any]) -> str:
     lines = ["phase        status  seconds"]
     for name, info in script.phases.items():
         lines.append(f"{name:12} {info['status']:7} {info.get('seconds', '')}")
-    for name in ("correctness", "syncs", "resume", "step_graph", "full_run"):
+    for name in ("correctness", "syncs", "resume", "step_graph", "pack", "full_run"):
         path = script.out / f"{name}.json"
         if not path.exists():
             continue
@@ -755,13 +940,28 @@ def table(script: Script, benches: dict[Any, Any]) -> str:
                 f"replayed; FAA {payload['faa']['eager']:.2f} / {payload['faa']['replayed']:.2f}, "
                 f"identical: {payload['identical']}, agree: {payload['agree']}"
             )
+        elif name == "pack":
+            for r in payload["rows"]:
+                if r["status"] in ("skipped", "error"):
+                    lines.append(f"pack K={r['k']}: skipped ({r['reason']})")
+                    continue
+                epoch = "-" if r["mean_epoch_seconds"] is None else f"{r['mean_epoch_seconds']:.2f}"
+                speedup = r.get("speedup_over_one", float("nan"))
+                lines.append(
+                    f"pack K={r['k']} ({payload['mode']}): epoch {epoch} s a run, "
+                    f"{r['epochs_per_hour'] or 0:.0f} epochs/h in all "
+                    f"(x{speedup:.2f} one run's), wall {r['wall_seconds']:.0f} s"
+                )
         else:
             p = payload
             projected = p["projected_full_protocol_seconds"]
+            faa = "-" if p["faa"] is None else f"{p['faa']:.2f}"
+            std = "" if p.get("faa_std") is None else f" +- {p['faa_std']:.2f}"
             lines.append(
-                f"full run {p['method']} {p['benchmark']} m{p['buffer_size']} {p['epochs_per_task']}/"
-                f"{p['epochs']} epochs ({p['mode']}), {p['tasks_done']}/{p['tasks']} tasks: "
-                f"FAA {p['faa']:.2f} ({p['published_in']}: {p['published_faa'][0]}) "
+                f"full run {p['method']} {p['benchmark']} m{p['buffer_size']} seeds {p['seeds']} "
+                f"{p['epochs_per_task']}/{p['epochs']} epochs ({p['mode']}), "
+                f"{p['tasks_done']}/{p['tasks']} tasks: "
+                f"FAA {faa}{std} ({p['published_in']}: {p['published_faa'][0]}) "
                 f"in {p['wall_seconds']:.0f} s; "
                 f"the full protocol projected {'-' if projected is None else f'{projected / 60:.0f}'} min"
             )
@@ -823,8 +1023,20 @@ def main() -> int:
         metavar="N",
         help="epochs per task of the full run (default: as many as the time left allows)",
     )
+    parser.add_argument(
+        "--full-run-seeds",
+        default="0",
+        metavar="S,S",
+        help="seeds of the full run, comma-separated, all run at once on the one device (default: 0)",
+    )
+    parser.add_argument(
+        "--full-run-whole",
+        action="store_true",
+        help="leave out the last seeds where that lets the others run the protocol's every epoch",
+    )
     args = parser.parse_args()
     phases = set(args.phases.split(","))
+    seeds = tuple(int(seed) for seed in args.full_run_seeds.split(","))
     device = torch.device(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
     budget = args.budget if args.budget is not None else SMOKE_BUDGET if args.smoke else BUDGET
@@ -832,7 +1044,7 @@ def main() -> int:
     width = 8 if args.smoke else 64
     cuda = device.type == "cuda"
     script.phase("env", lambda: environment(device))
-    kinds = ["cifar10"] if phases & {"data", "resume", "step_graph"} else []
+    kinds = ["cifar10"] if phases & {"data", "resume", "step_graph", "pack"} else []
     if "full_run" in phases and FULL_RUNS[args.full_run]["data"] not in kinds:
         kinds.append(FULL_RUNS[args.full_run]["data"])
     for kind in kinds:
@@ -872,13 +1084,31 @@ def main() -> int:
         check = script.phase(
             "step_graph", lambda: step_graph_check(script, device, args.smoke), needs=0 if args.smoke else 60
         )
+    packed = None
+    if "pack" not in phases and (args.out / "pack.json").exists():  # an earlier call's, same folder
+        packed = json.loads((args.out / "pack.json").read_text())
+    if "pack" in phases:
+        mode = pack_mode(device, check)
+        packed = script.phase(
+            "pack", lambda: pack(script, device, args.smoke, mode), needs=0 if args.smoke else 60
+        )
     compiling = cuda and "compile" in phases  # compiling on a CPU takes minutes
     if "full_run" in phases:
         reserve = COMPILE_SECONDS if compiling else 0.0
         script.phase(
             "full_run",
             lambda: full_run(
-                script, device, args.smoke, benches, reserve, args.full_run, args.full_run_epochs, check
+                script,
+                device,
+                args.smoke,
+                benches,
+                reserve,
+                args.full_run,
+                args.full_run_epochs,
+                check,
+                seeds,
+                packed,
+                args.full_run_whole,
             ),
             needs=0 if args.smoke else 40,
         )
