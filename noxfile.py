@@ -140,13 +140,14 @@ GPU_MACHINE = (
     "tqdm",
     "tomli-w",
     "matplotlib",
+    "pytest",
 )
 
 
 @nox.session
 def gpu(session: nox.Session) -> None:
     """``benchmarks/gpu/run.sh --smoke --device cpu``: every phase of the GPU script at toy sizes
-    (``nox -s gpu -- --phases data,resume`` picks phases)."""
+    (``nox -s gpu -- --phases data,tests`` picks phases)."""
     session.install(*_constraints(session), *GPU_MACHINE)
     with tempfile.TemporaryDirectory(prefix="xder-gpu-") as folder:
         session.run(

@@ -15,6 +15,6 @@ mkdir -p "$OUT/gpu"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,power.limit --format=csv > "$work/nvidia-smi.csv" 2>&1
 cp "$work/table.txt" "$OUT/gpu/" 2>/dev/null
 (cd "$work" && find . -path ./data -prune -o -path ./smoke-images -prune -o -type f \
-    \( -name '*.json' -o -name '*.txt' -o -name '*.log' -o -name '*.csv' -o -name events.jsonl -o -name config.toml \) \
+    \( -name '*.json' -o -name '*.txt' -o -name '*.log' -o -name '*.csv' -o -name '*.xml' -o -name events.jsonl -o -name config.toml \) \
     -print | tar -czf "$OUT/gpu/figures.tar.gz" -T -)
 exit $rc

@@ -87,7 +87,10 @@ from xder_methods import (
     run_step,
 )
 
-__all__ = ["BENCH_SHAPES", "BenchOptions", "bench_plan", "run_bench", "wait_for_start", "with_protocol"]
+__all__ = [
+    "BENCH_SHAPES", "BenchOptions", "MethodAtTask", "bench_plan", "method_at_task", "run_bench",
+    "wait_for_start", "with_protocol",
+]  # fmt: skip
 
 # Synthetic data shaped like each benchmark: (input shape, classes per task, tasks, items per class).
 BENCH_SHAPES: dict[str, tuple[tuple[int, ...], int, int, int]] = {
@@ -229,9 +232,38 @@ class _SyntheticTask:
     classes_per_task: tuple[int, ...]
 
 
-def _subject(name: str, options: BenchOptions, device: torch.device, defaults: BenchmarkDefaults) -> _Subject:
-    """``name`` brought to task ``options.task``; ``options`` with the protocol's values filled in.
-    Its network and method are built from its plan (:func:`bench_plan`) as training builds them."""
+@dataclass
+class MethodAtTask:
+    """A method brought to task ``task`` of a benchmark's shapes with a full memory
+    (:func:`method_at_task`): the bench's subject, and the GPU checks' (``tests/gpu``)."""
+
+    plan: RunPlan
+    net: nn.Module
+    method: Any
+    loop: FitState
+    x: torch.Tensor  # the task's stream (uint8 images) and labels, on the device
+    y: torch.Tensor
+    task: int
+    n_tasks: int
+
+    def step(self, rows: torch.Tensor | None = None) -> StepResult:
+        """One training step on stream ``rows`` (the first batch by default), as the training loop
+        runs it: :func:`xder_methods.run_step` (the augmentation, ``observe``, and
+        :func:`xder_methods.apply_step`'s backward, hooks and optimiser step; replayed with
+        ``train.step_graph``). The gradients stay on the parameters."""
+        if rows is None:
+            rows = torch.arange(self.plan.schedule.batch_size, device=self.x.device)
+        return run_step(self.loop, self.x[rows], self.y[rows], task=self.task)
+
+
+def method_at_task(name: str, options: BenchOptions, device: torch.device) -> MethodAtTask:
+    """Method ``name`` at task ``options.task`` of ``options.benchmark``'s shapes
+    (:data:`BENCH_SHAPES`), built from its plan (:func:`bench_plan`; ``options`` with the
+    protocol's values filled in: :func:`with_protocol`) as training builds it; every earlier task
+    seen through ``prefill`` (its memory full), an SGD optimiser of lr 0.01. The network's weights
+    come from the plan's seed and the data from a CPU generator of seed 1, then move to
+    ``device``: the same on every device (the method's own draws come from the run's generator on
+    ``device``)."""
     shape, per_task, n_tasks, per_class = BENCH_SHAPES[options.benchmark]
     num_classes = per_task * n_tasks
     mean, std = (0.5,) * shape[0], (0.25,) * shape[0]
@@ -248,9 +280,9 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
     net = build_network(plan, num_classes, device)
     generator = run_generator(plan, device)
     method: Any = build_method(plan, net, setting, transforms, generator)
-    data_gen = torch.Generator(device=device).manual_seed(1)
+    data_gen = torch.Generator().manual_seed(1)
     n_items = per_class * per_task
-    task_x = torch.randint(0, 256, (n_items, *shape), generator=data_gen, device=device, dtype=torch.uint8)
+    task_x = torch.randint(0, 256, (n_items, *shape), generator=data_gen, dtype=torch.uint8).to(device)
     for t in range(options.task):  # bring the method to task T with a full memory
         method.begin_task(t)
         labels = torch.arange(t * per_task, (t + 1) * per_task, device=device).repeat_interleave(per_class)
@@ -263,10 +295,21 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
     stream = _SyntheticTask(task_x, task_y, (per_task,) * n_tasks)
     loop = FitState(method, cast(TaskStream, stream), plan.fit_schedule, generator)
     loop.optimizer = torch.optim.SGD(list(method.optimizer_parameters()), lr=0.01)
+    return MethodAtTask(plan, net, method, loop, task_x, task_y, options.task, n_tasks)
+
+
+def _subject(name: str, options: BenchOptions, device: torch.device, defaults: BenchmarkDefaults) -> _Subject:
+    """``name`` brought to task ``options.task`` (:func:`method_at_task`), with its step, its floor
+    and its epoch; ``options`` with the protocol's values filled in."""
+    at = method_at_task(name, options, device)
+    plan, net, loop, task_x = at.plan, at.net, at.loop, at.x
+    shape, per_task, _, _ = BENCH_SHAPES[options.benchmark]
+    num_classes = per_task * at.n_tasks
+    n_items = len(task_x)
     batch_rows = torch.arange(plan.schedule.batch_size, device=device)
 
     def step(rows: torch.Tensor = batch_rows) -> None:
-        run_step(loop, task_x[rows], task_y[rows], task=options.task)
+        at.step(rows)
 
     if options.compile:
         # Counted on an eager twin: a compiled network is neither hooked nor run under the op

@@ -182,7 +182,10 @@ class RunRecorder(Callback):
         )
 
     def on_epoch_end(self, loop: FitState, record: EpochRecord) -> None:
-        self.log({"event": "epoch", **dataclasses.asdict(record)})
+        # with train.step_graph: the task's steps replayed from CUDA graphs so far (on a CPU,
+        # checked op by op); absent where none was recorded yet
+        replays = {} if loop.graphs is None else {"replayed_steps": loop.graphs.replays}
+        self.log({"event": "epoch", **dataclasses.asdict(record), **replays})
         self.checkpoint(loop)
 
     def on_task_end(self, loop: FitState, record: TaskRecord) -> None:
