@@ -1,7 +1,7 @@
 """The queue of GPU jobs (``jobs.toml``): what the next lent GPU machine runs.
 
     python3 benchmarks/gpu/jobs.py status                  # each job: done (where) or pending
-    python3 benchmarks/gpu/jobs.py run [--seconds 540]     # on the GPU machine: the next jobs that fit
+    python3 benchmarks/gpu/jobs.py run [--seconds 585]     # on the GPU machine: the next jobs that fit
     python3 benchmarks/gpu/jobs.py collect FOLDER          # here: a call's files into results/
 
 ``run`` takes the pending jobs in the queue's order and runs each that fits the seconds left (a
@@ -16,7 +16,7 @@ epoch and task: a result, not a mark made by hand.
 The command for a lent machine (with ``benchmarks/gpu/data`` and ``benchmarks/gpu/vendor`` carried;
 docs/development.md)::
 
-    PYTHONUNBUFFERED=1 python3 benchmarks/gpu/jobs.py run --seconds 540
+    PYTHONUNBUFFERED=1 python3 benchmarks/gpu/jobs.py run --seconds 585
 """
 
 from __future__ import annotations
@@ -164,7 +164,9 @@ def main() -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("status", help="each job: done (where) or pending")
     running = commands.add_parser("run", help="on the GPU machine: the next jobs that fit")
-    running.add_argument("--seconds", type=float, default=540, help="the call's time for jobs (540)")
+    running.add_argument(
+        "--seconds", type=float, default=585, help="the call's time for jobs (585: a call runs at most 600 s)"
+    )
     running.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")), help="$OUT")
     running.add_argument("extra", nargs=argparse.REMAINDER, help="-- options given to every job")
     collecting = commands.add_parser("collect", help="a call's job archives into results/")
