@@ -26,9 +26,11 @@ Phases:
    and ``seq-cifar100`` in the modes of :data:`MODES` that :data:`BENCH_PLAN` (or
    ``--bench-plan``) names: float32, bf16 + channels-last, ``graphs`` (those two with the
    backbone compiled into CUDA graphs, DER++ and X-DER only, torch's recompile and CUDA-graph
-   notes in ``bench.log``) and ``stepgraph`` (bf16 + channels-last with whole steps replayed as
-   CUDA graphs, ``--step-graph``); seconds per step, the floor, peak memory, the projected full
-   protocol.
+   notes in ``bench.log``), ``stepgraph`` (bf16 + channels-last with whole steps replayed as
+   CUDA graphs, ``--step-graph``) and ``stepgraph-joint`` (the same with DER++'s and X-DER's
+   stream and buffer batches in one forward pass, ``--set method.replay_forward=joint``: not the
+   authors' code, so a full run takes it only when ``--full-run-mode`` names it); seconds per
+   step, the floor, peak memory, the projected full protocol.
 5. ``step_graph``: whole training steps recorded as CUDA graphs (``train.step_graph``): DER++ on
    Split CIFAR-10 (paper shapes, float32, deterministic algorithms), 1 epoch of 2 tasks, once
    eagerly and once with its steps replayed; the accuracy matrices compared (the replays draw the
@@ -364,7 +366,12 @@ MODES = {
     "graphs": ["--precision", "bf16", "--channels-last", "--compile", "--compile-mode", "reduce-overhead"],
     # whole training steps recorded as CUDA graphs and replayed (train.step_graph), bf16 + channels-last
     "stepgraph": ["--precision", "bf16", "--channels-last", "--step-graph"],
-}
+    # the same with DER's, DER++'s and X-DER's stream and buffer batches in one forward pass (not the
+    # authors' code: BatchNorm sees them together), DER++ and X-DER only
+    "stepgraph-joint": [
+        "--precision", "bf16", "--channels-last", "--step-graph", "--set", "method.replay_forward=joint",
+    ],
+}  # fmt: skip
 # The same modes as the settings of a training run (the full run).
 MODE_SETTINGS = {
     "fp32": [],
@@ -375,16 +382,23 @@ MODE_SETTINGS = {
         "train.compile_mode=reduce-overhead",
     ],
     "stepgraph": ["train.precision=bf16", "train.channels_last=true", "train.step_graph=true"],
+    "stepgraph-joint": [
+        "train.precision=bf16", "train.channels_last=true", "train.step_graph=true",
+        "method.replay_forward=joint",
+    ],
 }  # fmt: skip
 # Compiling costs tens of seconds a network on the GPU: those modes bench DER++ and X-DER only.
 COMPILED_MODES = {"compile", "graphs"}
+# Modes that change what a method computes (the authors' code forwards each batch apart): the full
+# run takes one only when --full-run-mode names it.
+NOT_THE_AUTHORS = {"stepgraph-joint"}
 
 
 def bench(
     script: Script, device: torch.device, smoke: bool, benchmark: str, mode: str, methods=METHODS
 ) -> Any:
     path = script.out / f"bench-{benchmark}-{mode}.json"
-    if mode in COMPILED_MODES:
+    if mode in COMPILED_MODES or mode == "stepgraph-joint":
         methods = tuple(m for m in methods if m in ("derpp", "xder"))
     elif smoke and mode != "fp32":  # the other modes' paths with two methods (X-DER's bf16 and
         # step graphs: the correctness phase and the unit tests); a CPU's bf16 is slow
@@ -590,6 +604,8 @@ def full_run(
     spec = FULL_RUNS[which]
     timings = {}
     for mode in MODE_SETTINGS:
+        if mode in NOT_THE_AUTHORS and mode != mode_asked:  # a paper's run, unless asked otherwise
+            continue
         payload = benches.get((spec["benchmark"], mode))
         rows = [r for r in payload["methods"] if r["method"] == spec["method"]] if payload else []
         if rows and rows[0]["epoch_seconds"] is not None:
@@ -622,7 +638,7 @@ def full_run(
         if epoch_s is None:
             return mode, None, 1
         # 20 s for start-up, evaluations and plots (and 60 s for compiling)
-        fixed = 20 + (60 if mode in COMPILED_MODES else 0) + (15 if mode == "stepgraph" else 0)
+        fixed = 20 + (60 if mode in COMPILED_MODES else 0) + (15 if mode.startswith("stepgraph") else 0)
         fit = int(max(0.0, script.left() - reserve - fixed) / (spec["tasks"] * epoch_s))
         return mode, epoch_s, min(spec["epochs"], fit)
 

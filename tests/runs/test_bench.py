@@ -291,3 +291,41 @@ def test_steps_are_the_loops_own_and_replayed_with_step_graph(monkeypatch) -> No
     assert [r["replayed_steps"] for r in plain["methods"]] == [None, None, None]
     for key in ("ops_per_step", "launches_per_step", "images_per_step", "host_syncs_per_step"):
         assert [r[key] for r in replayed["methods"]] == [r[key] for r in plain["methods"]]
+
+
+def test_a_method_setting_reaches_the_methods_that_have_it() -> None:
+    """``--set method.replay_forward=joint``: DER++'s stream batch and two buffer batches go
+    through the backbone in one pass (3 calls a step become 1, the same 24 images); FT, which has
+    no such setting, is measured as it is."""
+    from xder_data import benchmark_defaults
+
+    calls: dict[str, list[int]] = {}
+    for forward in ("separate", "joint"):
+        options = _options(settings=(("method.replay_forward", forward),))
+        defaults = benchmark_defaults(options.benchmark, bench.DEFAULT_PROTOCOL)
+        at = bench.method_at_task("derpp", with_protocol(options, defaults), torch.device("cpu"))
+        assert at.method.config.replay_forward == forward
+        calls[forward] = []
+        at.net.register_forward_pre_hook(
+            lambda module, inputs, f=forward: calls[f].append(inputs[0].shape[0])
+        )
+        at.step()
+    assert calls == {"separate": [8, 8, 8], "joint": [24]}
+    joint = (("method.replay_forward", "joint"),)
+    payload = run_bench(_options(methods=("sgd", "derpp"), epoch=False, settings=joint))
+    assert payload["settings"]["method_settings"] == {"method.replay_forward": "joint"}
+    assert [r["images_per_step"] for r in payload["methods"]] == [8, 24]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ((("train.lr", 0.1),), "method settings only"),
+        ((("method.replay_forward", "joint"),), "none of the measured methods (er)"),
+    ],
+)
+def test_a_setting_no_measured_method_takes_is_an_error(settings, message: str) -> None:
+    from xder_cli.runs.errors import SettingError
+
+    with pytest.raises(SettingError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        run_bench(_options(methods=("er",), settings=settings))

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xder_cli.arguments import at_least, int_list, name_list
+from xder_cli.arguments import assignment, at_least, int_list, name_list
 from xder_cli.commands.common import add_plugin_argument, add_protocol_argument
 
 if TYPE_CHECKING:
@@ -72,6 +72,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     h = "torch.compile mode with --compile (reduce-overhead: CUDA graphs)"
     bench.add_argument("--compile-mode", choices=("default", "reduce-overhead"), default="default", help=h)
     bench.add_argument("--step-graph", action="store_true", help="whole steps replayed as CUDA graphs")
+    bench.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        type=assignment,
+        metavar="method.KEY=VALUE",
+        help="a method setting, given to each measured method that has it, e.g. --set "
+        "method.replay_forward=joint (repeatable)",
+    )
     bench.add_argument("--no-epoch", dest="epoch", action="store_false", help="skip the synthetic epoch")
     bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     bench.add_argument(
@@ -106,6 +115,7 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
     from xder_cli.runs.bench import BenchOptions
 
     named = {f.name: getattr(args, f.name) for f in dataclasses.fields(BenchOptions) if hasattr(args, f.name)}
+    named["settings"] = tuple(args.settings or ())
     return BenchOptions(**named, plugins=tuple(args.plugin or ()))
 
 

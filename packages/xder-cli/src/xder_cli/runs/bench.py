@@ -135,6 +135,10 @@ class BenchOptions:
             warm-up, wait there for the other processes); None alone.
         plugins: modules or ``.py`` files a fair-share child process loads first (for the methods,
             benchmarks and backbones they register).
+        settings: method settings, ``("method.KEY", value)`` pairs (``--set``), each given to
+            every measured method whose config has ``KEY`` (e.g. ``method.replay_forward`` =
+            ``joint``: DER's, DER++'s and X-DER's one forward pass of the stream and buffer
+            batches); a key no measured method has is an error.
     """
 
     methods: tuple[str, ...] = ("er", "derpp", "xder")
@@ -157,6 +161,7 @@ class BenchOptions:
     rounds: int = 3
     start_after: Path | None = None
     plugins: tuple[str, ...] = ()
+    settings: tuple[tuple[str, Any], ...] = ()
 
 
 def _sync(device: torch.device) -> None:
@@ -218,6 +223,9 @@ def bench_plan(name: str, options: BenchOptions) -> RunPlan:
         overrides["method.buffer_size"] = options.buffer_size
     if "minibatch_size" in fields:
         overrides["method.minibatch_size"] = options.batch_size
+    for key, value in options.settings:
+        if key.removeprefix("method.") in fields:
+            overrides[key] = value
     protocol = options.protocol or DEFAULT_PROTOCOL
     return resolve_run(name, options.benchmark, preset="none", protocol=protocol, overrides=overrides)
 
@@ -445,6 +453,7 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
     names = list(options.methods)
     for name in names:
         method_config_class(name)  # UnknownMethodError names the choices
+    _check_settings(options.settings, names)
     with ThreadPolicy() as threads:
         subjects = [_subject(name, options, device, defaults) for name in names]
         by_name = {s.name: s for s in subjects}
@@ -470,6 +479,16 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
         return _payload(
             options, subjects, steps, floors, timed_seconds, threads.used, device, defaults, protocol
         )
+
+
+def _check_settings(settings: tuple[tuple[str, Any], ...], names: list[str]) -> None:
+    """Every setting is a method's (``method.KEY``) and some measured method has its key."""
+    for key, _ in settings:
+        field = key.removeprefix("method.")
+        if field == key:
+            raise SettingError(f"bench takes method settings only (method.KEY=VALUE), not {key!r}")
+        if not any(field in {f.name for f in dataclasses.fields(method_config_class(n))} for n in names):
+            raise SettingError(f"none of the measured methods ({', '.join(names)}) has a setting {key!r}")
 
 
 def _payload(
@@ -545,6 +564,7 @@ def _payload(
             "compile": options.compile,
             "compile_mode": options.compile_mode,
             "step_graph": options.step_graph,
+            "method_settings": dict(options.settings),
             "steps": options.steps,
             "warmup": options.warmup,
             "protocol_epochs": defaults.epochs,

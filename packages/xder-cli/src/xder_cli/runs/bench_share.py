@@ -72,6 +72,7 @@ def child_main(request: str) -> int:
         "methods": tuple(data["options"]["methods"]),
         "plugins": tuple(data["options"]["plugins"]),
         "start_after": Path(data["options"]["start_after"]),
+        "settings": tuple((key, value) for key, value in data["options"]["settings"]),
     }
     try:
         load_plugins(fields["plugins"])
