@@ -73,14 +73,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--compile-mode", choices=("default", "reduce-overhead"), default="default", help=h)
     bench.add_argument("--step-graph", action="store_true", help="whole steps replayed as CUDA graphs")
     bench.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        type=assignment,
-        metavar="method.KEY=VALUE",
-        help="a method setting, given to each measured method that has it, e.g. --set "
-        "method.replay_forward=joint (repeatable)",
-    )
+        "--set", dest="settings", action="append", type=assignment, metavar="method.KEY=VALUE",
+        help="a method setting for each measured method that has it, e.g. method.replay_forward=joint",
+    )  # fmt: skip
     bench.add_argument("--no-epoch", dest="epoch", action="store_false", help="skip the synthetic epoch")
     bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     bench.add_argument(
