@@ -58,6 +58,7 @@ Phases:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -215,27 +216,29 @@ def train_runs(
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     procs = {}
-    for name, args in runs.items():
-        with log.with_suffix(f".{name}.log").open("a") as file:
+    with contextlib.ExitStack() as logs:
+        for name, args in runs.items():
+            file = logs.enter_context(log.with_suffix(f".{name}.log").open("a"))
             file.write(f"$ {' '.join([*LAUNCH, '--', *args])}\n")
-        procs[name] = subprocess.Popen(
-            [*LAUNCH, "--", *args],
-            stdout=log.with_suffix(f".{name}.log").open("a"),
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-        )
-    walls: dict[str, float | None] = {}
-    failed = []
-    for name, proc in procs.items():
-        try:
-            proc.wait(timeout=max(1.0, timeout - (time.monotonic() - started)))
-            walls[name] = time.monotonic() - started
-            if proc.returncode != 0:
-                failed.append(f"{name} (rc {proc.returncode})")
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            walls[name] = None
+            file.flush()
+            procs[name] = subprocess.Popen(
+                [*LAUNCH, "--", *args],
+                stdout=file,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+            )
+        walls: dict[str, float | None] = {}
+        failed = []
+        for name, proc in procs.items():
+            try:
+                proc.wait(timeout=max(1.0, timeout - (time.monotonic() - started)))
+                walls[name] = time.monotonic() - started
+                if proc.returncode != 0:
+                    failed.append(f"{name} (rc {proc.returncode})")
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                walls[name] = None
     if failed:
         raise RuntimeError(f"runs failed: {', '.join(failed)} (see {log.stem}.*.log)")
     return walls
@@ -295,7 +298,10 @@ def prepare_data(script: Script, smoke: bool, kind: str) -> dict[str, Any]:
     """``xder-run data prepare KIND`` (cifar10 or cifar100) from ``data/<kind>-jpg.tar.gz`` beside
     this script, or in smoke mode from a small image folder written here."""
     data_root = script.out / "data"
-    prepared = data_root / {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}[kind]
+    from xder_data.cifar10 import CIFAR10_FOLDER
+    from xder_data.cifar100 import CIFAR100_FOLDER
+
+    prepared = data_root / {"cifar10": CIFAR10_FOLDER, "cifar100": CIFAR100_FOLDER}[kind]
     if prepared.is_dir():  # an earlier call's, in the same folder
         return {"data_root": str(data_root), "reused": str(prepared), "seconds": 0.0}
     if smoke:  # the CIFAR-100 importer wants the real counts: 500 and 100 a class
@@ -392,13 +398,15 @@ COMPILED_MODES = {"compile", "graphs"}
 # Modes that change what a method computes (the authors' code forwards each batch apart): the full
 # run takes one only when --full-run-mode names it.
 NOT_THE_AUTHORS = {"stepgraph-joint"}
+# The modes benched with DER++ and X-DER only: compiling, and changes to the replay's passes.
+REPLAYING_METHODS_ONLY = COMPILED_MODES | NOT_THE_AUTHORS
 
 
 def bench(
     script: Script, device: torch.device, smoke: bool, benchmark: str, mode: str, methods=METHODS
 ) -> Any:
     path = script.out / f"bench-{benchmark}-{mode}.json"
-    if mode in COMPILED_MODES or mode == "stepgraph-joint":
+    if mode in REPLAYING_METHODS_ONLY:
         methods = tuple(m for m in methods if m in ("derpp", "xder"))
     elif smoke and mode != "fp32":  # the other modes' paths with two methods (X-DER's bf16 and
         # step graphs: the correctness phase and the unit tests); a CPU's bf16 is slow

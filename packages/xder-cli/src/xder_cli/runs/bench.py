@@ -218,7 +218,7 @@ def bench_plan(name: str, options: BenchOptions) -> RunPlan:
     }
     if options.backbone == "resnet18-cifar":
         overrides["backbone.width"] = options.width
-    fields = {f.name for f in dataclasses.fields(method_config_class(name))}
+    fields = _config_fields(name)
     if "buffer_size" in fields:
         overrides["method.buffer_size"] = options.buffer_size
     if "minibatch_size" in fields:
@@ -481,13 +481,18 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
         )
 
 
+def _config_fields(name: str) -> set[str]:
+    """The setting names of method ``name``'s config (``method.<name>``)."""
+    return {f.name for f in dataclasses.fields(method_config_class(name))}
+
+
 def _check_settings(settings: tuple[tuple[str, Any], ...], names: list[str]) -> None:
     """Every setting is a method's (``method.KEY``) and some measured method has its key."""
     for key, _ in settings:
         field = key.removeprefix("method.")
         if field == key:
             raise SettingError(f"bench takes method settings only (method.KEY=VALUE), not {key!r}")
-        if not any(field in {f.name for f in dataclasses.fields(method_config_class(n))} for n in names):
+        if not any(field in _config_fields(n) for n in names):
             raise SettingError(f"none of the measured methods ({', '.join(names)}) has a setting {key!r}")
 
 
