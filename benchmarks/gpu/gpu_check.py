@@ -21,7 +21,8 @@ Phases:
 3. ``tests``: the GPU checks, ``pytest -m gpu tests/gpu`` on the device (a training step against
    the CPU's in float32, TF32 and bf16; no host sync in a step; a run killed with SIGKILL and
    resumed against the run left alone; whole steps replayed against eager ones): each test's
-   outcome (``tests.json``, ``tests.xml``, ``tests.log``). In smoke mode DER++'s only, on the CPU.
+   outcome (``tests.json``, ``tests.xml``, ``tests.log``). In smoke mode DER++'s only, on the CPU,
+   and not its replayed-against-eager test, whose runs the ``step_graph`` phase repeats.
 4. ``bench``: ``xder-run bench`` (FT, ER, DER++, X-DER) at the papers' shapes on ``seq-cifar10``
    and ``seq-cifar100`` in the modes of :data:`MODES` that :data:`BENCH_PLAN` (or
    ``--bench-plan``) names: float32, bf16 + channels-last, ``graphs`` (those two with the
@@ -325,15 +326,20 @@ def prepare_data(script: Script, smoke: bool, kind: str) -> dict[str, Any]:
 # 3: the GPU checks (tests/gpu)
 
 
+SMOKE_TESTS = "derpp and not replayed"
+"""The smoke's GPU checks (``pytest -k``): DER++'s, less the replayed-against-eager runs, which the
+``step_graph`` phase trains again (eager and replayed DER++, their matrices compared)."""
+
+
 def gpu_tests(script: Script, device: torch.device, smoke: bool) -> dict[str, Any]:
-    """``pytest -m gpu tests/gpu`` on ``device`` (``XDER_TEST_DEVICE``; smoke: DER++'s checks only,
+    """``pytest -m gpu tests/gpu`` on ``device`` (``XDER_TEST_DEVICE``; smoke: :data:`SMOKE_TESTS`,
     their code on the CPU at a toy width): each test's outcome, from pytest's JUnit XML."""
     import xml.etree.ElementTree as ElementTree
 
     report = script.out / "tests.xml"
     command = [
         sys.executable, "-m", "pytest", "-m", "gpu", str(ROOT / "tests" / "gpu"), "-q",
-        "-p", "no:cacheprovider", f"--junitxml={report}", *(["-k", "derpp"] if smoke else []),
+        "-p", "no:cacheprovider", f"--junitxml={report}", *(["-k", SMOKE_TESTS] if smoke else []),
     ]  # fmt: skip
     started = time.monotonic()
     result = subprocess.run(
