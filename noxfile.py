@@ -103,7 +103,7 @@ def _constraints(session: nox.Session) -> list[str]:
 
 def _install(session: nox.Session, *packages: str) -> None:
     requirements = {r for p in packages for r in _local_requirements(p)}
-    session.install(*_constraints(session), *sorted(requirements), "pytest")
+    session.install(*_constraints(session), *sorted(requirements), "pytest", "hypothesis")
 
 
 @nox.session

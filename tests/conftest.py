@@ -250,3 +250,16 @@ def structure():
         sys.modules[name] = module  # its dataclasses look their module up while they are made
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+# ---------------------------------------------------------------------------------------------
+# Property tests (hypothesis): the same examples on every run and no time limit per example, so
+# that a busy machine cannot fail them; HYPOTHESIS_PROFILE=explore draws new ones, many more.
+try:
+    from hypothesis import settings
+except ImportError:  # the GPU machine's environment (nox -s gpu) has no hypothesis
+    pass
+else:
+    settings.register_profile("xder", derandomize=True, deadline=None, database=None, print_blob=True)
+    settings.register_profile("explore", max_examples=2000, deadline=None)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "xder"))
