@@ -22,6 +22,9 @@ Quickstart's main job and the ``seq-digits`` figures of ``docs/results.md``).
   environment like the lent GPU machine's: the packages' third-party dependencies without Ray,
   grad-cam, pycocotools or wandb, and the five packages from their ``src/`` folders, as
   ``run.sh`` runs them there; so the first GPU run works first time.
+* ``mutants`` (not in the default run): mutation testing with mutmut of the shared parts, the
+  loop's engine, X-DER, DER, DER++, ER and the metrics against their unit tests; every survivor
+  killed by a test or listed as equivalent in ``tests/mutation/equivalent.toml``.
 * ``plugin_example``: ``examples/plugin`` installed beside the five packages in a fresh
   environment; its method, benchmark and backbone go through ``xder-run train``, ``sweep`` (on
   Ray) and ``report`` without a line of our packages changed.
@@ -163,6 +166,17 @@ def slow(session: nox.Session) -> None:
     test (pytest's exit status 5) fails the session."""
     _install(session, *PACKAGES)
     session.run("pytest", "tests", "-m", "slow", "--durations=0", *session.posargs)
+
+
+@nox.session
+def mutants(session: nox.Session) -> None:
+    """Mutation testing (mutmut) of the shared parts, the loop's engine, X-DER, DER, DER++, ER and
+    the metrics against their unit tests (``tests/mutation/mutants.py``; not in the default run:
+    hours on two cores). ``nox -s mutants -- parts/losses`` runs one module again (minutes),
+    ``-- --survivors`` the survivors, ``-- --report`` prints the last scores."""
+    _install(session, "xder-methods", "xder-eval")
+    session.install(*_constraints(session), "mutmut")
+    session.run("python", str(ROOT / "tests" / "mutation" / "mutants.py"), *session.posargs)
 
 
 @nox.session
