@@ -32,7 +32,6 @@ class Evaluation(NamedTuple):
     head_counts: list[list[int]]
 
 
-@torch.no_grad()
 def evaluate(
     method: ContinualMethod,
     x: Tensor,
@@ -55,35 +54,36 @@ def evaluate(
         accuracy (argmax inside the task's own classes) of every task, seen or not, and the
         (seen_tasks, n_tasks) counts of Class-IL mistakes by the task of the predicted class.
     """
-    n_tasks = setting.n_tasks
-    device = next(iter(method.parameters()), y).device if isinstance(method, nn.Module) else y.device
-    task_of_class = setting.task_of_class(device)
-    seen_end = setting.class_range(seen_tasks - 1)[1] if seen_tasks else setting.num_classes
-    if class_il_outputs == "all":
-        seen_end = setting.num_classes
-    correct_cil = torch.zeros(n_tasks, dtype=torch.int64, device=device)
-    correct_til = torch.zeros(n_tasks, dtype=torch.int64, device=device)
-    counts = torch.zeros(n_tasks, dtype=torch.int64, device=device)
-    heads = torch.zeros(n_tasks * n_tasks, dtype=torch.int64, device=device)
-    for start in range(0, y.shape[0], batch_size):
-        xb = transform(x[start : start + batch_size].to(device, non_blocking=True))
-        yb = y[start : start + batch_size].to(device, non_blocking=True)
-        logits = method.predict(xb).float()
-        tasks = task_of_class[yb]
-        pred_cil = logits[:, :seen_end].argmax(dim=1)
-        own = task_of_class[None, : logits.shape[1]] == tasks[:, None]
-        pred_til = logits.masked_fill(~own, -math.inf).argmax(dim=1)
-        counts.index_add_(0, tasks, torch.ones_like(yb))
-        correct_cil.index_add_(0, tasks, (pred_cil == yb).long())
-        correct_til.index_add_(0, tasks, (pred_til == yb).long())
-        wrong = (pred_cil != yb).long()
-        heads.index_add_(0, tasks * n_tasks + task_of_class[pred_cil], wrong)
-    # One read-back; percentages from exact counts (a task without rows gives NaN).
-    n_cil, n_til, n = torch.stack([correct_cil, correct_til, counts]).tolist()
-    head_counts = heads.view(n_tasks, n_tasks)[:seen_tasks].tolist()
-    cil = [100.0 * c / m if m else math.nan for c, m in zip(n_cil, n, strict=True)]
-    til = [100.0 * c / m if m else math.nan for c, m in zip(n_til, n, strict=True)]
-    return Evaluation(cil[:seen_tasks], til, head_counts)
+    with torch.no_grad():
+        n_tasks = setting.n_tasks
+        device = next(iter(method.parameters()), y).device if isinstance(method, nn.Module) else y.device
+        task_of_class = setting.task_of_class(device)
+        seen_end = setting.class_range(seen_tasks - 1)[1] if seen_tasks else setting.num_classes
+        if class_il_outputs == "all":
+            seen_end = setting.num_classes
+        correct_cil = torch.zeros(n_tasks, dtype=torch.int64, device=device)
+        correct_til = torch.zeros(n_tasks, dtype=torch.int64, device=device)
+        counts = torch.zeros(n_tasks, dtype=torch.int64, device=device)
+        heads = torch.zeros(n_tasks * n_tasks, dtype=torch.int64, device=device)
+        for start in range(0, y.shape[0], batch_size):
+            xb = transform(x[start : start + batch_size].to(device, non_blocking=True))
+            yb = y[start : start + batch_size].to(device, non_blocking=True)
+            logits = method.predict(xb).float()
+            tasks = task_of_class[yb]
+            pred_cil = logits[:, :seen_end].argmax(dim=1)
+            own = task_of_class[None, : logits.shape[1]] == tasks[:, None]
+            pred_til = logits.masked_fill(~own, -math.inf).argmax(dim=1)
+            counts.index_add_(0, tasks, torch.ones_like(yb))
+            correct_cil.index_add_(0, tasks, (pred_cil == yb).long())
+            correct_til.index_add_(0, tasks, (pred_til == yb).long())
+            wrong = (pred_cil != yb).long()
+            heads.index_add_(0, tasks * n_tasks + task_of_class[pred_cil], wrong)
+        # One read-back; percentages from exact counts (a task without rows gives NaN).
+        n_cil, n_til, n = torch.stack([correct_cil, correct_til, counts]).tolist()
+        head_counts = heads.view(n_tasks, n_tasks)[:seen_tasks].tolist()
+        cil = [100.0 * c / m if m else math.nan for c, m in zip(n_cil, n, strict=True)]
+        til = [100.0 * c / m if m else math.nan for c, m in zip(n_til, n, strict=True)]
+        return Evaluation(cil[:seen_tasks], til, head_counts)
 
 
 @dataclass

@@ -328,7 +328,6 @@ class XDER(MethodBase[XDERConfig]):
             tau=cfg.tau,
         )
 
-    @torch.no_grad()
     def _update_future_past(
         self,
         index: Tensor,
@@ -340,39 +339,41 @@ class XDER(MethodBase[XDERConfig]):
         available: int,
     ) -> None:
         """Online "future past" update (docs/xder.md, step 4): the k-th visit updates with probability 1/k."""
-        scratch = self.buffer.capacity
-        visited = torch.where(keep, index, torch.full_like(index, scratch))
-        self.visits.index_add_(0, visited, torch.ones_like(index, dtype=self.visits.dtype))
-        coin = torch.rand(index.shape[0], generator=self.generator, device=index.device)
-        chosen = keep & (coin * self.visits[index] < 1)
-        full = F.pad(fresh, (0, stored.shape[1] - available))
-        updated = rescale_logits(stored, full, labels, task * self.head_size, available, self.config.gamma)
-        target = torch.where(chosen, index, torch.full_like(index, scratch))
-        assert self.buffer.logits is not None  # X-DER's buffer always stores logits
-        self.buffer.logits.index_copy_(0, target, updated)
-        self.buffer.task_labels.index_copy_(0, target, torch.full_like(index, task))
+        with torch.no_grad():
+            scratch = self.buffer.capacity
+            visited = torch.where(keep, index, torch.full_like(index, scratch))
+            self.visits.index_add_(0, visited, torch.ones_like(index, dtype=self.visits.dtype))
+            coin = torch.rand(index.shape[0], generator=self.generator, device=index.device)
+            chosen = keep & (coin * self.visits[index] < 1)
+            full = F.pad(fresh, (0, stored.shape[1] - available))
+            updated = rescale_logits(
+                stored, full, labels, task * self.head_size, available, self.config.gamma
+            )
+            target = torch.where(chosen, index, torch.full_like(index, scratch))
+            assert self.buffer.logits is not None  # X-DER's buffer always stores logits
+            self.buffer.logits.index_copy_(0, target, updated)
+            self.buffer.task_labels.index_copy_(0, target, torch.full_like(index, task))
 
     # ------------------------------------------------------------------------------ task end
 
-    @torch.no_grad()
     def _forward_all(self, examples: Tensor) -> Tensor:
         """Logits of augmented views, in train mode with BatchNorm statistics frozen."""
-        outputs = []
-        for start in range(0, examples.shape[0], self.config.forward_batch_size):
-            chunk = examples[start : start + self.config.forward_batch_size]
-            outputs.append(self.logits(self.transforms.train(chunk, self.generator)))
-        if not outputs:
-            return torch.zeros(0, self.setting.num_classes, device=self.device)
-        return torch.cat(outputs)
+        with torch.no_grad():
+            outputs = []
+            for start in range(0, examples.shape[0], self.config.forward_batch_size):
+                chunk = examples[start : start + self.config.forward_batch_size]
+                outputs.append(self.logits(self.transforms.train(chunk, self.generator)))
+            if not outputs:
+                return torch.zeros(0, self.setting.num_classes, device=self.device)
+            return torch.cat(outputs)
 
-    @torch.no_grad()
     def end_task(self, task: int, data: TaskData) -> None:
         cfg, c, t = self.config, self.head_size, task
         buffer, capacity = self.buffer, self.config.buffer_size
         available = self.heads_available(t) * c
         was_training = self.training
         self.train(True)
-        with frozen_batchnorm_stats(self.net):
+        with torch.no_grad(), frozen_batchnorm_stats(self.net):
             # 1. Shrink every stored class to M // ((t+1) c) items, keeping the earliest.
             kept = 0
             if t >= 1 and len(buffer):

@@ -43,21 +43,21 @@ def frozen_copy(net: nn.Module, finetune: Callable[[nn.Module], object] | None =
     return teacher.train(False)
 
 
-@torch.no_grad()
 def eval_features(net: nn.Module, x_raw: Tensor, transform: Transform, batch_size: int) -> Tensor:
     """(N, D) ``net.forward_features`` of ``transform(x_raw)`` in eval mode (the mode is restored)."""
-    backbone = cast(Backbone, net)  # a method's network is a Backbone (not checkable on nn.Module)
-    was_training = net.training
-    net.train(False)
-    try:
-        chunks = [
-            at_least_float32(
-                backbone.forward_features(transform(x_raw[start : start + batch_size])).flatten(1)
-            )
-            for start in range(0, x_raw.shape[0], batch_size)
-        ]
-    finally:
-        net.train(was_training)
-    if not chunks:
-        return torch.zeros(0, getattr(net, "num_features", 0), device=x_raw.device)
-    return torch.cat(chunks)
+    with torch.no_grad():
+        backbone = cast(Backbone, net)  # a method's network is a Backbone (not checkable on nn.Module)
+        was_training = net.training
+        net.train(False)
+        try:
+            chunks = [
+                at_least_float32(
+                    backbone.forward_features(transform(x_raw[start : start + batch_size])).flatten(1)
+                )
+                for start in range(0, x_raw.shape[0], batch_size)
+            ]
+        finally:
+            net.train(was_training)
+        if not chunks:
+            return torch.zeros(0, getattr(net, "num_features", 0), device=x_raw.device)
+        return torch.cat(chunks)

@@ -213,7 +213,6 @@ def stream_buffer_groups(per_item: Tensor, n_stream: int) -> dict[str, Tensor]:
     return {"stream": stream, "buffer": per_item.mean() - stream}
 
 
-@torch.no_grad()
 def prefill_reservoir(
     buffer: Buffer,
     net: nn.Module,
@@ -225,17 +224,18 @@ def prefill_reservoir(
     """Offer a task's rows (``data``) to ``buffer`` by reservoir sampling, as a stream of them
     would (a method's ``prefill``); where the buffer stores logits, those of the rows it kept are
     ``net``'s outputs on their ``transform``-ed view in eval mode (the mode is restored)."""
-    n = data.y.shape[0]
-    logits = None if buffer.logits is None else buffer.logits.new_zeros(n, buffer.logits.shape[1])
-    slots = buffer.add_reservoir(data.x_raw, data.y, logits, task_labels=data.task, generator=generator)
-    if buffer.logits is None:
-        return
-    rows = slots[slots < buffer.capacity]
-    was_training = net.training
-    net.train(False)
-    try:
-        for start in range(0, rows.shape[0], batch_size):
-            chunk = rows[start : start + batch_size]
-            buffer.update_logits(chunk, net(transform(buffer.examples[chunk])))
-    finally:
-        net.train(was_training)
+    with torch.no_grad():
+        n = data.y.shape[0]
+        logits = None if buffer.logits is None else buffer.logits.new_zeros(n, buffer.logits.shape[1])
+        slots = buffer.add_reservoir(data.x_raw, data.y, logits, task_labels=data.task, generator=generator)
+        if buffer.logits is None:
+            return
+        rows = slots[slots < buffer.capacity]
+        was_training = net.training
+        net.train(False)
+        try:
+            for start in range(0, rows.shape[0], batch_size):
+                chunk = rows[start : start + batch_size]
+                buffer.update_logits(chunk, net(transform(buffer.examples[chunk])))
+        finally:
+            net.train(was_training)

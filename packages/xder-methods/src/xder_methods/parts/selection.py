@@ -116,7 +116,6 @@ def nearest_mean_scores(features: Tensor, class_means: Tensor, has_mean: Tensor)
     return (-distance).masked_fill(~has_mean[None, :], float("-inf"))
 
 
-@torch.no_grad()
 def update_herding_buffer(buffer: Buffer, data: TaskData, features: Tensor, per_class: int) -> None:
     """iCaRL's memory update at the end of a task (Alg. 2, 4, 5), in place.
 
@@ -130,25 +129,26 @@ def update_herding_buffer(buffer: Buffer, data: TaskData, features: Tensor, per_
         features: (N, D) features of ``data.x_raw``.
         per_class: m, exemplars per class.
     """
-    kept = 0
-    if len(buffer):
-        stored = buffer.all()
-        num_classes = int(stored.labels.max()) + 1
-        rows = torch.nonzero(rank_within_class(stored.labels, num_classes) < per_class).flatten()
-        kept = rows.shape[0]
-        items = buffer.gather(rows)
-        buffer.write(
-            torch.arange(kept, device=rows.device), items.examples, items.labels, None, items.task_labels
-        )
-    picked = []
-    for label in torch.unique(data.y).tolist():
-        rows = torch.nonzero(data.y == label).flatten()
-        picked.append(rows[herding(features[rows], per_class)])
-    index = torch.cat(picked) if picked else data.y[:0]
-    size = kept + index.shape[0]
-    if size > buffer.capacity:
-        raise ValueError(f"{size} exemplars do not fit a memory of {buffer.capacity}")
-    slots = torch.arange(kept, size, device=index.device)
-    buffer.write(slots, data.x_raw[index], data.y[index], None, data.task)
-    buffer.set_size(size)
-    buffer.num_seen = size
+    with torch.no_grad():
+        kept = 0
+        if len(buffer):
+            stored = buffer.all()
+            num_classes = int(stored.labels.max()) + 1
+            rows = torch.nonzero(rank_within_class(stored.labels, num_classes) < per_class).flatten()
+            kept = rows.shape[0]
+            items = buffer.gather(rows)
+            buffer.write(
+                torch.arange(kept, device=rows.device), items.examples, items.labels, None, items.task_labels
+            )
+        picked = []
+        for label in torch.unique(data.y).tolist():
+            rows = torch.nonzero(data.y == label).flatten()
+            picked.append(rows[herding(features[rows], per_class)])
+        index = torch.cat(picked) if picked else data.y[:0]
+        size = kept + index.shape[0]
+        if size > buffer.capacity:
+            raise ValueError(f"{size} exemplars do not fit a memory of {buffer.capacity}")
+        slots = torch.arange(kept, size, device=index.device)
+        buffer.write(slots, data.x_raw[index], data.y[index], None, data.task)
+        buffer.set_size(size)
+        buffer.num_seen = size
