@@ -76,6 +76,28 @@ def test_plugin_files_work_like_built_ins_train_resume_report(tmp_path: Path, ca
     assert "seq-stripes" in table
 
 
+def test_every_command_that_reads_a_run_loads_the_plugins_it_records(
+    tmp_path: Path, capsys, fresh_registries
+) -> None:
+    """A run of a plugin's method on a plugin's benchmark, then (the plugins forgotten before each
+    command, as in a new process) resume, analyze and report with no --plugin: each loads the
+    plugins the run's config.toml records."""
+    runs = tmp_path / "runs"
+    argv = ["train", *PLUGIN_FLAGS, "--method", "er_balanced", "--benchmark", "seq-stripes", *FAST]
+    assert main([*argv, "--out", str(runs)]) == 0
+    (run,) = runs.iterdir()
+    capsys.readouterr()
+    fresh_registries()
+    assert main(["train", "--resume", str(run)]) == 0
+    assert "already complete" in capsys.readouterr().out
+    fresh_registries()
+    assert main(["analyze", str(run), "--only", "ece", "--json"]) == 0, capsys.readouterr().err
+    assert 0 <= json.loads(capsys.readouterr().out)["analyses"]["ece"]["ece"] <= 1
+    fresh_registries()
+    assert main(["report", str(runs), "--out", str(tmp_path / "report")]) == 0
+    assert "er_balanced" in (tmp_path / "report" / "table.md").read_text()
+
+
 def test_help_lists_what_plugins_register(capsys) -> None:
     assert main(["train", "--help", *PLUGIN_FLAGS]) == 0
     out = capsys.readouterr().out

@@ -21,7 +21,7 @@ from xder_cli.runs.build import (
     run_generator,
 )
 from xder_cli.runs.errors import RunDirError
-from xder_cli.runs.settings import RunPlan, build_plan
+from xder_cli.runs.settings import RunPlan, load_plan
 from xder_data import Benchmark
 
 __all__ = ["Predictor", "TrainedRun", "load_trained_run", "predict_all"]
@@ -72,12 +72,13 @@ def load_trained_run(run_dir: Path, *, device: str | None = None, data_root: str
 
     Raises:
         RunDirError: not a run directory, or one without a checkpoint yet.
+        PluginError: a plugin the run records (``run.plugins``) that does not load now.
     """
     run_dir = rundir.check_run_dir(run_dir)
     checkpoint = run_dir / rundir.CHECKPOINT
     if not checkpoint.is_file():
         raise RunDirError(f"{run_dir} has no {rundir.CHECKPOINT} yet: train (or resume) it first")
-    plan = build_plan(rundir.read_config(run_dir / rundir.CONFIG))
+    plan = load_plan(run_dir)  # the plugins the run records loaded first, as a resume loads them
     target = resolve_device(device or plan.settings.device)
     # Analyses read the data where they compute: on the device, whatever run.data_device said.
     bench = load_data(plan, target, data_root=data_root, data_device="device")
