@@ -108,11 +108,16 @@ def test_analyze_writes_every_applicable_analysis(derpp_run: Path, capsys) -> No
         assert (derpp_run / "analysis" / name).read_bytes().startswith(b"\x89PNG")
 
 
-def test_analyze_only_and_text_output(derpp_run: Path, capsys) -> None:
-    assert main(["analyze", str(derpp_run), "--only", "ece,ss"]) == 0
+def test_analyze_only_and_text_output(derpp_run: Path, tmp_path: Path, capsys) -> None:
+    only = ["--only", "ece,ss,secondary_targets", "--data-root", str(tmp_path)]
+    assert main(["analyze", str(derpp_run), *only]) == 0
     out = capsys.readouterr().out
     assert out.startswith("ece: ECE ")
     assert "ss: skipped (seq-digits has no super-classes)" in out
+    # The data it lacks is named by the command that makes it, not by a Python call.
+    (secondary,) = [line for line in out.splitlines() if line.startswith("secondary_targets: skipped")]
+    assert "xder-run data prepare coco-stitch" in secondary, secondary
+    assert "prepare_data(" not in secondary
 
 
 def test_analyze_does_not_change_the_run(derpp_run: Path) -> None:

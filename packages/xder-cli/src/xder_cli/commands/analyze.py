@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from xder_cli import catalogue
-from xder_cli.arguments import flag
+from xder_cli.arguments import flag, spell_settings
 from xder_cli.commands.common import add_plugin_argument
 
 __all__ = ["add_parser", "run"]
@@ -26,7 +26,11 @@ def run(args: argparse.Namespace) -> int:
 
     def show(name: str, value: dict[str, Any] | None, skipped: str | None) -> None:
         if not args.json:
-            print(f"{name}: skipped ({skipped})" if value is None else f"{name}: {summary_line(name, value)}")
+            # A skip's reason may name a library call that makes files: printed as its command.
+            if value is None:
+                print(f"{name}: skipped ({spell_settings(skipped or '')})")
+            else:
+                print(f"{name}: {summary_line(name, value)}")
 
     options = AnalysisOptions(
         max_items=args.max_items,
