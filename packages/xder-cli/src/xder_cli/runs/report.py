@@ -19,6 +19,7 @@ paper's figures beside them and the direction of its orderings, and the analysis
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 from xder_cli.runs import rundir
 from xder_cli.runs.claims import check_table_claims, claims_markdown
 from xder_cli.runs.defaults import REPORT_OUT as DEFAULT_REPORT_OUT
-from xder_cli.runs.errors import RunDirError, RunError
+from xder_cli.runs.errors import RunDirError, RunError, option
 from xder_cli.runs.published import published_analyses, published_results
 from xder_cli.runs.run_analysis import read_analysis
 from xder_cli.runs.settings import NOT_DEFINING, run_overrides, settings_text
@@ -238,6 +239,9 @@ class WrittenReport:
     repeated: tuple[tuple[str, RepeatedSeed], ...] = ()
 
 
+_PROBLEM_WORDS = {"missing": "without results.json", "unreadable": "unreadable", "incomplete": "incomplete"}
+
+
 def write_report(paths: Sequence[str | Path], out: str | Path, *, task_il: bool = False) -> WrittenReport:
     """The report of the run directories ``paths`` (:func:`find_run_dirs`) into ``out``: ``table.md``,
     ``table.csv``, ``report.json``, ``curves_<benchmark>_m<buffer>.png`` per column and
@@ -248,12 +252,20 @@ def write_report(paths: Sequence[str | Path], out: str | Path, *, task_il: bool 
     tells runs apart).
 
     Raises:
-        RunDirError: a path that names no run directory, or an output folder that cannot be made.
+        RunDirError: a path that names no run directory, run directories none of which is
+            complete (nothing is written then), or an output folder that cannot be made.
     """
     run_dirs = find_run_dirs([str(p) for p in paths])
     records = [read_run(path) for path in run_dirs]
     analysed = {str(path): found for path in run_dirs if (found := read_analysis(path)) is not None}
     report = build_report(records, published_results(), ignore=NOT_DEFINING)
+    if not report.groups:
+        kinds = Counter(problem.kind for problem in report.problems if problem.path)
+        why = ", ".join(f"{count} {_PROBLEM_WORDS.get(kind, kind)}" for kind, count in sorted(kinds.items()))
+        raise RunDirError(
+            f"no complete run to report among the {len(records)} run directories read ({why}): nothing "
+            f"written; finish them first ({option('train_run')} {option('resume')} RUN_DIR continues one)"
+        )
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
