@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from xder_cli.main import main
@@ -63,3 +65,25 @@ def test_a_sweep_started_twice_trains_each_trial_once(tmp_path: Path, capsys) ->
     summary = json.loads((out / "sweep.json").read_text())
     assert all(t["status"] == "finished" and t["skipped"] for t in summary["trials"])
     assert summary["best"] is not None
+
+
+def test_a_killed_sweep_says_how_to_resume_it(tmp_path: Path) -> None:
+    """``kill`` (SIGTERM) of a sweep's driver once its first trial trains: Ctrl-C's line, not
+    Ray's stack dump, and exit status 130."""
+    grid = tmp_path / "grid.toml"
+    grid.write_text(GRID.replace('"train.epochs" = 1', '"train.epochs" = 20'))
+    out = tmp_path / "sweep"
+    command = [XDER_RUN, "sweep", str(grid), "--out", str(out), "--max-concurrent", "1"]
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    sweep = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 600  # a guard against a hang only
+    while not list(out.glob("trials/*/events.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    sweep.send_signal(signal.SIGTERM)
+    stdout, stderr = sweep.communicate(timeout=600)
+    assert sweep.returncode == 130, stdout + stderr
+    assert "SIGTERM received" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        "interrupted: run the same command again; finished trials are kept and interrupted ones "
+        "resume from their checkpoints"
+    ), stderr

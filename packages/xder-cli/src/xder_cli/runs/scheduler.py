@@ -27,8 +27,10 @@ import contextlib
 import io
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -412,6 +414,7 @@ def train_on_ray(
     import ray  # a heavy import: only work sent to Ray needs it
 
     started = not ray.is_initialized()
+    before = signal.getsignal(signal.SIGTERM)
     if started:
         ray.init(
             address=address,
@@ -420,6 +423,7 @@ def train_on_ray(
             configure_logging=False,
             runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}},
         )
+        _sigterm_as_interrupt()
     try:
         if cpus_per_run is None:
             cpus_per_run = run_cpus(_node_cpus(ray), max_concurrent)
@@ -455,6 +459,20 @@ def train_on_ray(
     finally:
         if started:
             ray.shutdown()
+            if threading.current_thread() is threading.main_thread() and before is not None:
+                signal.signal(signal.SIGTERM, before)
+
+
+def _sigterm_as_interrupt() -> None:
+    """A SIGTERM (``kill``) ends the driver as Ctrl-C does (:class:`KeyboardInterrupt`), so that
+    its caller stops the runs and says how to resume them: Ray's core worker replaces the
+    process's handler with one that prints a raw stack dump and exits."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def train_runs(
