@@ -170,8 +170,8 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     try:
-        options = scheduling(args, lines)
-        summary, outcomes = experiments.run_experiment(planned, out, use_ray=use_ray, **options)
+        where_runs = scheduling(args, lines)
+        summary, outcomes = experiments.run_experiment(planned, out, use_ray=use_ray, **where_runs)
     except KeyboardInterrupt:  # Ctrl-C, or a kill of a driver on Ray
         raise Interrupted(
             "interrupted: run the same command again; finished runs are kept and interrupted ones "
