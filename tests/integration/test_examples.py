@@ -1,13 +1,16 @@
 """The files the README's and the documentation's first-hour commands name are shipped under
 ``examples/`` and do what the pages say: the image folder of digits reads back as ``seq-digits``'s
 own images, the plugin file is the code the plugins page shows and registers its method, the grid
-file is the one the commands page shows and loads as a sweep."""
+file is the one the commands page shows and loads as a sweep, and the benchmark plugin trains as
+the own-data page's command says."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +59,39 @@ def test_the_grid_file_is_the_commands_page_grid_and_loads() -> None:
     assert path.read_text() == shown
     spec = load_spec(path)
     assert (spec.method, spec.benchmark) == ("derpp", "seq-digits")
+
+
+def test_the_benchmark_plugin_trains_as_the_own_data_page_says(tmp_path: Path) -> None:
+    # docs/own-data.md's "A benchmark of your own": its train command as written, on the CPU at one
+    # thread (about 10 s), with the data root and the runs in tmp_path. The plugin writes its CSV
+    # file there first, then reads it back and trains its three tasks.
+    section = (ROOT / "docs" / "own-data.md").read_text().split("## A benchmark of your own", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    (command,) = [line.split("#")[0].split() for line in block.splitlines() if " train " in line]
+    assert command[:3] == ["uv", "run", "xder-run"], command
+    assert "examples/my_benchmark.py" in command, command
+    xder_run = str(Path(sys.executable).parent / "xder-run")
+    data, runs = tmp_path / "data", tmp_path / "runs"
+    flags = ["--device", "cpu", "--threads", "1", "--data-root", str(data), "--out", str(runs)]
+    result = subprocess.run(
+        [xder_run, *command[3:], *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (data / "my-patterns.csv").is_file()
+    (run,) = runs.iterdir()
+    config = tomllib.loads((run / "config.toml").read_text())
+    assert config["run"]["benchmark"] == "my-patterns"
+    assert config["benchmark"] == {"tasks": 3}
+    assert (config["train"]["epochs"], config["train"]["lr"]) == (10, 0.05)  # the plugin's protocol
+    results = json.loads((run / "results.json").read_text())
+    assert results["complete"] is True
+    assert [len(row) for row in results["accuracy_matrix"]] == [1, 2, 3]
+    assert results["faa"] > 50, results["faa"]  # it learns: 84.67 on the page's CPU, chance 1/6
 
 
 @pytest.fixture(scope="module")
