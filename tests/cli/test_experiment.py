@@ -65,6 +65,10 @@ def test_flatness_pairs_regularisers_interrupt_and_resume(tmp_path: Path, monkey
     with monkeypatch.context() as patch:
         patch.setattr(TaskProgress, "on_task_end", crash)
         assert main(argv) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "interrupted: run the same command again; finished runs are kept and interrupted ones resume "
+        "from their checkpoints"
+    )
     runs = out / "runs"
     assert _results(runs / "pair1-none-s0")["complete"] is True
     assert _results(runs / "pair1-lfr-s0")["complete"] is False

@@ -40,6 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+RESUMABLE = {
+    command: f": run the same command again; finished {items} are kept and interrupted ones resume "
+    "from their checkpoints"
+    for command, items in (("sweep", "trials"), ("experiment", "runs"))
+}
+"""What an interrupted command that resumes its runs says after "interrupted"."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``xder-run``; returns the exit status (2 for every user mistake).
 
@@ -62,8 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Interrupted as interrupted:  # a run's Ctrl-C: the message names the run to resume
         print(f"\n{interrupted}", file=sys.stderr)
         return 130
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C, or a kill of a driver on Ray (its SIGTERM ends it so)
+        print(f"\ninterrupted{RESUMABLE.get(args.command, '')}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # e.g. `xder-run data info ... --json | head`
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (silence the interpreter's final flush)

@@ -20,7 +20,7 @@ from xder_cli.commands.common import (
     run_flag_settings,
     scheduling,
 )
-from xder_cli.errors import Interrupted, UsageError
+from xder_cli.errors import UsageError
 
 __all__ = ["add_parser", "run"]
 
@@ -169,14 +169,7 @@ def run(args: argparse.Namespace) -> int:
             f"{total} runs, {finished} already finished; training {total - finished} {where}"
         )
     )
-    try:
-        where_runs = scheduling(args, lines)
-        summary, outcomes = experiments.run_experiment(planned, out, use_ray=use_ray, **where_runs)
-    except KeyboardInterrupt:  # Ctrl-C, or a kill of a driver on Ray
-        raise Interrupted(
-            "interrupted: run the same command again; finished runs are kept and interrupted ones "
-            "resume from their checkpoints"
-        ) from None
+    summary, outcomes = experiments.run_experiment(planned, out, use_ray=use_ray, **scheduling(args, lines))
     sys.stdout.write("\n" + planned.markdown(summary))
     print(f"\nwrote {', '.join(planned.files)} to {out}")
     elsewhere = sum(outcome["status"] == RUNNING_ELSEWHERE for outcome in outcomes.values())

@@ -17,7 +17,7 @@ from xder_cli.commands.common import (
     run_flag_settings,
     scheduling,
 )
-from xder_cli.errors import Interrupted, UsageError
+from xder_cli.errors import UsageError
 
 __all__ = ["add_parser", "run"]
 
@@ -87,13 +87,7 @@ def run(args: argparse.Namespace) -> int:
             f"{finished} already finished -> {out}"
         )
     )
-    try:
-        summary = sweep.run_sweep(spec, out, **scheduling(args, lines))
-    except KeyboardInterrupt:
-        raise Interrupted(
-            "interrupted: run the same command again; finished trials are kept and interrupted ones "
-            "resume from their checkpoints"
-        ) from None
+    summary = sweep.run_sweep(spec, out, **scheduling(args, lines))  # Ctrl-C: main says how to resume
     sys.stdout.write(sweep.sweep_markdown(summary))
     print(f"summary: {out / sweep.SWEEP_JSON}  report: {out / sweep.SWEEP_MD}")
     if summary["retries"]:
