@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from xder_cli.main import main
-from xder_cli.runs.cpushare import machine_cores
+from xder_methods import machine_cores
 
 
 def test_bench_command_writes_json(tmp_path: Path, capsys) -> None:

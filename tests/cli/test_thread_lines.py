@@ -21,9 +21,9 @@ from xder_cli.progress import (
     thread_line,
     threads_summary,
 )
-from xder_cli.runs import cpushare
-from xder_cli.runs.cpushare import RECHECK_SECONDS, CpuShare, ThreadPolicy
 from xder_cli.runs.recorder import ThreadNews, ThreadShare
+from xder_methods.core import threads as thread_policy
+from xder_methods.core.threads import RECHECK_SECONDS, CpuShare, ThreadPolicy
 
 TINY = ["--epochs", "1", "--set", "backbone.width=4", "--device", "cpu"]
 
@@ -96,6 +96,26 @@ def test_a_fair_share_run_that_starts_beside_another_says_so(tmp_path: Path, cap
     ]
 
 
+def test_a_run_beside_other_busy_programs_says_it_took_fewer_threads_and_why(tmp_path: Path, capsys) -> None:
+    """Other programs keep a core busy as the run starts, then leave it free: a fake load source
+    stands in for the machine's (xder_methods.core.threads.MachineLoad)."""
+    busy, clock = [1], Clock()
+    loop: Any = SimpleNamespace(task=0, epoch=0)
+    policy = ThreadPolicy(0, share=CpuShare(tmp_path, cores=2), load=lambda pids: busy[0], clock=clock)
+    with policy:
+        share = ThreadShare(policy, lambda event: None, ThreadLines())
+        share.on_fit_start(loop)
+        busy[0], loop.task = 0, 1
+        clock.now += RECHECK_SECONDS
+        share.on_step(loop)
+    assert capsys.readouterr().out.splitlines() == [
+        "threads: 1, this machine's fair share (2 cores, 1 busy with other programs, no other xder-run "
+        "training); --threads 1 fixes the count",
+        "threads 1 -> 2 in task 2, epoch 1: other programs left 1 core free; the numbers will differ "
+        "from a run on 1 thread throughout; --threads 1 fixes the count",
+    ]
+
+
 def test_a_fixed_count_says_so_once_and_nothing_else(tmp_path: Path, capsys) -> None:
     clock = Clock()
     with ThreadPolicy(1, share=CpuShare(tmp_path, cores=2), clock=clock) as policy:
@@ -145,7 +165,7 @@ def test_train_says_its_count_under_its_first_line(
 ) -> None:
     monkeypatch.setenv("XDER_CPU_SHARE_DIR", str(tmp_path / "register"))  # nothing else trains here
     # One core: the fair share is one thread, as fast as the fixed run on a busy machine.
-    monkeypatch.setattr(cpushare, "machine_cores", lambda: 1)
+    monkeypatch.setattr(thread_policy, "machine_cores", lambda: 1)
     assert main(["train", "--method", "sgd", "--out", str(tmp_path / "runs"), *TINY, *threads]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("training sgd on seq-digits (")

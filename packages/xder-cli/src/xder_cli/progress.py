@@ -113,11 +113,34 @@ def _cores(count: int) -> str:
     return f"{count} core{'' if count == 1 else 's'}"
 
 
-def _others(runs: int) -> str:
+def _others(runs: int, busy: int = 0) -> str:
     others = runs - 1
-    if others == 0:
-        return "no other xder-run training"
-    return f"{others} other xder-run training{'' if others == 1 else 's'}"
+    trainings = (
+        "no other xder-run training"
+        if others == 0
+        else f"{others} other xder-run training{'' if others == 1 else 's'}"
+    )
+    return f"{busy} busy with other programs, {trainings}" if busy > 0 else trainings
+
+
+def _why(news: ThreadNews) -> str:
+    """Why a fair share changed: xder-run trainings or other programs that came or went."""
+    runs = news.runs - (news.before_runs if news.before_runs is not None else news.runs)
+    busy = news.busy - (news.before_busy if news.before_busy is not None else news.busy)
+    reasons = [
+        *(["another xder-run training started on this machine"] if runs > 0 else []),
+        *(["an xder-run training on this machine ended"] if runs < 0 else []),
+        *([f"other programs keep {_cores(news.busy)} busy"] if busy > 0 else []),
+        *([f"other programs left {_cores(-busy)} free"] if busy < 0 else []),
+    ]
+    if reasons:
+        return " and ".join(reasons)
+    assert news.before is not None
+    return (
+        "another xder-run training started on this machine"
+        if news.threads < news.before
+        else "an xder-run training on this machine ended"
+    )
 
 
 def _listed(counts: Sequence[int]) -> str:
@@ -150,15 +173,11 @@ def thread_line(news: ThreadNews) -> str | None:
     if news.kind == "start":
         if not news.auto:
             return f"threads: {news.threads} (fixed)"
-        share = f"this machine's fair share ({_cores(news.cores)}, {_others(news.runs)})"
+        share = f"this machine's fair share ({_cores(news.cores)}, {_others(news.runs, news.busy)})"
         return f"threads: {news.threads}, {share}; --threads {news.threads} fixes the count"
     if news.kind == "change":
         assert news.before is not None
-        why = (
-            "another xder-run training started on this machine"
-            if news.threads < news.before
-            else "an xder-run training on this machine ended"
-        )
+        why = _why(news)
         first, where = news.used[0], f"task {news.task + 1}, epoch {news.epoch + 1}"
         return (
             f"threads {news.before} -> {news.threads} in {where}: {why}; the numbers will differ "

@@ -56,6 +56,7 @@ from xder_methods.core.schedule import (
     learning_rate,
     shuffled_batches,
 )
+from xder_methods.core.threads import CpuShare, MachineLoad, ThreadPolicy, fair_threads, machine_cores
 from xder_methods.methods.agem import AGEM, AGEMConfig, project_agem
 from xder_methods.methods.bic import BiC, BiCConfig
 from xder_methods.methods.der import DER, DERConfig
@@ -109,6 +110,7 @@ __all__ = [
     "ContinualMethod",
     "ContinualSetting",
     "CosineHead",
+    "CpuShare",
     "CudaGraphs",
     "DERConfig",
     "DERpp",
@@ -140,6 +142,7 @@ __all__ = [
     "LwFConfig",
     "LwFMC",
     "LwFMCConfig",
+    "MachineLoad",
     "MethodBase",
     "MethodConfigError",
     "MethodError",
@@ -158,6 +161,7 @@ __all__ = [
     "TaskData",
     "TaskRecord",
     "TaskStream",
+    "ThreadPolicy",
     "TrainingProtocol",
     "TrainingSchedule",
     "Transform",
@@ -176,6 +180,7 @@ __all__ = [
     "distillation_loss",
     "evaluate",
     "ewc_penalty",
+    "fair_threads",
     "fisher_diagonal",
     "fit",
     "forward_parts",
@@ -189,6 +194,7 @@ __all__ = [
     "list_methods",
     "local_flatness",
     "local_linearity",
+    "machine_cores",
     "method_class",
     "method_config_class",
     "project_agem",

@@ -35,9 +35,9 @@ like the benchmark (its buffer full), then:
   (a recorded step's warm-up); on a CPU every replay is checked op by op instead, so the times
   there are the check's.
 
-The process takes its CPU threads as a training run does (:mod:`xder_cli.runs.cpushare`: all cores
-alone, a fair share beside other runs, or a fixed ``OMP_NUM_THREADS``); ``threads`` lists the
-counts it used. ``--concurrent N,...`` measures several such processes at once instead
+The process takes its CPU threads as a training run does (:mod:`xder_methods.core.threads`: the
+cores other programs leave free, shared with other runs, or a fixed ``OMP_NUM_THREADS``);
+``threads`` lists the counts it used. ``--concurrent N,...`` measures several such processes at once instead
 (:func:`xder_cli.runs.bench_share.run_share_bench`, with the same options).
 """
 
@@ -57,7 +57,6 @@ import torch
 from torch import nn
 
 from xder_cli.runs.build import build_method, build_network, resolve_device, run_generator
-from xder_cli.runs.cpushare import ThreadPolicy
 from xder_cli.runs.errors import BenchError, SettingError, option
 from xder_cli.runs.settings import RunPlan, resolve_run
 from xder_data import (
@@ -78,6 +77,7 @@ from xder_methods import (
     StepResult,
     TaskData,
     TaskStream,
+    ThreadPolicy,
     TrainingSchedule,
     Transforms,
     autocast,

@@ -7,7 +7,7 @@ The step-time benchmark's terms (docs/development.md, "How it is fast"), at the 
 processes: for each method, the same fixed work (the timed training steps of ``xder-run bench``,
 warm-up excluded) is run by one process alone, then by N processes at once, each a separate
 process measuring with the caller's options (:func:`child_main`; it takes its threads as a
-training run does: :mod:`xder_cli.runs.cpushare`). Processes wait for each other after their
+training run does: :mod:`xder_methods.core.threads`). Processes wait for each other after their
 warm-up (:func:`xder_cli.runs.bench.wait_for_start`) and start their timed steps together. Rounds
 interleave methods and group sizes, so that drift on the machine hits all of them alike.
 

@@ -40,14 +40,13 @@ from xder_cli.runs.build import (
     resolve_device,
     run_generator,
 )
-from xder_cli.runs.cpushare import ThreadPolicy
 from xder_cli.runs.errors import RunError
 from xder_cli.runs.recorder import RunRecorder, ThreadNews, ThreadShare, ignore_news
 from xder_cli.runs.settings import Notify, RunPlan, ignore, load_plan
 from xder_cli.runs.trackers import check_loggers, start_loggers
 from xder_data import DataError, Progress
 from xder_data.benchmark import no_progress
-from xder_methods import Callback, MethodError, NonFiniteLossError, fit
+from xder_methods import Callback, MethodError, NonFiniteLossError, ThreadPolicy, fit
 from xder_models import UnknownBackboneError
 
 __all__ = [
@@ -313,7 +312,9 @@ def _train(
     net = build_network(plan, bench.num_classes, device)
     generator = run_generator(plan, device)
     method = build_method(plan, net, *benchmark_setting(bench), generator)
-    fit(method, bench, plan.fit_schedule, generator=generator, callbacks=callbacks, resume=state)
+    fit(
+        method, bench, plan.fit_schedule, generator=generator, callbacks=callbacks, resume=state, threads=None
+    )
 
 
 # ---------------------------------------------------------------------------------------------

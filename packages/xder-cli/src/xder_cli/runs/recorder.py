@@ -18,7 +18,6 @@ import torch
 
 from xder_cli.runs import rundir
 from xder_cli.runs.analysis_records import task_end_analysis
-from xder_cli.runs.cpushare import ThreadPolicy
 from xder_cli.runs.settings import RunPlan
 from xder_eval import (
     average_accuracy_curve,
@@ -35,6 +34,7 @@ from xder_methods import (
     FitState,
     History,
     TaskRecord,
+    ThreadPolicy,
 )
 
 __all__ = ["RunRecorder", "ThreadNews", "ThreadShare", "ignore_news", "summarize"]
@@ -244,6 +244,8 @@ class ThreadNews:
         used: every count the run trained with, before a resume too, in the order first used.
         before: the count before a change (None otherwise).
         task, epoch: where the run is (0-based; the next to train at the start).
+        busy: the cores other programs kept busy at the last reading (0 when fixed).
+        before_runs, before_busy: ``runs`` and ``busy`` before a change (None otherwise).
     """
 
     kind: Literal["start", "change", "end"]
@@ -255,6 +257,9 @@ class ThreadNews:
     before: int | None = None
     task: int = 0
     epoch: int = 0
+    busy: int = 0
+    before_runs: int | None = None
+    before_busy: int | None = None
 
 
 def ignore_news(news: ThreadNews) -> None:
@@ -288,9 +293,13 @@ class ThreadShare(Callback):
         self.used = used if used is not None else lambda: list(policy.used)
 
     def _news(
-        self, loop: FitState, kind: Literal["start", "change", "end"], before: int | None = None
+        self,
+        loop: FitState,
+        kind: Literal["start", "change", "end"],
+        before: tuple[int, int, int] | None = None,
     ) -> ThreadNews:
         policy = self.policy
+        threads, runs, busy = before if before is not None else (None, None, None)
         return ThreadNews(
             kind,
             policy.threads,
@@ -298,9 +307,12 @@ class ThreadShare(Callback):
             policy.share.cores,
             policy.runs,
             tuple(self.used()),
-            before,
+            threads,
             loop.task,
             loop.epoch,
+            policy.busy,
+            runs,
+            busy,
         )
 
     def on_fit_start(self, loop: FitState) -> None:
@@ -316,7 +328,7 @@ class ThreadShare(Callback):
         self.report(self._news(loop, "start"))
 
     def on_step(self, loop: FitState) -> None:
-        before = self.policy.threads
+        before = (self.policy.threads, self.policy.runs, self.policy.busy)
         changed = self.policy.poll()
         if changed is not None:
             self.log(

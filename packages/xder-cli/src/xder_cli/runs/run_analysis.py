@@ -22,10 +22,10 @@ from xder_cli.runs.analyses import (
     RUNNERS,
     AnalysisOptions,
 )
-from xder_cli.runs.cpushare import ThreadPolicy
 from xder_cli.runs.errors import AnalysisSkipped, RunError, SettingError, option
 from xder_cli.runs.loaded import load_trained_run
 from xder_cli.runs.settings import Notify, ignore
+from xder_methods import ThreadPolicy
 
 __all__ = [
     "ANALYSIS_JSON",

@@ -130,10 +130,11 @@ class RunSettings:
             when the data take less than half of its free memory, else the host).
         loggers: experiment trackers the run also logs to (``tensorboard``, ``wandb``), under
             the run directory; ``events.jsonl`` stays the record.
-        threads: CPU threads of the run's kernels. 0 (default): a fair share of this machine's
-            cores among the training runs on it (all of them alone, ``cores // n`` beside n-1
-            others, followed as runs start and end: :mod:`xder_cli.runs.cpushare`), unless
-            ``OMP_NUM_THREADS`` fixes it. A count fixes it. CPU results depend on the count
+        threads: CPU threads of the run's kernels. 0 (default): a fair share of the cores that
+            other programs leave free, among the training runs on this machine (all of them on
+            an idle machine, ``(cores - busy) // n`` beside n-1 other runs and programs keeping
+            ``busy`` cores busy, followed as they start and end: :mod:`xder_methods.core.threads`),
+            unless ``OMP_NUM_THREADS`` fixes it. A count fixes it. CPU results depend on the count
             (``results.json`` ``environment.threads`` lists those used): fix it for numbers that
             repeat whatever else the machine runs.
         record_analyses: also record, while training, what ``xder-run analyze``'s

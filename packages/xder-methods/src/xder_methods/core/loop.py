@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ from xder_methods.core.schedule import (
     begin_step,
     learning_rate,
 )
+from xder_methods.core.threads import ThreadPolicy
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -183,6 +185,7 @@ def fit(
     generator: torch.Generator,
     callbacks: Sequence[Callback] = (),
     resume: dict[str, Any] | None = None,
+    threads: int | None = 0,
 ) -> History:
     """Train ``method`` on every task of ``stream`` (the first ``schedule.tasks`` of them, when
     set) in order and evaluate after each task.
@@ -196,6 +199,12 @@ def fit(
         callbacks: logging, progress and checkpoint hooks.
         resume: a :meth:`FitState.snapshot`; the run continues from its position and, on the same
             device, ends with the same results as an uninterrupted run.
+        threads: torch's CPU threads while it trains (:class:`~xder_methods.core.threads.
+            ThreadPolicy`; the count before is restored after). 0 (the default): a fair share of
+            the cores other programs leave free, followed as they start and end, unless
+            ``OMP_NUM_THREADS`` fixes it (on a CPU, a warning says when that is fewer than the
+            cores); N: exactly N. A CPU run's numbers depend on the count, so fix it for numbers
+            that repeat. None: leave torch's count alone (the caller manages it).
 
     Returns:
         The accuracy matrices (:class:`History`).
@@ -206,6 +215,39 @@ def fit(
             is the last good state.
         MethodConfigError: ``schedule.tasks`` is more than the stream's tasks.
     """
+    if threads is None:
+        return _fit(method, stream, schedule, generator, callbacks, resume)
+    with ThreadPolicy(threads) as policy:
+        if generator.device.type == "cpu" and policy.auto and policy.threads < policy.share.cores:
+            warnings.warn(
+                f"fit trains on {policy.threads} CPU threads of {policy.share.cores} cores "
+                f"({policy.busy} kept busy by other programs, {policy.runs - 1} other training runs "
+                f"here) and follows the share as they come and go; the numbers depend on the count: "
+                f"pass threads={policy.threads} to fix it",
+                stacklevel=2,
+            )
+        return _fit(method, stream, schedule, generator, [*callbacks, _FollowTheShare(policy)], resume)
+
+
+class _FollowTheShare(Callback):
+    """Re-reads the fair share of a run's thread policy between steps (:meth:`ThreadPolicy.poll`)."""
+
+    def __init__(self, policy: ThreadPolicy) -> None:
+        self.policy = policy
+
+    def on_step(self, loop: FitState) -> None:
+        self.policy.poll()
+
+
+def _fit(
+    method: ContinualMethod,
+    stream: TaskStream,
+    schedule: TrainingSchedule,
+    generator: torch.Generator,
+    callbacks: Sequence[Callback],
+    resume: dict[str, Any] | None,
+) -> History:
+    """:func:`fit` with torch's thread count as the caller left it."""
     if schedule.tasks is not None and not 1 <= schedule.tasks <= stream.n_tasks:
         raise MethodConfigError(
             f"train.tasks = {schedule.tasks} is out of range: the benchmark has {stream.n_tasks} tasks; "
