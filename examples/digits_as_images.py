@@ -4,9 +4,9 @@ real images before your own: ``python examples/digits_as_images.py my_images`` w
 images in 10 class folders, a fifth of each class held out as the test set, the split of
 ``seq-digits``), then
 
-    uv run xder-run train --benchmark folder --data-root my_images --protocol laptop --set benchmark.tasks=5
+    uv run xder-run train --benchmark folder --data-root my_images --protocol laptop
 
-trains X-DER on them in 5 tasks of 2 digits.
+trains X-DER on them in 5 tasks of 2 digits (the folder benchmark's 2 classes a task).
 """
 
 from __future__ import annotations
