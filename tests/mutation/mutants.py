@@ -184,7 +184,7 @@ def matches(entry: dict[str, str], mutant: Mutant) -> bool:
     )
 
 
-def report(mutants: list[Mutant], modules: list[str] | None) -> int:
+def report(mutants: list[Mutant], modules: list[str] | None, toml: bool = False) -> int:
     equivalents = listed_equivalents()
     shown = [m for m in mutants if modules is None or any(m.module.endswith(x) for x in modules)]
     rows, unexplained, used, unfinished = {}, [], set(), set()
@@ -218,6 +218,10 @@ def report(mutants: list[Mutant], modules: list[str] | None) -> int:
             print(f"\n{mutant.status}: {mutant.name} ({mutant.function})")
             lines = [*(f"- {line}" for line in mutant.removed), *(f"+ {line}" for line in mutant.added)]
             print("\n".join(lines))
+            if toml:  # an entry of equivalent.toml, its reason to be written
+                entry = {"module": mutant.module, "function": mutant.function}
+                entry |= {"from": " ".join(mutant.removed), "to": " ".join(mutant.added), "why": "..."}
+                print("[[equivalent]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in entry.items()))
     # An entry is stale once its module has been run to the end and the mutant did not survive.
     finished = set(rows) - unfinished
     stale = [entry for i, entry in enumerate(equivalents) if i not in used and entry["module"] in finished]
@@ -241,6 +245,9 @@ def main() -> int:
     parser.add_argument("--survivors", action="store_true", help="run the survivors of earlier runs again")
     parser.add_argument("--report", action="store_true", help="print the scores of earlier runs only")
     parser.add_argument("--fresh", action="store_true", help="forget earlier runs (delete .mutants/)")
+    parser.add_argument(
+        "--toml", action="store_true", help="print each survivor as an equivalent.toml entry too"
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants tested at once")
     args = parser.parse_args()
     if args.fresh:
@@ -259,7 +266,7 @@ def main() -> int:
         else:
             mutmut(*names, jobs=args.jobs)
     modules = [name.removesuffix(".*") for name in names] or None
-    return report(collect(), modules)
+    return report(collect(), modules, toml=args.toml)
 
 
 if __name__ == "__main__":
