@@ -98,6 +98,23 @@ def test_rescale_logits_by_hand() -> None:
     assert torch.equal(fresh, before[1])
 
 
+def test_rescale_logits_at_the_edges_g_zero_and_gamma_zero() -> None:
+    """A ground-truth logit of exactly 0 keeps the stored row (``g > 0`` is the guard, not
+    ``g >= 0``); with gamma = 0 a slice whose maximum is exactly 0 is already at the bound
+    ``gamma * g = 0`` and is implanted as it is (no 0 / 0), one whose maximum is positive is zeroed."""
+    stored = torch.tensor([[0.0, 1.0, 9.0, 9.0], [2.0, 0.0, 9.0, 9.0]], dtype=torch.float64)
+    fresh = torch.tensor([[5.0, 5.0, 4.0, 1.0], [5.0, 5.0, 4.0, 1.0]], dtype=torch.float64)
+    labels = torch.tensor([0, 0])
+    # Row 0: g = 0 -> stored. Row 1: g = 2, max 4 > 0.5 * 2 -> (4, 1) * 1 / 4 = (1, 0.25).
+    out = rescale_logits(stored, fresh, labels, 2, 4, 0.5)
+    assert out.tolist() == [[0.0, 1.0, 9.0, 9.0], [2.0, 0.0, 1.0, 0.25]]
+    fresh = torch.tensor([[5.0, 5.0, 0.0, -1.0], [5.0, 5.0, 3.0, -1.0]], dtype=torch.float64)
+    stored = torch.tensor([[2.0, 0.0, 9.0, 9.0], [2.0, 0.0, 9.0, 9.0]], dtype=torch.float64)
+    # gamma = 0, g = 2: row 0's max 0 <= 0 -> (0, -1) as it is; row 1's max 3 > 0 -> (3, -1) * 0.
+    out = rescale_logits(stored, fresh, labels, 2, 4, 0.0)
+    assert out.tolist() == [[2.0, 0.0, 0.0, -1.0], [2.0, 0.0, 0.0, 0.0]]
+
+
 def test_rescale_logits_against_equation_7() -> None:
     g = torch.Generator().manual_seed(0)
     stored = torch.randn(200, 10, generator=g, dtype=torch.float64) * 3
@@ -158,6 +175,8 @@ def test_violation_mean() -> None:
     assert float(violation_mean(torch.tensor([-1.0, 2.0, 4.0]))) == 3.0
     assert float(violation_mean(torch.tensor([-1.0, -2.0]))) == 0.0
     assert float(violation_mean(torch.tensor([1.0, 2.0, 4.0]), torch.tensor([1.0, 0.0, 1.0]))) == 2.5
+    # An entry of exactly 0 is no violation: it does not count in the mean (2 / 1, not 2 / 2).
+    assert float(violation_mean(torch.tensor([0.0, 2.0, -1.0]))) == 2.0
 
 
 def test_past_constraint_reference_and_paper_forms_by_loop() -> None:
