@@ -1,11 +1,13 @@
-"""Per-example gradients against a loop of single-item ``torch.autograd.grad``."""
+"""Per-example gradients against a loop of single-item ``torch.autograd.grad``; flat gradient vectors."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from xder_methods.parts.gradients import per_example_gradients
+from xder_methods.parts.gradients import flatten_gradients, per_example_gradients
 
 
 def test_per_example_gradients_match_autograd_item_by_item(stream, tiny_net) -> None:
@@ -56,3 +58,32 @@ def test_per_example_gradients_of_any_objective_and_only_trainable_parameters(st
             torch.testing.assert_close(trainable[name][i], expected[name])
     # The classifier's rows of the outputs outside the softmax get no gradient.
     assert torch.count_nonzero(every["classifier.weight"][:, 4:]) == 0
+
+
+def test_per_example_gradients_of_vector_inputs() -> None:
+    """Items that are vectors (x: (N, 3) through a Linear layer): each is its own batch of one,
+    ``x_i[None]`` of shape (1, 3), whatever the item's first dimension."""
+    torch.manual_seed(2)
+    net = nn.Linear(3, 4)
+    x, y = torch.randn(5, 3), torch.tensor([0, 3, 1, 1, 2])
+    grads, values = per_example_gradients(net, F.cross_entropy, x, y)
+    for i in range(5):
+        loss = F.cross_entropy(net(x[i : i + 1]), y[i : i + 1])
+        weight, bias = torch.autograd.grad(loss, [net.weight, net.bias])
+        torch.testing.assert_close(grads["weight"][i], weight)
+        torch.testing.assert_close(grads["bias"][i], bias)
+        torch.testing.assert_close(values[i], loss.detach())
+
+
+def test_flatten_gradients_by_hand() -> None:
+    """Gradients in parameter order, a missing one as zeros of its parameter's size and dtype (bf16
+    here: the vector stays bf16); one gradient per parameter, no more, no less."""
+    params = [nn.Parameter(torch.zeros(shape, dtype=torch.bfloat16)) for shape in [(2, 3), (2,), (1,)]]
+    grads = [torch.arange(6.0).view(2, 3).bfloat16(), None, torch.tensor([7.0], dtype=torch.bfloat16)]
+    flat = flatten_gradients(params, grads)
+    assert flat.dtype == torch.bfloat16
+    assert flat.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 0.0, 0.0, 7.0]
+    with pytest.raises(ValueError, match="shorter"):
+        flatten_gradients(params, grads[:2])
+    with pytest.raises(ValueError, match="longer"):
+        flatten_gradients(params[:2], grads)

@@ -1,11 +1,14 @@
-"""Frozen copies: a teacher as it is, and a copy fine-tuned before it is frozen."""
+"""Frozen copies: a teacher as it is, and a copy fine-tuned before it is frozen; features in eval
+mode."""
 
 from __future__ import annotations
+
+import copy
 
 import torch
 import torch.nn.functional as F
 
-from xder_methods.parts.networks import frozen_copy
+from xder_methods.parts.networks import eval_features, frozen_copy
 
 
 def test_frozen_copy_is_an_eval_mode_copy_without_gradients(tiny_net) -> None:
@@ -48,3 +51,45 @@ def test_frozen_copy_fine_tunes_the_copy_in_train_mode_then_freezes_it(tiny_net)
     for (name, p), g in zip(copy.named_parameters(), expected, strict=True):
         torch.testing.assert_close(p, before[name] - 0.1 * g)
         assert torch.equal(dict(net.named_parameters())[name].detach(), before[name])
+
+
+# ------------------------------------------------------------------------------ eval_features
+
+
+def to_float(x: torch.Tensor) -> torch.Tensor:
+    return x.float() / 255
+
+
+def test_eval_features_in_chunks_in_eval_mode_and_the_mode_restored(tiny_net) -> None:
+    """Five rows in chunks of 2 (2 + 2 + 1 forward passes), each row's features those of the
+    network in eval mode (BatchNorm on its running statistics), computed here one row at a time;
+    the network is back in train mode and its running statistics untouched."""
+    torch.manual_seed(0)
+    net = tiny_net(3, batchnorm=True).train(True)
+    batchnorm = net.body[2]
+    with torch.no_grad():
+        batchnorm.running_mean.uniform_(-1, 1)
+        batchnorm.running_var.uniform_(0.5, 2)
+    statistics = [t.clone() for t in batchnorm.buffers()]
+    reference = copy.deepcopy(net).eval()
+    x_raw = torch.randint(0, 256, (5, 1, 2, 2), dtype=torch.uint8)
+    sizes: list[int] = []
+    net.body.register_forward_pre_hook(lambda _, args: sizes.append(args[0].shape[0]))
+    features = eval_features(net, x_raw, to_float, 2)
+    assert sizes == [2, 2, 1]
+    with torch.no_grad():
+        expected = torch.cat([reference.forward_features(to_float(x_raw[i : i + 1])) for i in range(5)])
+    torch.testing.assert_close(features, expected)
+    assert net.training
+    assert all(torch.equal(a, b) for a, b in zip(batchnorm.buffers(), statistics, strict=True))
+    eval_features(net.eval(), x_raw, to_float, 2)
+    assert not net.training  # a network in eval mode stays so
+
+
+def test_eval_features_of_no_rows_is_empty_with_the_network_s_width(tiny_net) -> None:
+    """(0, D) with D = ``net.num_features`` (16 for the tiny net), (0, 0) for a network without
+    that attribute; the network is not called."""
+    empty = torch.zeros(0, 1, 2, 2, dtype=torch.uint8)
+    features = eval_features(tiny_net(3), empty, to_float, 4)
+    assert (features.shape, features.dtype) == ((0, 16), torch.float32)
+    assert eval_features(torch.nn.Flatten(), empty, to_float, 4).shape == (0, 0)
