@@ -1,13 +1,16 @@
-"""The replay buffer: vectorised reservoir sampling against Algorithm R item by item."""
+"""The replay buffer: vectorised reservoir sampling against Algorithm R item by item; a task's rows
+offered to it at once (``prefill_reservoir``)."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
 
-from xder_methods import Buffer, reservoir_slots
+from xder_methods import Buffer, TaskData, reservoir_slots
+from xder_methods.parts.replay import prefill_reservoir
 
 
 def sequential_reservoir(
@@ -108,3 +111,101 @@ def test_zero_capacity_buffer_stays_empty() -> None:
     assert buffer.sample(3, torch.Generator()).index.numel() == 0
     with pytest.raises(ValueError, match=">= 0"):
         Buffer(-1, (1,))
+
+
+def test_update_logits_casts_to_the_stored_dtype() -> None:
+    """float64 values into the float32 logits: stored rounded to float32 (1/3 -> its float32)."""
+    buffer = Buffer(2, (1,), torch.uint8, num_logits=2)
+    buffer.update_logits(torch.tensor([1]), torch.tensor([[1 / 3, -2.0]], dtype=torch.float64))
+    assert buffer.logits.dtype == torch.float32
+    assert buffer.logits[1].tolist() == [torch.tensor(1 / 3, dtype=torch.float32).item(), -2.0]
+    assert buffer.logits[0].tolist() == [0.0, 0.0]
+
+
+# ------------------------------------------------------------------ prefill_reservoir (replay.py)
+
+
+def to_float(x: torch.Tensor) -> torch.Tensor:
+    return x.float() / 255
+
+
+def forward_sizes(net: torch.nn.Module) -> list[int]:
+    """The batch sizes of ``net``'s forward passes from now on."""
+    sizes: list[int] = []
+    net.register_forward_pre_hook(lambda _, args: sizes.append(args[0].shape[0]))
+    return sizes
+
+
+def test_prefill_reservoir_offers_the_rows_and_stores_eval_mode_logits(tiny_net) -> None:
+    """Two items already stored (label 0 and 1, logits 7, task 0), then 12 rows of task 2 offered
+    by reservoir sampling with generator seed 0: the draws of ``reservoir_slots(2, 12, 4)`` with
+    that seed keep items 6, 9 and 11 in rows 1, 3 and 2 (row 0 keeps its item). The kept rows get
+    the network's outputs in eval mode (BatchNorm on its running statistics) on their test view,
+    computed here one row at a time, in chunks of ``batch_size`` = 2 rows (2 + 1); the network is
+    back in train mode, its running statistics untouched."""
+    torch.manual_seed(0)
+    net = tiny_net(3, batchnorm=True).train(True)
+    batchnorm = net.body[2]
+    with torch.no_grad():
+        batchnorm.running_mean.uniform_(-1, 1)
+        batchnorm.running_var.uniform_(0.5, 2)
+    statistics = [t.clone() for t in batchnorm.buffers()]
+    reference = copy.deepcopy(net).eval()
+    buffer = Buffer(4, (1, 2, 2), torch.uint8, num_logits=3)
+    old = torch.full((2, 1, 2, 2), 200, dtype=torch.uint8)
+    buffer.add_reservoir(old, torch.tensor([0, 1]), torch.full((2, 3), 7.0), generator=torch.Generator())
+    x, y = torch.randint(0, 256, (12, 1, 2, 2), dtype=torch.uint8), torch.arange(12) % 3
+    slots = reservoir_slots(2, 12, 4, torch.Generator().manual_seed(0)).tolist()
+    assert slots == [4, 4, 4, 4, 4, 4, 1, 4, 4, 3, 4, 2]  # 4 = discarded
+    sizes = forward_sizes(net)
+    prefill_reservoir(
+        buffer, net, to_float, TaskData(x, y, 2), torch.Generator().manual_seed(0), batch_size=2
+    )
+    assert sizes == [2, 1]  # the 3 kept rows, each forwarded once
+    assert (len(buffer), buffer.num_seen) == (4, 14)
+    kept = {1: 6, 3: 9, 2: 11}  # row: item
+    with torch.no_grad():
+        for row, item in kept.items():
+            assert torch.equal(buffer.examples[row], x[item])
+            assert (buffer.labels[row].item(), buffer.task_labels[row].item()) == (y[item].item(), 2)
+            torch.testing.assert_close(buffer.logits[row], reference(to_float(x[item : item + 1]))[0])
+    assert torch.equal(buffer.examples[0], old[0])
+    assert (buffer.labels[0].item(), buffer.task_labels[0].item()) == (0, 0)
+    assert buffer.logits[0].tolist() == [7.0, 7.0, 7.0]
+    assert net.training
+    assert all(torch.equal(a, b) for a, b in zip(batchnorm.buffers(), statistics, strict=True))
+    prefill_reservoir(buffer, net.eval(), to_float, TaskData(x, y, 2), torch.Generator())
+    assert not net.training  # a network in eval mode stays so
+
+
+def test_prefill_reservoir_forwards_256_rows_at_a_time_by_default(tiny_net) -> None:
+    """300 rows into an empty memory of 300: all kept, forwarded as 256 + 44."""
+    net = tiny_net(3)
+    buffer = Buffer(300, (1, 2, 2), torch.uint8, num_logits=3)
+    sizes = forward_sizes(net)
+    x = torch.zeros(300, 1, 2, 2, dtype=torch.uint8)
+    prefill_reservoir(buffer, net, to_float, TaskData(x, torch.zeros(300, dtype=torch.int64), 0), None)
+    assert sizes == [256, 44]
+
+
+class _NeverCalled(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise AssertionError("a memory without logits needs no forward pass")
+
+
+def test_prefill_reservoir_without_logits_stores_the_rows_only() -> None:
+    """A memory of 3 without logits offered 5 rows of task 1: the rows that
+    ``reservoir_slots(0, 5, 3)`` keeps with the same seed, their task label 1; no forward pass
+    and the network's mode untouched."""
+    buffer = Buffer(3, (1,), torch.uint8)
+    x, y = torch.arange(10, 15, dtype=torch.uint8)[:, None], torch.arange(5)
+    slots = reservoir_slots(0, 5, 3, torch.Generator().manual_seed(1)).tolist()
+    net = _NeverCalled().train(True)
+    prefill_reservoir(buffer, net, to_float, TaskData(x, y, 1), torch.Generator().manual_seed(1))
+    rows = {slot: item for item, slot in enumerate(slots) if slot < 3}
+    assert sorted(rows) == [0, 1, 2]
+    assert [buffer.labels[r].item() for r in range(3)] == [rows[r] for r in range(3)]
+    assert [buffer.examples[r, 0].item() for r in range(3)] == [10 + rows[r] for r in range(3)]
+    assert buffer.task_labels[:3].tolist() == [1, 1, 1]
+    assert (len(buffer), buffer.num_seen) == (3, 5)
+    assert net.training
