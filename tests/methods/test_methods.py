@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from xder_methods import (
+    ER,
     Batch,
     Callback,
+    ContinualSetting,
     MethodConfigError,
+    ReplayConfig,
+    TaskData,
     TrainingSchedule,
+    Transforms,
     UnknownMethodError,
     create_method,
     fit,
@@ -288,6 +295,189 @@ def test_derpp_adds_beta_times_buffer_cross_entropy(stream, transforms, tiny_net
     expected = 2.0 * F.cross_entropy(logits, method.buffer.labels[second])
     torch.testing.assert_close(out.terms["buffer_ce"], expected.detach())
     assert float(out.terms["der"]) == 0.0
+
+
+class LookupNet(nn.Module):
+    """Returns ``table[id]`` for an example whose first pixel is ``id / 255``: every output of a step
+    is known in advance."""
+
+    def __init__(self, table: Tensor) -> None:
+        super().__init__()
+        self.table = nn.Parameter(table.clone())
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.table[(x[:, 0, 0, 0] * 255).round().long()]
+
+
+def exact(x: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """A transform without randomness (uint8 -> [0, 1])."""
+    return x.float() / 255
+
+
+def items(ids: list[int]) -> Tensor:
+    x = torch.full((len(ids), 1, 2, 2), 7, dtype=torch.uint8)
+    x[:, 0, 0, 0] = torch.tensor(ids, dtype=torch.uint8)
+    return x
+
+
+def cross_entropy(row: list[float], label: int) -> float:
+    """Over every output (ER, DER and DER++ take it over all classes, future ones included)."""
+    top = max(row)
+    return top + math.log(sum(math.exp(v - top) for v in row)) - row[label]
+
+
+STORED_LABELS = [0, 1, 1, 0]  # the buffer: items 0-3, of task 0
+STREAM_LABELS = [2, 3, 2, 3, 3, 2]  # the stream batch: items 4-9, of task 1
+
+
+@pytest.mark.parametrize(
+    ("name", "config"), [("er", {}), ("der", {"alpha": 0.4}), ("derpp", {"alpha": 0.4, "beta": 0.7})]
+)
+def test_replay_step_against_float64_references(name, config) -> None:
+    """A step of task 1 of ER, DER and DER++, every output planted (a lookup network, exact
+    transforms) and the replay batch (4) taking every stored item, so that no value depends on a
+    draw. ER: one cross-entropy over the 6 stream and 4 buffer items; its groups split that mean
+    into the stream's and the buffer's shares. DER: the stream cross-entropy plus alpha x the mean
+    squared error to the stored logits (over items and classes); DER++ adds beta x the buffer
+    items' cross-entropy. Then the stream items enter the free rows 4-9 (reservoir: n < M), as they
+    are, with task label 1 and (DER, DER++) their outputs; the stored items stay."""
+    g = torch.Generator().manual_seed(7)
+    table = 2.0 * torch.randn(10, 6, generator=g)
+    stored = 2.0 * torch.randn(4, 6, generator=g)
+    method = create_method(
+        name,
+        net=LookupNet(table),
+        setting=ContinualSetting((2, 2, 2), (1, 2, 2)),
+        transforms=Transforms(train=exact, test=exact),
+        config=method_config_class(name)(buffer_size=10, minibatch_size=4, **config),
+        generator=torch.Generator().manual_seed(0),
+    )
+    keeps_logits = method.buffer.logits is not None
+    method.buffer.write(
+        torch.arange(4), items([0, 1, 2, 3]), torch.tensor(STORED_LABELS), stored if keeps_logits else None, 0
+    )
+    method.buffer.set_size(4)
+    method.buffer.num_seen = 4
+    method.begin_task(1)
+    x_raw = items(list(range(4, 10)))
+    outputs, z = table.double().tolist(), stored.double().tolist()
+
+    stream = [cross_entropy(outputs[4 + i], y) for i, y in enumerate(STREAM_LABELS)]
+    replayed = [cross_entropy(outputs[j], y) for j, y in enumerate(STORED_LABELS)]
+    if name == "er":
+        ce = (sum(stream) + sum(replayed)) / 10
+        expected = {"ce": ce}
+        groups = {"stream": sum(stream) / 10, "buffer": sum(replayed) / 10}
+    else:
+        squares = [(outputs[j][k] - z[j][k]) ** 2 for j in range(4) for k in range(6)]
+        expected = {"ce": sum(stream) / 6, "der": config["alpha"] * sum(squares) / 24}
+        if name == "derpp":
+            expected["buffer_ce"] = config["beta"] * sum(replayed) / 4
+        groups = {"stream": expected["ce"], "buffer": sum(expected.values()) - expected["ce"]}
+
+    out = method.observe(Batch(exact(x_raw), torch.tensor(STREAM_LABELS), x_raw, 1))
+
+    assert set(out.terms) == set(expected)
+    for term, value in expected.items():
+        assert float(out.terms[term]) == pytest.approx(value, rel=1e-5), term
+    assert float(out.loss.detach()) == pytest.approx(sum(expected.values()), rel=1e-5)
+    assert set(out.groups) == set(groups)
+    for group, value in groups.items():
+        assert float(out.groups[group].detach()) == pytest.approx(value, rel=1e-5), group
+    assert len(method.buffer) == method.buffer.num_seen == 10
+    assert torch.equal(method.buffer.examples[:10], torch.cat([items([0, 1, 2, 3]), x_raw]))
+    assert method.buffer.labels[:10].tolist() == STORED_LABELS + STREAM_LABELS
+    assert method.buffer.task_labels[:10].tolist() == [0] * 4 + [1] * 6
+    if keeps_logits:
+        torch.testing.assert_close(method.buffer.logits[:4], stored)
+        torch.testing.assert_close(method.buffer.logits[4:10], table[4:10])
+
+
+@pytest.mark.parametrize("name", ["er", "der", "derpp"])
+def test_replay_draws_come_from_the_methods_generator(name, stream, transforms, tiny_net, setting_of) -> None:
+    """ "Every random draw goes through ``self.generator``" (MethodBase): runs with the same
+    generator seed and different global seeds are identical, through prefill (24 rows offered to 5
+    slots by reservoir sampling) and three steps of task 1 (the buffer draws, their augmented
+    views, the stream's reservoir insertion into a full buffer). Another generator seed changes
+    them, so that the draws show."""
+
+    def run(generator_seed: int, global_seed: int) -> list[Tensor]:
+        method = build(name, stream, transforms, tiny_net, setting_of, buffer_size=5, minibatch_size=3)
+        method.generator = torch.Generator().manual_seed(generator_seed)
+        torch.manual_seed(global_seed)
+        rows = stream.task(0).train
+        method.prefill(0, TaskData(stream.train_x[rows], stream.train_y[rows], 0))
+        stages = [method.buffer.examples.clone()]
+        method.begin_task(1)
+        for _ in range(3):
+            out = method.observe(batch_of(stream, transforms, 1))
+            stages.extend(value.detach() for value in out.terms.values())
+        return [*stages, method.buffer.examples, method.buffer.labels, method.buffer.task_labels]
+
+    first, again, other = run(0, 1), run(0, 2), run(5, 1)
+    assert len(first) == len(again) == len(other)
+    for a, b in zip(first, again, strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(first[0], other[0])  # prefill's reservoir
+    assert any(
+        not torch.equal(a, b) for a, b in zip(first[1:-3], other[1:-3], strict=True)
+    )  # the steps' terms
+
+
+def test_er_prefill_offers_the_rows_as_the_stream_would_then_ends_the_task(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    """ER.prefill (``xder-run bench``): the task's rows go into the buffer as a stream of them would
+    (24 rows and room for 30: rows 0-23 in order, unaugmented, with their labels and the task's
+    label), then :meth:`end_task` runs with the task and its data, so that a subclass that keeps
+    something at a task's end gets it."""
+
+    class EndRecorder(ER):
+        def end_task(self, task: int, data: TaskData) -> None:
+            self.ended.append((task, data))
+
+    method = EndRecorder(
+        tiny_net(6),
+        setting_of(stream),
+        transforms,
+        ReplayConfig(buffer_size=30),
+        torch.Generator().manual_seed(0),
+    )
+    method.ended = []
+    rows = stream.task(1).train
+    data = TaskData(stream.train_x[rows], stream.train_y[rows], 1)
+    method.prefill(1, data)
+    assert method.ended == [(1, data)]
+    assert len(method.buffer) == method.buffer.num_seen == 24
+    assert torch.equal(method.buffer.examples[:24], data.x_raw)
+    assert torch.equal(method.buffer.labels[:24], data.y)
+    assert method.buffer.task_labels[:24].tolist() == [1] * 24
+
+
+def test_der_prefill_stores_eval_mode_outputs_of_the_test_view(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    """DER's buffer keeps logits: prefill stores, for each row it keeps, the network's output on the
+    row's test view in eval mode (BatchNorm by its running statistics), the mode restored; with 5
+    slots for 24 rows, 5 distinct rows of the data, all 24 counted as offered."""
+    method = build(
+        "der", stream, transforms, lambda n: tiny_net(n, batchnorm=True), setting_of, buffer_size=5
+    )
+    method.train()
+    reference = copy.deepcopy(method.net).eval()
+    rows = stream.task(0).train
+    data = TaskData(stream.train_x[rows], stream.train_y[rows], 0)
+    method.prefill(0, data)
+    kept = method.buffer.all()
+    assert len(method.buffer) == 5
+    assert method.buffer.num_seen == 24
+    found = [next(i for i in range(24) if torch.equal(x, data.x_raw[i])) for x in kept.examples]
+    assert len(set(found)) == 5
+    assert kept.labels.tolist() == data.y[found].tolist()
+    assert kept.task_labels.tolist() == [0] * 5
+    with torch.no_grad():
+        torch.testing.assert_close(kept.logits, reference(transforms.test(kept.examples)))
+    assert method.net.training
 
 
 def test_check_settings_raises_the_first_failed_check() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
 import torch
+import torch.fx.experimental._config as fx_config
+from torch.overrides import TorchFunctionMode
 
 from xder_methods import (
     XDER,
@@ -14,6 +17,7 @@ from xder_methods import (
     OpCounter,
     TaskData,
     TrainingSchedule,
+    Transforms,
     XDERConfig,
     create_method,
     fit,
@@ -45,6 +49,11 @@ def batch(stream, transforms, t, n=6) -> Batch:
     rows = stream.task(t).train[:n]
     x_raw = stream.train_x[rows]
     return Batch(transforms.train(x_raw, torch.Generator()), stream.train_y[rows], x_raw, t)
+
+
+def exact(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A transform without randomness (uint8 -> [0, 1]), so that expected outputs can be computed."""
+    return x.float() / 255
 
 
 def class_counts(method: XDER) -> list[int]:
@@ -123,6 +132,63 @@ def test_shrink_keeps_the_earliest_items_of_each_class(stream, transforms, tiny_
     after = method.buffer.all()
     for c in (0, 1):
         assert torch.equal(after.examples[after.labels == c], first_five[c])
+
+
+def test_new_items_get_train_mode_outputs_in_forward_batches(stream, tiny_net, setting_of) -> None:
+    """docs/xder.md, end of a task, points 3-4: the views are forwarded in train mode, BatchNorm
+    normalising each batch of ``forward_batch_size`` items (4 here; the items in the order they are
+    inserted) by its own statistics, its running statistics untouched; the mode is restored."""
+    transforms = Transforms(train=exact, test=exact, strong=exact)
+    method = make_xder(stream, transforms, tiny_net, setting_of, forward_batch_size=4)
+    method.eval()  # as the loop leaves it after evaluating
+    norm = method.net.body[2]
+    before = (norm.running_mean.clone(), norm.running_var.clone(), int(norm.num_batches_tracked))
+    reference = copy.deepcopy(method.net).train()  # train mode: batch statistics
+
+    method.end_task(0, task_data(stream, 0))
+
+    x = exact(method.buffer.examples[:20])
+    with torch.no_grad():
+        expected = torch.cat([reference(x[i : i + 4]) for i in range(0, 20, 4)])
+    torch.testing.assert_close(method.buffer.logits[:20], expected)
+    assert torch.equal(norm.running_mean, before[0])
+    assert torch.equal(norm.running_var, before[1])
+    assert int(norm.num_batches_tracked) == before[2]
+    assert not method.training
+
+
+def test_a_memory_of_size_zero_stays_empty(stream, transforms, tiny_net, setting_of) -> None:
+    """``buffer_size = 0`` (allowed): no item is inserted, and the task end forwards nothing (an
+    empty (0, classes) output for no item)."""
+    method = make_xder(stream, transforms, tiny_net, setting_of, buffer_size=0)
+    for t in range(2):
+        method.begin_task(t)
+        assert set(method.observe(batch(stream, transforms, t)).terms) >= {"ce", "future_preparation"}
+        method.end_task(t, task_data(stream, t))
+        assert len(method.buffer) == 0
+    assert method._forward_all(torch.zeros(0, 1, 2, 2, dtype=torch.uint8)).shape == (0, 6)
+
+
+def test_prefill_leaves_the_memory_of_the_end_of_each_task(stream, transforms, tiny_net, setting_of) -> None:
+    """``xder-run bench`` brings a method to the end of a task without training it
+    (:meth:`MethodBase.prefill`); X-DER's memory fills at task ends, so prefill is its end_task:
+    M = 20, c = 2: 10 items of each class of task 0, then 5 of each of tasks 0 and 1, all unaugmented
+    rows of their task's data, the items of task 0 implanted at the end of task 1 (task label 1)."""
+    method = make_xder(stream, transforms, tiny_net, setting_of)
+    ended = make_xder(stream, transforms, tiny_net, setting_of)
+    expected = {0: [10, 10, 0, 0, 0, 0], 1: [5, 5, 5, 5, 0, 0]}
+    for t in range(2):
+        method.prefill(t, task_data(stream, t))
+        ended.end_task(t, task_data(stream, t))
+        assert class_counts(method) == expected[t]
+        assert method.buffer.task_labels[:20].tolist() == [t] * 20
+        items = method.buffer.all()
+        for x, y in zip(items.examples, items.labels, strict=True):
+            assert any(torch.equal(x, row) for row in stream.train_x[stream.train_y == y])
+        mine = dict(method.buffer.named_buffers())
+        for key, value in ended.buffer.named_buffers():  # the same draws as end_task's
+            assert torch.equal(mine[key], value), key
+        assert len(method.buffer) == method.buffer.num_seen == 20
 
 
 @pytest.mark.parametrize(
@@ -241,6 +307,45 @@ def test_online_update_probability_is_one_over_k(stream, transforms, tiny_net, s
     for k, rate in enumerate(updated_per_visit, start=1):
         assert abs(rate - 1 / k) < 0.04, (k, rate)
     assert method.visits[:n].tolist() == [4.0] * n
+
+
+def test_online_update_on_the_kth_visit_takes_a_coin_below_one_over_k(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    """On its k-th visit a row is updated iff the method's generator draws a coin < 1/k. torch.rand
+    draws multiples of 2^-24 in [0, 1): exactly 2^24 / k of them are below 1/k (k a power of 2), so
+    the probability is exactly 1/k, and a coin of exactly 1/k must not update. Seed 354891 draws
+    exactly 0.5 as its 86th uniform (found by search): row 85, on its second visit, stays."""
+    n, seed = 86, 354891
+    method = make_xder(stream, transforms, tiny_net, setting_of, buffer_size=n)
+    stored = torch.full((n, 6), 100.0)  # the ground truth (100) is far above the fresh values: no attenuation
+    method.buffer.write(
+        torch.arange(n),
+        torch.zeros(n, 1, 2, 2, dtype=torch.uint8),
+        torch.zeros(n, dtype=torch.long),
+        stored,
+        0,
+    )
+    method.buffer.set_size(n)
+    method.begin_task(1)
+    method.visits[:n] = 1.0  # every row visited once already in this task: this is visit k = 2
+    method.generator = torch.Generator().manual_seed(seed)
+    coins = torch.rand(n, generator=torch.Generator().manual_seed(seed))
+    assert float(coins[85]) == 0.5
+    method._update_future_past(
+        torch.arange(n),
+        torch.ones(n, dtype=torch.bool),
+        stored.clone(),
+        torch.full((n, 6), 3.0),
+        torch.zeros(n, dtype=torch.long),
+        1,
+        6,
+    )
+    updated = (method.buffer.logits[:n, 2:] == 3.0).all(dim=1)
+    assert updated.tolist() == (coins < 1 / 2).tolist()
+    assert not updated[85]
+    assert 30 < int(updated.sum()) < 56  # about half
+    assert method.visits[:n].tolist() == [2.0] * n
 
 
 def test_duplicated_buffer_draws_count_as_one_visit(stream, transforms, tiny_net, setting_of) -> None:
@@ -430,3 +535,101 @@ def test_resume_mid_task_after_buffer_updates_equals_uninterrupted(
     after = method.state_dict()
     for key, value in final.items():  # buffer (examples, logits, task labels), visits, network
         assert torch.equal(after[key], value), key
+
+
+# ------------------------------------------------------------------------ random draws, devices
+
+
+def test_every_draw_comes_from_the_methods_generator(stream, transforms, tiny_net, setting_of) -> None:
+    """ "Every random draw goes through ``self.generator``" (MethodBase): runs with the same
+    generator seed and different global seeds are identical, through task 0's end (the odd slot's
+    class, M = 21; the items picked; their augmented views), three steps of task 1 (both buffer draws
+    and their views; future preparation's draw and strong views; the 1/k coins of rows drawn again)
+    and task 1's end (the shuffled re-forward in batches of 8, with BatchNorm). Another generator
+    seed changes each stage, so that the draws show."""
+
+    def run(generator_seed: int, global_seed: int) -> list[torch.Tensor]:
+        method = make_xder(stream, transforms, tiny_net, setting_of, buffer_size=21, forward_batch_size=8)
+        method.generator = torch.Generator().manual_seed(generator_seed)
+        torch.manual_seed(global_seed)
+        stages = []
+
+        def buffer_state() -> None:
+            items = method.buffer.all()
+            stages.extend([items.examples, items.labels, items.logits, items.task_labels])
+
+        method.end_task(0, task_data(stream, 0))
+        buffer_state()
+        method.begin_task(1)
+        for _ in range(3):
+            out = method.observe(batch(stream, transforms, 1))
+            stages.extend(value.detach() for value in out.terms.values())
+        buffer_state()
+        method.end_task(1, task_data(stream, 1))
+        buffer_state()
+        return stages
+
+    first, again, other = run(0, 1), run(0, 2), run(5, 1)
+    assert len(first) == len(again) == len(other)
+    for a, b in zip(first, again, strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(first[2], other[2])  # the logits stored at task 0's end
+    assert not torch.equal(first[-2], other[-2])  # those at task 1's end
+
+
+class OffDevice(TorchFunctionMode):
+    """Records every tensor a torch function returns on another device than ``device``."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device = device
+        self.made: list[tuple[str, torch.device]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for value in out if isinstance(out, tuple | list) else [out]:
+            if isinstance(value, torch.Tensor) and value.device != self.device:
+                self.made.append((getattr(func, "__name__", str(func)), value.device))
+        return out
+
+
+def test_the_step_and_the_task_end_stay_on_the_methods_device(stream, tiny_net, setting_of) -> None:
+    """Device-agnostic: on torch's "meta" device (shapes, no values) X-DER makes no tensor
+    anywhere else: not in the step, not at a task's end (a CPU index would still index a meta or
+    CUDA tensor, so every tensor made is checked, not only the results), and its results (loss,
+    terms, groups, buffer, visit counters, the task end's outputs, also for no item) are there. The
+    task end selects rows with data-dependent shapes (nonzero), which meta can only fake: torch's
+    switch makes nonzero assume every element non-zero (every row of the small data sets below is
+    then kept or picked)."""
+    meta = torch.device("meta")
+    transforms = Transforms(train=exact, test=exact, strong=exact)  # jitter draws its noise on the CPU
+    method = make_xder(stream, transforms, tiny_net, setting_of)
+    method.to(meta)
+
+    def data(t: int, n: int) -> TaskData:
+        rows = stream.task(t).train[:n]
+        return TaskData(stream.train_x[rows].to(meta), stream.train_y[rows].to(meta), t)
+
+    first, second = data(0, 8), data(1, 6)
+    step = Batch(exact(second.x_raw), second.y, second.x_raw, 1)
+    none = torch.zeros(0, 1, 2, 2, dtype=torch.uint8, device=meta)
+    with fx_config.patch(meta_nonzero_assume_all_nonzero=True), OffDevice(meta) as off_device:
+        method.end_task(0, first)
+        method.begin_task(1)
+        out = method.observe(step)
+        method.end_task(1, second)
+        empty = method._forward_all(none)
+    assert off_device.made == []
+    assert len(method.buffer) == 14
+    assert set(out.terms) == {
+        "ce",
+        "der",
+        "buffer_ce",
+        "future_preparation",
+        "past_constraint",
+        "future_constraint",
+    }
+    for value in [out.loss, *out.terms.values(), *out.groups.values(), *method.buffer.buffers(), empty]:
+        assert value.device == meta
+    assert method.visits.device == meta
+    assert empty.shape == (0, 6)

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from xder_methods import Batch, Transforms, XDERConfig, create_method, regular_simplex
+from xder_methods import Batch, TaskData, Transforms, XDERConfig, create_method, regular_simplex
 from xder_methods.core.protocols import ContinualSetting
 from xder_methods.parts.losses import logit_matching_loss
 
@@ -59,6 +59,20 @@ def cross_entropy(row: list[float], label: int, start: int, end: int) -> float:
 
 def mean(values: list[float]) -> float:
     return sum(values) / len(values)
+
+
+def rescaled(
+    stored: list[float], fresh: list[float], label: int, start: int, end: int, gamma: float
+) -> list[float]:
+    """The rescale rule of docs/xder.md: ``fresh[start:end]`` implanted into ``stored``, scaled
+    so that its maximum is at most ``gamma`` times the stored ground truth; rows whose ground
+    truth is not positive are left as stored."""
+    g = stored[label]
+    if g <= 0:
+        return list(stored)
+    top = max(fresh[start:end])
+    factor = gamma * g / top if top > gamma * g else 1.0
+    return stored[:start] + [v * factor for v in fresh[start:end]] + stored[end:]
 
 
 def mean_of_positive(values: list[float]) -> float:
@@ -256,6 +270,46 @@ def test_the_step_is_the_sum_of_its_weighted_terms(name: str) -> None:
     for term, value in expected.items():
         assert float(out.terms[term]) == pytest.approx(value, rel=1e-5, abs=1e-6), term
     assert float(out.loss.detach()) == pytest.approx(sum(expected.values()), rel=1e-5)
+    # The loop's gradient-norm groups (StepOutput.groups): the stream cross-entropy alone, and the
+    # two buffer terms together.
+    assert set(out.groups) == {"stream", "buffer"}
+    assert float(out.groups["stream"].detach()) == pytest.approx(expected["ce"], rel=1e-5)
+    buffer_terms = expected["der"] + expected["buffer_ce"]
+    assert float(out.groups["buffer"].detach()) == pytest.approx(buffer_terms, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("name", list(SCENES))
+def test_the_step_implants_the_present_and_future_heads_of_every_drawn_item(name: str) -> None:
+    """docs/xder.md step 4: both draws take every buffer item, so each row is drawn twice and
+    counts once (first visit: updated with probability 1). Its columns ``[t c, end of the existing
+    heads)`` become the step's output for it, rescaled below gamma times its stored ground truth;
+    the other columns keep their stored values (the scenes store values beyond the existing heads
+    too, where a real buffer holds zeros, so that writing there shows); its task label becomes t.
+    Off with ``memory_update = False``."""
+    n_tasks, task, labels, tasks, config, _ = SCENES[name]
+    method, batch, cfg, data = scene(n_tasks, task, labels, tasks, **config)
+    extra = 0 if cfg.future_heads == "none" else cfg.preallocated_heads
+    available = HEAD * (n_tasks if extra is None else min(n_tasks, task + 1 + extra))
+    outputs, _, stored, _ = data["buffer"]
+    if cfg.memory_update:
+        expected = [
+            rescaled(z, o[:available], y, task * HEAD, available, cfg.gamma)
+            for o, y, z in zip(outputs, labels, stored, strict=True)
+        ]
+        expected_tasks = [task] * len(labels)
+    else:
+        expected, expected_tasks = stored, tasks
+    assert expected != stored or not cfg.memory_update  # the update shows
+
+    method.observe(batch)
+
+    n = len(labels)
+    torch.testing.assert_close(
+        method.buffer.logits[:n].double(), torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=1e-6
+    )
+    assert method.buffer.task_labels[:n].tolist() == expected_tasks
+    visits = 1.0 if cfg.memory_update else 0.0  # drawn twice, visited once (counted by the update)
+    assert method.visits[:n].tolist() == [visits] * n
 
 
 def test_the_logit_term_counts_only_the_columns_valid_for_each_item() -> None:
@@ -277,3 +331,117 @@ def test_without_preallocation_every_stored_column_is_valid() -> None:
     assert method._valid_columns(torch.tensor([0, 1, 2])).tolist() == [6, 6, 6]
     method, *_ = scene(3, 1, PAST, [0] * 6, future_heads="none")
     assert method._valid_columns(torch.tensor([0, 1, 2])).tolist() == [2, 4, 6]
+
+
+# ----------------------------------------------------------------------- the end of a task
+
+
+def end_of_task_scene(
+    n_tasks: int, task: int, stored_labels: list[int], stored_tasks: list[int], new_per_class: int, **config
+) -> tuple[object, TaskData, XDERConfig, list[list[float]], list[list[float]]]:
+    """X-DER at the end of ``task``: its (full) buffer planted with items 0 .. M-1, the task's
+    data the items M, M+1, ... (``new_per_class`` of each class, class by class); every output
+    planted. Returns the method, the data, the config, the planted outputs of every item and the
+    stored logits (float64 lists)."""
+    classes, m = n_tasks * HEAD, len(stored_labels)
+    new_labels = [task * HEAD + j for j in range(HEAD) for _ in range(new_per_class)]
+    cfg = XDERConfig(buffer_size=m, minibatch_size=m, simclr_batch_size=8, **config)
+    g = torch.Generator().manual_seed(100 * n_tasks + task)
+    table = 2.0 * torch.randn(m + len(new_labels), classes, generator=g)
+    stored = 2.0 * torch.randn(m, classes, generator=g)
+    method = create_method(
+        "xder",
+        net=PlantedNet(table),
+        setting=ContinualSetting((HEAD,) * n_tasks, (1, 2, 2)),
+        transforms=Transforms(train=scale, test=scale, strong=scale),
+        config=cfg,
+        generator=torch.Generator().manual_seed(0),
+    )
+    method.buffer.write(
+        torch.arange(m),
+        examples(list(range(m))),
+        torch.tensor(stored_labels),
+        stored,
+        torch.tensor(stored_tasks),
+    )
+    method.buffer.set_size(m)
+    method.buffer.num_seen = m
+    method.begin_task(task)
+    data = TaskData(examples(list(range(m, m + len(new_labels)))), torch.tensor(new_labels), task)
+    return method, data, cfg, table.double().tolist(), stored.double().tolist()
+
+
+# Stored labels at task 2: each class of tasks 0-1 three times, interleaved, so that the shrink to
+# the earliest two of each class drops rows 5 (class 0), 9 (3), 10 (1) and 11 (2).
+TWO_TASKS = [0, 2, 1, 3, 0, 0, 2, 1, 3, 3, 1, 2]
+TWO_TASKS_STORED_AT = [1, 1, 0, 1, 0, 1, 1, 1, 1, 1, 0, 1]  # task labels: task 0's items, some updated at 1
+
+END_SCENES = {
+    # name: (tasks, task, stored labels, stored task labels, new items per class, config)
+    # Task 1, M = 8: the earliest 8 // 4 = 2 items of classes 0 and 1 stay (rows 0-3), the 4 free
+    # slots take 2 of the 3 items of classes 2 and 3.
+    "xder": (3, 1, [0, 1, 0, 1, 1, 0, 0, 1], [0] * 8, 3, {}),
+    # Heads 0-2 exist at task 1 (of 4): columns 6-7 are neither implanted nor stored for new items.
+    "preallocated 1": (4, 1, [0, 1, 0, 1, 1, 0, 0, 1], [0] * 8, 3, {"preallocated_heads": 1}),
+    "w/o future heads": (3, 1, [0, 1, 0, 1, 1, 0, 0, 1], [0] * 8, 3, {"future_heads": "none"}),
+    # Task 2, M = 12: 12 // 6 = 2 items of each of classes 0-3 stay, 2 + 2 of classes 4 and 5 enter.
+    "last task": (3, 2, TWO_TASKS, TWO_TASKS_STORED_AT, 3, {}),
+    "w/o memory update": (3, 2, TWO_TASKS, TWO_TASKS_STORED_AT, 3, {"memory_update": False}),
+    # Task 0 with a buffer that holds items (of an earlier run): nothing of it stays (the shrink is
+    # from task 1 on); the 8 slots take 4 of the 5 items of classes 0 and 1.
+    "first task": (3, 0, [0, 1, 0, 1, 1, 0, 0, 1], [0] * 8, 5, {}),
+}
+
+
+@pytest.mark.parametrize("name", list(END_SCENES))
+def test_the_end_of_a_task_shrinks_inserts_and_implants(name: str) -> None:
+    """docs/xder.md, "At the end of a task", point by point against plain-Python rules: (1) every
+    stored class keeps its earliest M // ((t+1) c) items, packed to the front in row order; (2-3)
+    the free slots, shared equally among the task's classes, take items of the task's data, stored
+    unaugmented with their output, the heads that do not exist yet set to 0, the past heads rescaled
+    against their own ground truth (t >= 1); (4) every kept past item has its present and future
+    heads ``[t c, end of the existing heads)`` implanted by the rescale rule (its other columns
+    keep their stored values: the scenes store values beyond the existing heads, where a real
+    buffer holds zeros, so that writing there shows) and its task label set to t; the buffer is
+    full and has seen M items."""
+    n_tasks, task, labels, tasks, per_class, config = END_SCENES[name]
+    method, data, cfg, outputs, stored = end_of_task_scene(n_tasks, task, labels, tasks, per_class, **config)
+    m, c = len(labels), HEAD
+    extra = 0 if cfg.future_heads == "none" else cfg.preallocated_heads
+    available = c * (n_tasks if extra is None else min(n_tasks, task + 1 + extra))
+
+    # (1) The rows that stay, in row order, and what they must hold afterwards.
+    kept = [r for r in range(m) if task >= 1 and labels[:r].count(labels[r]) < m // ((task + 1) * c)]
+    expected_kept = []
+    for r in kept:
+        if cfg.memory_update and task >= 1:
+            row = rescaled(stored[r], outputs[r], labels[r], task * c, available, cfg.gamma)
+            expected_kept.append((r, labels[r], row, task))
+        else:
+            expected_kept.append((r, labels[r], stored[r], tasks[r]))
+    rescales = [row != stored[r] for r, _, row, _ in expected_kept]
+    assert not cfg.memory_update or not kept or (any(rescales) and not all(rescales))  # g <= 0 rows too
+
+    method.end_task(task, data)
+
+    items = method.buffer.all()
+    ids = [int(x) for x in items.examples[:, 0, 0, 0]]
+    assert len(method.buffer) == m
+    assert method.buffer.num_seen == m
+    assert ids[: len(kept)] == kept
+    for j, (r, label, row, stored_at) in enumerate(expected_kept):
+        assert int(items.labels[j]) == label
+        assert int(items.task_labels[j]) == stored_at, r
+        torch.testing.assert_close(items.logits[j].double(), torch.tensor(row, dtype=torch.float64))
+    # (2-3) The new items: distinct items of the data, (M - kept) / c of each class.
+    new_ids, new_labels = ids[len(kept) :], items.labels[len(kept) :].tolist()
+    assert len(set(new_ids)) == len(new_ids) == m - len(kept)
+    for x, label in zip(new_ids, new_labels, strict=True):
+        assert label == int(data.y[x - m])
+    assert sorted(new_labels) == [task * c + j for j in range(c) for _ in range((m - len(kept)) // c)]
+    assert items.task_labels[len(kept) :].tolist() == [task] * len(new_ids)
+    for j, (x, label) in enumerate(zip(new_ids, new_labels, strict=True), start=len(kept)):
+        row = outputs[x][:available] + [0.0] * (len(outputs[x]) - available)
+        if task >= 1:
+            row = rescaled(row, row, label, 0, task * c, cfg.gamma)
+        torch.testing.assert_close(items.logits[j].double(), torch.tensor(row, dtype=torch.float64))

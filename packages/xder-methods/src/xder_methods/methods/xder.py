@@ -412,7 +412,6 @@ class XDER(MethodBase[XDERConfig]):
                 shuffle = torch.randperm(len(buffer), generator=self.generator, device=self.device)
                 fresh = torch.empty_like(everything.logits)
                 fresh[shuffle] = self._forward_all(everything.examples[shuffle])
-                fresh[:, available:] = 0.0
                 updated = rescale_logits(
                     everything.logits, fresh, everything.labels, t * c, available, cfg.gamma
                 )
