@@ -141,6 +141,7 @@ GPU_MACHINE = (
     "scikit-learn",
     "pillow",
     "tqdm",
+    "psutil",
     "tomli-w",
     "matplotlib",
     "pytest",
