@@ -69,6 +69,18 @@ def test_forward_transfer_by_hand() -> None:
     assert forward_transfer(square, [0.0, 40.0, 35.0]) == pytest.approx(12.5)
 
 
+@pytest.mark.skipif(
+    np.finfo(np.longdouble).eps == np.finfo(np.float64).eps, reason="long double is float64 here"
+)
+def test_forward_transfer_reads_the_baseline_in_float64_as_the_matrix() -> None:
+    """Matrix and baseline are both read as float64: when each task's accuracy before its training
+    equals its baseline, FWT is exactly 0, whatever the float width they come in. A baseline kept in
+    long double would leave float64's rounding of 100/3 in every term (33.333333333333335701... -
+    33.333333333333333333... = 2.4e-15)."""
+    thirds = np.full((3, 3), 100, dtype=np.longdouble) / 3
+    assert forward_transfer(thirds, thirds[0]) == 0.0
+
+
 def test_forward_transfer_needs_the_future_columns() -> None:
     with pytest.raises(ValueError, match="square"):
         forward_transfer(R, [0.0, 0.0, 0.0])
