@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from torch import Tensor, nn
 from xder_methods import (
     Callback,
     ContinualSetting,
+    MethodBase,
     MethodConfigError,
     NonFiniteLossError,
     StepOutput,
@@ -79,6 +81,30 @@ def test_cosine_with_warmup_by_hand() -> None:
     assert learning_rate(schedule, 2) == pytest.approx(0.1)  # cos(0)
     assert learning_rate(schedule, 6) == pytest.approx(0.05)  # half way: (1 + cos(pi/2)) / 2
     assert learning_rate(TrainingSchedule(lr=0.2), 7) == 0.2
+
+
+def test_whole_float_milestones_follow_the_per_epoch_rule_past_float_precision() -> None:
+    """A float milestone that is a whole number acts as that integer, as MultiStepLR's per-epoch
+    rule (``m <= epoch``, compared exactly) takes it, at every step of the epoch, even past 2**53
+    where its shortest decimal is another integer: 2.0**60 prints as 1.152921504606847e+18, 24 above
+    it, and 2.0**65 as 3.6893488147419103e+19, 232 below it."""
+    milestones = (2.0**60, 2.0**65)
+    schedule = TrainingSchedule(
+        epochs=2**66, lr=1.0, lr_schedule="multistep", milestones=milestones, lr_gamma=0.5
+    )
+    for epoch in (2**60 - 1, 2**60, 2**65 - 1, 2**65):
+        per_epoch = 0.5 ** sum(1 for m in milestones if m <= epoch)  # 1, .5, .5, .25: exact in floats
+        assert [learning_rate(schedule, epoch, step, 10) for step in (0, 9)] == [per_epoch] * 2, epoch
+
+
+def test_a_milestone_reads_as_written() -> None:
+    """A float milestone is its shortest decimal (1.4 is 7/5, not the binary 1.399999999999999911...),
+    an int exactly, even past float precision (2**53 + 1 has no float: float() gives 2**53)."""
+    from xder_methods.core.schedule import _written
+
+    assert _written(1.4) == Fraction(7, 5)
+    assert _written(3) == 3
+    assert _written(2**53 + 1) == 2**53 + 1
 
 
 def test_batch_bounds() -> None:
@@ -517,6 +543,26 @@ def test_a_manual_step_is_left_to_the_method(stream, transforms, tiny_net, setti
     # 24 rows, batch 8: 3 steps; after_backward only from the method's own step (MethodBase.step).
     assert calls == ["observe", "after_backward"] * 3
     assert not all(torch.equal(p, b) for p, b in zip(method.net.parameters(), before, strict=True))
+
+
+def test_a_manual_step_drops_earlier_gradients_as_the_loop_does() -> None:
+    """MethodBase.step zeroes the gradients as the loop does, to None: a parameter its loss does
+    not reach has no gradient, so SGD's weight decay leaves it alone (a zero gradient would
+    still decay it: b - lr * wd * b = 1.9), and an earlier gradient does not add up."""
+    net = nn.Linear(1, 1)
+    with torch.no_grad():
+        net.weight.fill_(1.0)
+        net.bias.fill_(2.0)
+    method = MethodBase(net, None, None, None)
+    method.optimizer = torch.optim.SGD(net.parameters(), lr=0.5, weight_decay=0.1)
+    net.weight.grad, net.bias.grad = torch.full((1, 1), 3.0), torch.full((1,), 3.0)  # a step's leftovers
+    calls = []
+    method.after_backward = lambda: calls.append(net.weight.grad.item())  # type: ignore[method-assign]
+    method.step((2 * net.weight).sum())  # d/dw = 2; the bias is not in the loss
+    assert calls == [2.0]  # after the backward pass, before the optimiser's step
+    assert net.bias.grad is None
+    assert net.bias.item() == 2.0
+    assert net.weight.item() == pytest.approx(1.0 - 0.5 * (2.0 + 0.1 * 1.0))  # w - lr * (grad + wd * w)
 
 
 class _StopAtTaskEnd(Callback):
