@@ -55,6 +55,9 @@ def test_square_matrix_ignores_untrained_entries() -> None:
     assert final_forgetting(square) == final_forgetting(R)
     assert backward_transfer(square) == backward_transfer(R)
     assert final_forgetting(np.array(square)) == pytest.approx(25.0)
+    # A run stopped after 2 of 3 tasks (train.tasks) whose rows hold all 3: task 2 was never trained.
+    stopped = [[90.0, 10.0, 10.0], [60.0, 80.0, 10.0]]
+    assert final_average_accuracy(stopped) == pytest.approx((60 + 80) / 2)
 
 
 def test_forward_transfer_by_hand() -> None:
