@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 
 import pytest
@@ -17,6 +18,7 @@ from xder_methods import (
     NonFiniteLossError,
     StepOutput,
     TrainingSchedule,
+    autocast,
     batch_bounds,
     create_method,
     evaluate,
@@ -97,6 +99,24 @@ def test_whole_float_milestones_follow_the_per_epoch_rule_past_float_precision()
         assert [learning_rate(schedule, epoch, step, 10) for step in (0, 9)] == [per_epoch] * 2, epoch
 
 
+def test_lr_changes_inside_an_epoch_only() -> None:
+    """_lr_changes lists the steps after an epoch's first where a fractional milestone takes effect,
+    with the lr from there (gamma .5). At 10 steps per epoch, in epoch 1: milestone 1 acts at the
+    epoch's start (the lr of its step 0), not inside; 1.5 at step 5 (lr 1 * .5 * .5); 1.95 would
+    act at step 9.5, after the last step (1.9): not in this epoch. 2.0**65 is a whole number, never
+    inside an epoch, although its shortest decimal is 232 below it (within epoch 2**65 - 1)."""
+    from xder_methods.core.schedule import _lr_changes
+
+    schedule = TrainingSchedule(
+        epochs=3, lr=1.0, lr_schedule="multistep", milestones=(1, 1.5, 1.95), lr_gamma=0.5
+    )
+    assert _lr_changes(schedule, 1, 10) == {5: 0.25}
+    assert _lr_changes(schedule, 0, 10) == {}
+    assert _lr_changes(schedule, 1, 20) == {10: 0.25, 19: 0.125}  # 1.95 at step 19 of 20
+    huge = TrainingSchedule(epochs=2**66, lr_schedule="multistep", milestones=(2.0**65,))
+    assert _lr_changes(huge, 2**65 - 1, 10) == {}
+
+
 def test_a_milestone_reads_as_written() -> None:
     """A float milestone is its shortest decimal (1.4 is 7/5, not the binary 1.399999999999999911...),
     an int exactly, even past float precision (2**53 + 1 has no float: float() gives 2**53)."""
@@ -114,6 +134,9 @@ def test_batch_bounds() -> None:
     assert batch_bounds(10, 4, drop_last=False) == [(0, 4), (4, 8), (8, 10)]
     assert batch_bounds(9, 4, drop_last=False) == [(0, 4), (4, 9)]  # a last batch of one joins
     assert batch_bounds(1, 4, drop_last=False) == [(0, 1)]
+    # With two batches only: the partial one is dropped, or a single row joins the first.
+    assert batch_bounds(6, 4, drop_last=True) == [(0, 4)]
+    assert batch_bounds(5, 4, drop_last=False) == [(0, 5)]
 
 
 def test_shuffled_batches_cut_one_permutation_and_draw_it_before_the_first_batch() -> None:
@@ -137,20 +160,88 @@ def test_shuffled_batches_cut_one_permutation_and_draw_it_before_the_first_batch
     assert list(shuffled_batches(0, 4, drop_last=False, generator=generator, device=cpu)) == []
 
 
-def test_schedule_validation() -> None:
-    with pytest.raises(ValueError, match="lr"):
-        TrainingSchedule(lr=0)
-    with pytest.raises(ValueError, match="lr_schedule"):
-        TrainingSchedule(lr_schedule="step")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="milestones must be increasing"):
-        TrainingSchedule(milestones=(1.8, 1.4))
-    for bad in ((0, 1), (-0.5,), (math.inf,), (math.nan,)):
-        with pytest.raises(ValueError, match="milestones must be > 0"):
-            TrainingSchedule(milestones=bad)
+def test_shuffled_batches_on_the_given_device() -> None:
+    """The permutation is drawn on ``device``: every batch is there (the meta device: no data)."""
+    meta = torch.device("meta")
+    batches = list(shuffled_batches(9, 4, drop_last=False, generator=None, device=meta))
+    assert [(b.device, b.shape[0]) for b in batches] == [(meta, 4), (meta, 5)]
+
+
+def test_autocast_is_bf16_on_the_device_for_bf16_only() -> None:
+    """bf16 autocast on the device's type, whatever torch's default autocast dtype for it (CUDA's is
+    float16; set so here for the CPU), keeping the weights' casts unless told not to; fp32: none."""
+    a = torch.ones(2, 2)
+    default_dtype = torch.get_autocast_dtype("cpu")
+    torch.set_autocast_dtype("cpu", torch.float16)
+    try:
+        with autocast("bf16", torch.device("cpu")):
+            assert (a @ a).dtype == torch.bfloat16
+            assert torch.is_autocast_cache_enabled()
+        with autocast("bf16", torch.device("cpu"), cache=False):
+            assert (a @ a).dtype == torch.bfloat16
+            assert not torch.is_autocast_cache_enabled()
+    finally:
+        torch.set_autocast_dtype("cpu", default_dtype)
+    with autocast("fp32", torch.device("cpu")):
+        assert not torch.is_autocast_enabled("cpu")
+        assert (a @ a).dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"epochs": 0}, "epochs must be >= 1 (with none, a task trains nothing)"),
+        ({"batch_size": 0}, "batch_size must be >= 1"),
+        ({"lr": 0}, "lr must be > 0"),
+        ({"momentum": -0.1}, "momentum must be >= 0"),
+        ({"weight_decay": -1e-4}, "weight_decay must be >= 0"),
+        ({"warmup_epochs": -1}, "warmup_epochs must be >= 0"),
+        ({"lr_schedule": "step"}, "lr_schedule must be none, multistep or cosine"),
+        ({"optimizer": "adam"}, "optimizer must be sgd or radam"),
+        ({"milestones": (0, 1)}, "milestones must be > 0 (positions within the task, in epochs)"),
+        ({"milestones": (-0.5,)}, "milestones must be > 0 (positions within the task, in epochs)"),
+        ({"milestones": (math.inf,)}, "milestones must be > 0 (positions within the task, in epochs)"),
+        ({"milestones": (math.nan,)}, "milestones must be > 0 (positions within the task, in epochs)"),
+        ({"milestones": (1.8, 1.4)}, "milestones must be increasing"),
+        ({"eval_batch_size": 0}, "eval_batch_size must be >= 1"),
+        ({"record_every": -1}, "record_every must be >= 0"),
+        ({"precision": "fp16"}, "precision must be fp32 or bf16"),
+        ({"class_il_outputs": "none"}, "class_il_outputs must be seen or all"),
+        ({"compile_mode": "max-autotune"}, "compile_mode must be default or reduce-overhead"),
+        ({"step_graph": True, "compile": True}, "step_graph records eager steps: leave compile off with it"),
+        (
+            {"step_graph": True, "optimizer": "radam"},
+            "step_graph records SGD's step only (radam keeps a step count on the host)",
+        ),
+        ({"tasks": 0}, "tasks must be >= 1 (or unset: every task)"),
+    ],
+)
+def test_schedule_validation_says_what_is_wrong(settings, message) -> None:
+    """Each setting out of range is refused with its own message, prefixed by the section."""
+    with pytest.raises(MethodConfigError, match=f"^{re.escape('train: ' + message)}$"):
+        TrainingSchedule(**settings)
+
+
+def test_schedule_validation_takes_every_value_at_its_bounds() -> None:
+    """The smallest values allowed, and each choice of every option."""
+    TrainingSchedule(
+        epochs=1,
+        batch_size=1,
+        eval_batch_size=1,
+        momentum=0,
+        weight_decay=0,
+        warmup_epochs=0,
+        record_every=0,
+        tasks=1,
+        milestones=(0.5,),
+        lr_schedule="multistep",
+        precision="bf16",
+        class_il_outputs="all",
+        step_graph=True,  # with SGD, the default
+    )
+    TrainingSchedule(lr_schedule="cosine", optimizer="radam", compile=True, compile_mode="reduce-overhead")
     # Past the epochs is allowed (never reached): ``epochs`` alone shortens a protocol.
     assert TrainingSchedule(epochs=1, milestones=(35, 45)).milestones == (35, 45)
-    with pytest.raises(ValueError, match="compile_mode must be default or reduce-overhead"):
-        TrainingSchedule(compile_mode="max-autotune")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
