@@ -310,6 +310,72 @@ def test_evaluate_by_hand() -> None:
     assert heads == [[0, 2]]
 
 
+class PlainPredictor:
+    """A predictor that is not an nn.Module (no parameters): logits by row, batch sizes recorded."""
+
+    def __init__(self, table: Tensor) -> None:
+        self.table = table
+        self.sizes: list[int] = []
+
+    def predict(self, x: Tensor) -> Tensor:
+        self.sizes.append(x.shape[0])
+        return self.table[x.long().flatten()]
+
+
+def test_evaluate_a_plain_predictor_in_batches_of_512() -> None:
+    """A predictor that is not an nn.Module is evaluated on the data's device, by default in
+    batches of 512: 513 rows, labels 0, 1, 2, 3, 0, ... (129 of label 0, 128 of each other)."""
+    setting = ContinualSetting((2, 2), (1,))
+    table = torch.tensor(
+        [
+            [1.0, 0.0, 0.0, 0.0],  # label 0: right
+            [0.0, 0.0, 1.0, 0.0],  # label 1: class 2 in Class-IL (task 1's head), 0 in Task-IL (tie)
+            [0.0, 0.0, 1.0, 0.0],  # label 2: right
+            [0.0, 0.0, 0.0, 1.0],  # label 3: right
+        ]
+    )
+    method = PlainPredictor(table)
+    labels = torch.arange(513) % 4
+    cil, til, heads = evaluate(method, labels, labels, setting, seen_tasks=2, transform=lambda v, g=None: v)
+    assert method.sizes == [512, 1]
+    assert cil == pytest.approx([100 * 129 / 257, 100.0])
+    assert til == pytest.approx([100 * 129 / 257, 100.0])
+    assert heads == [[0, 128], [0, 0]]  # task 0's 128 mistakes went to task 1's classes
+
+
+class MetaLogits(nn.Module):
+    """Logits by row from a table held on the meta device (shapes, no data); records the device of
+    each batch it is given."""
+
+    def __init__(self, table: Tensor) -> None:
+        super().__init__()
+        self.table = nn.Parameter(table.to("meta"), requires_grad=False)
+        self.devices: list[torch.device] = []
+
+    def predict(self, x: Tensor) -> Tensor:
+        self.devices.append(x.device)
+        return self.table[x.long().flatten()]
+
+
+def test_evaluate_runs_on_the_methods_device(monkeypatch) -> None:
+    """Every tensor of an evaluation is on the method's device (its parameters'), here the meta
+    device, with the data on the CPU: each batch reaches predict there, and no op mixes devices.
+    The one read-back (.tolist() of the counts) cannot read meta tensors: it gives zeros here."""
+    real_tolist = torch.Tensor.tolist
+
+    def tolist(tensor: Tensor):
+        return real_tolist(torch.zeros(tensor.shape, dtype=tensor.dtype) if tensor.is_meta else tensor)
+
+    monkeypatch.setattr(torch.Tensor, "tolist", tolist)
+    method = MetaLogits(torch.randn(4, 4))
+    setting = ContinualSetting((2, 2), (1,))
+    x = labels = torch.tensor([0, 1, 2, 3, 3])
+    identity = lambda v, g=None: v  # noqa: E731
+    cil, til, heads = evaluate(method, x, labels, setting, seen_tasks=2, transform=identity, batch_size=3)
+    assert method.devices == [torch.device("meta")] * 2
+    assert (len(cil), len(til), heads) == (2, 2, [[0, 0], [0, 0]])
+
+
 class Recorder(Callback):
     def __init__(self) -> None:
         self.calls: list[tuple] = []
