@@ -71,6 +71,33 @@ def test_edge_convention(confidence: float, n_bins: int, expected_bin: int) -> N
     assert counts[expected_bin] == 1
 
 
+def test_default_is_fifteen_bins() -> None:
+    """Without n_bins, Guo et al.'s M = 15. Confidences .5 and .52 share the bin (7/15, 8/15] =
+    (.467, .533] of 15 bins, but not of 16, where .5 = 8/16 closes bin 7 and .52 opens bin 8."""
+    probs = np.array([[0.5, 0.5], [0.52, 0.48]])  # both predict class 0 (the first on a tie)
+    labels = np.array([0, 1])  # the first right, the second wrong
+    bins = reliability_bins(probs, labels)
+    assert bins.n_bins == 15
+    assert bins.edges[1] == 1 / 15
+    assert bins.counts[7] == 2
+    # One bin: |accuracy .5 - confidence .51| = .01 (16 bins: .5 * |1 - .5| + .5 * |0 - .52| = .51).
+    assert expected_calibration_error(probs, labels) == pytest.approx(0.01)
+
+
+def test_one_class_is_enough() -> None:
+    # C = 1: every item is predicted right with confidence 1, a perfectly calibrated model.
+    assert expected_calibration_error(np.ones((2, 1)), np.array([0, 0])) == 0.0
+
+
+def test_empty_bins_are_nan_whatever_the_callers_error_state() -> None:
+    """An empty bin's mean is 0 / 0, silenced on purpose: NaN even for a caller that makes numpy
+    raise on every floating-point error (bin 0 of PROBS with 5 bins is empty)."""
+    with np.errstate(all="raise"):
+        bins = reliability_bins(PROBS, LABELS, n_bins=5)
+    assert np.isnan(bins.confidence[0])
+    assert np.isnan(bins.accuracy[0])
+
+
 def test_ties_predict_the_first_class() -> None:
     probs = np.array([[0.5, 0.5]])
     assert reliability_bins(probs, np.array([0]), n_bins=2).accuracy[0] == 1.0
@@ -112,16 +139,26 @@ def test_tensor_inputs() -> None:
 def test_invalid_inputs() -> None:
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         expected_calibration_error(np.array([[2.0, -1.0]]), np.array([0]))
+    # Each way out of [0, 1] alone is refused: below 0, above 1 (by less than 2), NaN.
+    for bad in ([-0.1, 0.5], [1.5, 0.0], [np.nan, 0.5]):
+        with pytest.raises(ValueError, match=r"\[0, 1\]"):
+            expected_calibration_error(np.array([bad]), np.array([0]))
     with pytest.raises(ValueError, match="entries"):
         expected_calibration_error(PROBS, LABELS[:3])
     with pytest.raises(ValueError, match=r"lie in \[0, 3\)"):
         expected_calibration_error(PROBS, LABELS + 1)
-    with pytest.raises(ValueError, match="n_bins"):
-        expected_calibration_error(PROBS, LABELS, n_bins=0)
-    with pytest.raises(ValueError, match="2 dimensions"):
+    for n_bins in (0, True, 2.0):  # a bool or a float is not a number of bins, even if it equals one
+        with pytest.raises(ValueError, match="n_bins must be a positive integer"):
+            expected_calibration_error(PROBS, LABELS, n_bins=n_bins)  # type: ignore[arg-type]
+    # The messages name the argument of the wrong rank.
+    with pytest.raises(ValueError, match="probs must have 2 dimensions"):
         expected_calibration_error(PROBS[0], LABELS[:1])
-    with pytest.raises(ValueError, match="at least one item"):
+    with pytest.raises(ValueError, match="labels must have 1 dimensions"):
+        expected_calibration_error(PROBS, LABELS[:, None])
+    with pytest.raises(ValueError, match="at least one item and one class"):
         expected_calibration_error(np.zeros((0, 3)), np.zeros(0, dtype=np.int64))
+    with pytest.raises(ValueError, match="at least one item and one class"):
+        expected_calibration_error(np.zeros((3, 0)), np.zeros(3, dtype=np.int64))
 
 
 def test_reliability_diagram_is_a_png(tmp_path: Path) -> None:

@@ -55,6 +55,9 @@ def test_square_matrix_ignores_untrained_entries() -> None:
     assert final_forgetting(square) == final_forgetting(R)
     assert backward_transfer(square) == backward_transfer(R)
     assert final_forgetting(np.array(square)) == pytest.approx(25.0)
+    # A run stopped after 2 of 3 tasks (train.tasks) whose rows hold all 3: task 2 was never trained.
+    stopped = [[90.0, 10.0, 10.0], [60.0, 80.0, 10.0]]
+    assert final_average_accuracy(stopped) == pytest.approx((60 + 80) / 2)
 
 
 def test_forward_transfer_by_hand() -> None:
@@ -67,6 +70,18 @@ def test_forward_transfer_by_hand() -> None:
     # (a_1^0 - b_1) + (a_2^1 - b_2) = (55 - 50) + (45 - 50) = 0.
     assert forward_transfer(square, baseline) == pytest.approx(0.0)
     assert forward_transfer(square, [0.0, 40.0, 35.0]) == pytest.approx(12.5)
+
+
+@pytest.mark.skipif(
+    np.finfo(np.longdouble).eps == np.finfo(np.float64).eps, reason="long double is float64 here"
+)
+def test_forward_transfer_reads_the_baseline_in_float64_as_the_matrix() -> None:
+    """Matrix and baseline are both read as float64: when each task's accuracy before its training
+    equals its baseline, FWT is exactly 0, whatever the float width they come in. A baseline kept in
+    long double would leave float64's rounding of 100/3 in every term (33.333333333333335701... -
+    33.333333333333333333... = 2.4e-15)."""
+    thirds = np.full((3, 3), 100, dtype=np.longdouble) / 3
+    assert forward_transfer(thirds, thirds[0]) == 0.0
 
 
 def test_forward_transfer_needs_the_future_columns() -> None:

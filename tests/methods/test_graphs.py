@@ -55,6 +55,23 @@ def test_the_opt_in_is_declared_not_inherited() -> None:
         assert cls.graph_key is MethodBase.graph_key, cls
 
 
+def test_the_opt_in_rule_on_classes_made_now() -> None:
+    """The same rule on classes defined inside the test (``MethodBase.__init_subclass__`` runs
+    when a class is made; the methods above were made at import): a class that defines graph_key
+    keeps its own, its subclass that does not falls back to MethodBase's (None), not its parent's."""
+
+    class Declares(MethodBase):
+        def graph_key(self):
+            return "declared"
+
+    class Inherits(Declares):
+        pass
+
+    net = torch.nn.Linear(1, 1)
+    assert Declares(net, None, None, None).graph_key() == "declared"
+    assert Inherits(net, None, None, None).graph_key() is None
+
+
 @pytest.mark.parametrize("name", ["sgd", "er", "derpp", "xder"])
 def test_replay_checked_run_equals_a_plain_run(name, stream, transforms, tiny_net, setting_of) -> None:
     """With ``step_graph`` on a CPU, every step a GPU would replay (after the buffer fills) runs

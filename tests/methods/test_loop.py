@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+from fractions import Fraction
 
 import pytest
 import torch
@@ -11,10 +13,12 @@ from torch import Tensor, nn
 from xder_methods import (
     Callback,
     ContinualSetting,
+    MethodBase,
     MethodConfigError,
     NonFiniteLossError,
     StepOutput,
     TrainingSchedule,
+    autocast,
     batch_bounds,
     create_method,
     evaluate,
@@ -81,6 +85,48 @@ def test_cosine_with_warmup_by_hand() -> None:
     assert learning_rate(TrainingSchedule(lr=0.2), 7) == 0.2
 
 
+def test_whole_float_milestones_follow_the_per_epoch_rule_past_float_precision() -> None:
+    """A float milestone that is a whole number acts as that integer, as MultiStepLR's per-epoch
+    rule (``m <= epoch``, compared exactly) takes it, at every step of the epoch, even past 2**53
+    where its shortest decimal is another integer: 2.0**60 prints as 1.152921504606847e+18, 24 above
+    it, and 2.0**65 as 3.6893488147419103e+19, 232 below it."""
+    milestones = (2.0**60, 2.0**65)
+    schedule = TrainingSchedule(
+        epochs=2**66, lr=1.0, lr_schedule="multistep", milestones=milestones, lr_gamma=0.5
+    )
+    for epoch in (2**60 - 1, 2**60, 2**65 - 1, 2**65):
+        per_epoch = 0.5 ** sum(1 for m in milestones if m <= epoch)  # 1, .5, .5, .25: exact in floats
+        assert [learning_rate(schedule, epoch, step, 10) for step in (0, 9)] == [per_epoch] * 2, epoch
+
+
+def test_lr_changes_inside_an_epoch_only() -> None:
+    """_lr_changes lists the steps after an epoch's first where a fractional milestone takes effect,
+    with the lr from there (gamma .5). At 10 steps per epoch, in epoch 1: milestone 1 acts at the
+    epoch's start (the lr of its step 0), not inside; 1.5 at step 5 (lr 1 * .5 * .5); 1.95 would
+    act at step 9.5, after the last step (1.9): not in this epoch. 2.0**65 is a whole number, never
+    inside an epoch, although its shortest decimal is 232 below it (within epoch 2**65 - 1)."""
+    from xder_methods.core.schedule import _lr_changes
+
+    schedule = TrainingSchedule(
+        epochs=3, lr=1.0, lr_schedule="multistep", milestones=(1, 1.5, 1.95), lr_gamma=0.5
+    )
+    assert _lr_changes(schedule, 1, 10) == {5: 0.25}
+    assert _lr_changes(schedule, 0, 10) == {}
+    assert _lr_changes(schedule, 1, 20) == {10: 0.25, 19: 0.125}  # 1.95 at step 19 of 20
+    huge = TrainingSchedule(epochs=2**66, lr_schedule="multistep", milestones=(2.0**65,))
+    assert _lr_changes(huge, 2**65 - 1, 10) == {}
+
+
+def test_a_milestone_reads_as_written() -> None:
+    """A float milestone is its shortest decimal (1.4 is 7/5, not the binary 1.399999999999999911...),
+    an int exactly, even past float precision (2**53 + 1 has no float: float() gives 2**53)."""
+    from xder_methods.core.schedule import _written
+
+    assert _written(1.4) == Fraction(7, 5)
+    assert _written(3) == 3
+    assert _written(2**53 + 1) == 2**53 + 1
+
+
 def test_batch_bounds() -> None:
     assert batch_bounds(10, 4, drop_last=True) == [(0, 4), (4, 8)]
     assert batch_bounds(3, 4, drop_last=True) == [(0, 3)]  # the only batch stays
@@ -88,6 +134,9 @@ def test_batch_bounds() -> None:
     assert batch_bounds(10, 4, drop_last=False) == [(0, 4), (4, 8), (8, 10)]
     assert batch_bounds(9, 4, drop_last=False) == [(0, 4), (4, 9)]  # a last batch of one joins
     assert batch_bounds(1, 4, drop_last=False) == [(0, 1)]
+    # With two batches only: the partial one is dropped, or a single row joins the first.
+    assert batch_bounds(6, 4, drop_last=True) == [(0, 4)]
+    assert batch_bounds(5, 4, drop_last=False) == [(0, 5)]
 
 
 def test_shuffled_batches_cut_one_permutation_and_draw_it_before_the_first_batch() -> None:
@@ -111,20 +160,88 @@ def test_shuffled_batches_cut_one_permutation_and_draw_it_before_the_first_batch
     assert list(shuffled_batches(0, 4, drop_last=False, generator=generator, device=cpu)) == []
 
 
-def test_schedule_validation() -> None:
-    with pytest.raises(ValueError, match="lr"):
-        TrainingSchedule(lr=0)
-    with pytest.raises(ValueError, match="lr_schedule"):
-        TrainingSchedule(lr_schedule="step")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="milestones must be increasing"):
-        TrainingSchedule(milestones=(1.8, 1.4))
-    for bad in ((0, 1), (-0.5,), (math.inf,), (math.nan,)):
-        with pytest.raises(ValueError, match="milestones must be > 0"):
-            TrainingSchedule(milestones=bad)
+def test_shuffled_batches_on_the_given_device() -> None:
+    """The permutation is drawn on ``device``: every batch is there (the meta device: no data)."""
+    meta = torch.device("meta")
+    batches = list(shuffled_batches(9, 4, drop_last=False, generator=None, device=meta))
+    assert [(b.device, b.shape[0]) for b in batches] == [(meta, 4), (meta, 5)]
+
+
+def test_autocast_is_bf16_on_the_device_for_bf16_only() -> None:
+    """bf16 autocast on the device's type, whatever torch's default autocast dtype for it (CUDA's is
+    float16; set so here for the CPU), keeping the weights' casts unless told not to; fp32: none."""
+    a = torch.ones(2, 2)
+    default_dtype = torch.get_autocast_dtype("cpu")
+    torch.set_autocast_dtype("cpu", torch.float16)
+    try:
+        with autocast("bf16", torch.device("cpu")):
+            assert (a @ a).dtype == torch.bfloat16
+            assert torch.is_autocast_cache_enabled()
+        with autocast("bf16", torch.device("cpu"), cache=False):
+            assert (a @ a).dtype == torch.bfloat16
+            assert not torch.is_autocast_cache_enabled()
+    finally:
+        torch.set_autocast_dtype("cpu", default_dtype)
+    with autocast("fp32", torch.device("cpu")):
+        assert not torch.is_autocast_enabled("cpu")
+        assert (a @ a).dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"epochs": 0}, "epochs must be >= 1 (with none, a task trains nothing)"),
+        ({"batch_size": 0}, "batch_size must be >= 1"),
+        ({"lr": 0}, "lr must be > 0"),
+        ({"momentum": -0.1}, "momentum must be >= 0"),
+        ({"weight_decay": -1e-4}, "weight_decay must be >= 0"),
+        ({"warmup_epochs": -1}, "warmup_epochs must be >= 0"),
+        ({"lr_schedule": "step"}, "lr_schedule must be none, multistep or cosine"),
+        ({"optimizer": "adam"}, "optimizer must be sgd or radam"),
+        ({"milestones": (0, 1)}, "milestones must be > 0 (positions within the task, in epochs)"),
+        ({"milestones": (-0.5,)}, "milestones must be > 0 (positions within the task, in epochs)"),
+        ({"milestones": (math.inf,)}, "milestones must be > 0 (positions within the task, in epochs)"),
+        ({"milestones": (math.nan,)}, "milestones must be > 0 (positions within the task, in epochs)"),
+        ({"milestones": (1.8, 1.4)}, "milestones must be increasing"),
+        ({"eval_batch_size": 0}, "eval_batch_size must be >= 1"),
+        ({"record_every": -1}, "record_every must be >= 0"),
+        ({"precision": "fp16"}, "precision must be fp32 or bf16"),
+        ({"class_il_outputs": "none"}, "class_il_outputs must be seen or all"),
+        ({"compile_mode": "max-autotune"}, "compile_mode must be default or reduce-overhead"),
+        ({"step_graph": True, "compile": True}, "step_graph records eager steps: leave compile off with it"),
+        (
+            {"step_graph": True, "optimizer": "radam"},
+            "step_graph records SGD's step only (radam keeps a step count on the host)",
+        ),
+        ({"tasks": 0}, "tasks must be >= 1 (or unset: every task)"),
+    ],
+)
+def test_schedule_validation_says_what_is_wrong(settings, message) -> None:
+    """Each setting out of range is refused with its own message, prefixed by the section."""
+    with pytest.raises(MethodConfigError, match=f"^{re.escape('train: ' + message)}$"):
+        TrainingSchedule(**settings)
+
+
+def test_schedule_validation_takes_every_value_at_its_bounds() -> None:
+    """The smallest values allowed, and each choice of every option."""
+    TrainingSchedule(
+        epochs=1,
+        batch_size=1,
+        eval_batch_size=1,
+        momentum=0,
+        weight_decay=0,
+        warmup_epochs=0,
+        record_every=0,
+        tasks=1,
+        milestones=(0.5,),
+        lr_schedule="multistep",
+        precision="bf16",
+        class_il_outputs="all",
+        step_graph=True,  # with SGD, the default
+    )
+    TrainingSchedule(lr_schedule="cosine", optimizer="radam", compile=True, compile_mode="reduce-overhead")
     # Past the epochs is allowed (never reached): ``epochs`` alone shortens a protocol.
     assert TrainingSchedule(epochs=1, milestones=(35, 45)).milestones == (35, 45)
-    with pytest.raises(ValueError, match="compile_mode must be default or reduce-overhead"):
-        TrainingSchedule(compile_mode="max-autotune")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -191,6 +308,72 @@ def test_evaluate_by_hand() -> None:
     )
     assert cil == [0.0]
     assert heads == [[0, 2]]
+
+
+class PlainPredictor:
+    """A predictor that is not an nn.Module (no parameters): logits by row, batch sizes recorded."""
+
+    def __init__(self, table: Tensor) -> None:
+        self.table = table
+        self.sizes: list[int] = []
+
+    def predict(self, x: Tensor) -> Tensor:
+        self.sizes.append(x.shape[0])
+        return self.table[x.long().flatten()]
+
+
+def test_evaluate_a_plain_predictor_in_batches_of_512() -> None:
+    """A predictor that is not an nn.Module is evaluated on the data's device, by default in
+    batches of 512: 513 rows, labels 0, 1, 2, 3, 0, ... (129 of label 0, 128 of each other)."""
+    setting = ContinualSetting((2, 2), (1,))
+    table = torch.tensor(
+        [
+            [1.0, 0.0, 0.0, 0.0],  # label 0: right
+            [0.0, 0.0, 1.0, 0.0],  # label 1: class 2 in Class-IL (task 1's head), 0 in Task-IL (tie)
+            [0.0, 0.0, 1.0, 0.0],  # label 2: right
+            [0.0, 0.0, 0.0, 1.0],  # label 3: right
+        ]
+    )
+    method = PlainPredictor(table)
+    labels = torch.arange(513) % 4
+    cil, til, heads = evaluate(method, labels, labels, setting, seen_tasks=2, transform=lambda v, g=None: v)
+    assert method.sizes == [512, 1]
+    assert cil == pytest.approx([100 * 129 / 257, 100.0])
+    assert til == pytest.approx([100 * 129 / 257, 100.0])
+    assert heads == [[0, 128], [0, 0]]  # task 0's 128 mistakes went to task 1's classes
+
+
+class MetaLogits(nn.Module):
+    """Logits by row from a table held on the meta device (shapes, no data); records the device of
+    each batch it is given."""
+
+    def __init__(self, table: Tensor) -> None:
+        super().__init__()
+        self.table = nn.Parameter(table.to("meta"), requires_grad=False)
+        self.devices: list[torch.device] = []
+
+    def predict(self, x: Tensor) -> Tensor:
+        self.devices.append(x.device)
+        return self.table[x.long().flatten()]
+
+
+def test_evaluate_runs_on_the_methods_device(monkeypatch) -> None:
+    """Every tensor of an evaluation is on the method's device (its parameters'), here the meta
+    device, with the data on the CPU: each batch reaches predict there, and no op mixes devices.
+    The one read-back (.tolist() of the counts) cannot read meta tensors: it gives zeros here."""
+    real_tolist = torch.Tensor.tolist
+
+    def tolist(tensor: Tensor):
+        return real_tolist(torch.zeros(tensor.shape, dtype=tensor.dtype) if tensor.is_meta else tensor)
+
+    monkeypatch.setattr(torch.Tensor, "tolist", tolist)
+    method = MetaLogits(torch.randn(4, 4))
+    setting = ContinualSetting((2, 2), (1,))
+    x = labels = torch.tensor([0, 1, 2, 3, 3])
+    identity = lambda v, g=None: v  # noqa: E731
+    cil, til, heads = evaluate(method, x, labels, setting, seen_tasks=2, transform=identity, batch_size=3)
+    assert method.devices == [torch.device("meta")] * 2
+    assert (len(cil), len(til), heads) == (2, 2, [[0, 0], [0, 0]])
 
 
 class Recorder(Callback):
@@ -517,6 +700,26 @@ def test_a_manual_step_is_left_to_the_method(stream, transforms, tiny_net, setti
     # 24 rows, batch 8: 3 steps; after_backward only from the method's own step (MethodBase.step).
     assert calls == ["observe", "after_backward"] * 3
     assert not all(torch.equal(p, b) for p, b in zip(method.net.parameters(), before, strict=True))
+
+
+def test_a_manual_step_drops_earlier_gradients_as_the_loop_does() -> None:
+    """MethodBase.step zeroes the gradients as the loop does, to None: a parameter its loss does
+    not reach has no gradient, so SGD's weight decay leaves it alone (a zero gradient would
+    still decay it: b - lr * wd * b = 1.9), and an earlier gradient does not add up."""
+    net = nn.Linear(1, 1)
+    with torch.no_grad():
+        net.weight.fill_(1.0)
+        net.bias.fill_(2.0)
+    method = MethodBase(net, None, None, None)
+    method.optimizer = torch.optim.SGD(net.parameters(), lr=0.5, weight_decay=0.1)
+    net.weight.grad, net.bias.grad = torch.full((1, 1), 3.0), torch.full((1,), 3.0)  # a step's leftovers
+    calls = []
+    method.after_backward = lambda: calls.append(net.weight.grad.item())  # type: ignore[method-assign]
+    method.step((2 * net.weight).sum())  # d/dw = 2; the bias is not in the loss
+    assert calls == [2.0]  # after the backward pass, before the optimiser's step
+    assert net.bias.grad is None
+    assert net.bias.item() == 2.0
+    assert net.weight.item() == pytest.approx(1.0 - 0.5 * (2.0 + 0.1 * 1.0))  # w - lr * (grad + wd * w)
 
 
 class _StopAtTaskEnd(Callback):

@@ -16,6 +16,7 @@ from xder_methods import (
     Batch,
     Callback,
     ContinualSetting,
+    MethodBase,
     MethodConfigError,
     ReplayConfig,
     TaskData,
@@ -142,6 +143,22 @@ def test_every_config_documents_paper_defaults_and_is_frozen(name) -> None:
     if "buffer_size" in {f.name for f in dataclasses.fields(cls)}:
         with pytest.raises(MethodConfigError, match=r"^method\.buffer_size must be >= 0, got -1"):
             cls(buffer_size=-1)
+
+
+def test_a_new_method_is_at_task_zero_without_an_optimiser(stream, transforms, tiny_net, setting_of) -> None:
+    """MethodBase's starting state: task 0 (seen classes: task 0's 2 of the 2 + 2 + 2), no
+    optimiser until the loop sets one (step() says so); begin_task moves seen_classes() on, and
+    seen_classes(t) counts up to any task t."""
+    method = MethodBase(tiny_net(6), setting_of(stream), transforms, None)
+    assert method.current_task == 0
+    assert method.seen_classes() == 2
+    assert method.get_extra_state() == {"current_task": 0}
+    assert method.optimizer is None
+    with pytest.raises(RuntimeError, match="before the loop set the optimiser"):
+        method.step(torch.zeros(()))
+    method.begin_task(1)
+    assert method.seen_classes() == 4
+    assert (method.seen_classes(0), method.seen_classes(2)) == (2, 6)
 
 
 def test_registry_rejects_duplicates_and_names_choices() -> None:
