@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import xder_cli.runs.plugins as plugins
-from xder_cli.arguments import plugin_arguments
+from xder_cli.arguments import command_word, out_folder, plugin_arguments
 from xder_cli.main import main
 from xder_models import list_backbones
 
@@ -128,6 +128,16 @@ def test_plugin_arguments_are_found_anywhere() -> None:
         "d",
     ]
     assert plugin_arguments(argv) == ["a.py", "b", "c"]
+
+
+def test_the_command_and_its_out_folder_are_read_before_parsing() -> None:
+    argv = ["--plugin", "experiment", "--plugin=x", "experiment", "seeds", "--out", "a", "--out=b"]
+    assert command_word(argv) == "experiment"  # the first word that is no --plugin's value
+    assert out_folder(argv) == "b"  # the last, as argparse keeps
+    assert command_word(["--plugin", "a.py", "train", "--out", "r"]) == "train"
+    assert command_word(["--", "train"]) is None
+    assert command_word(["--plugin", "a.py"]) is None
+    assert out_folder(["train", "--", "--out", "r"]) is None
     assert plugin_arguments(["train", "--plugin"]) == []
 
 
@@ -255,7 +265,15 @@ def test_a_plugin_adds_an_experiment_that_plans_trains_and_tabulates(
     assert summary["faa"] == {name: results["faa"] for name, results in runs.items()}
     assert (out / "experiment.md").read_text() == "".join(f"{n}: {r['faa']}\n" for n, r in runs.items())
     assert (out / "seeds.png").read_bytes() == b"plot"
-    assert main(["experiment", "seeds", "--out", str(out)]) == 2  # without the plugin: unknown
+    # Its runs record the plugin: analyze reads one without --plugin, and the experiment run again
+    # without --plugin loads it and trains nothing again.
+    assert main(["analyze", str(out / "runs" / "sgd-s0"), "--only", "ece", "--json"]) == 0
+    assert 0 <= json.loads(capsys.readouterr().out)["analyses"]["ece"]["ece"] <= 1
+    fresh_registries()
+    assert main(["experiment", "seeds", "--method", "sgd", "--seeds", "0,1", "--out", str(out), *tiny]) == 0
+    assert "2 runs, 2 already finished" in capsys.readouterr().out
+    fresh_registries()
+    assert main(["experiment", "seeds", "--out", str(tmp_path / "elsewhere")]) == 2  # no runs: unknown
     assert "invalid choice: 'seeds'" in capsys.readouterr().err
 
 

@@ -200,20 +200,49 @@ def fraction(text: str) -> float:
     return value
 
 
-def plugin_arguments(argv: Sequence[str]) -> list[str]:
-    """The values of ``--plugin X`` and ``--plugin=X`` anywhere in ``argv`` (before ``--``): the
-    plugins to load before the parser is built."""
-    name = flag("plugin")
-    specs = []
+def _values(argv: Sequence[str], name: str) -> list[str]:
+    """The values of ``name X`` and ``name=X`` anywhere in ``argv`` (before ``--``)."""
+    values = []
     args = list(argv)
     for i, arg in enumerate(args):
         if arg == "--":
             break
         if arg == name and i + 1 < len(args):
-            specs.append(args[i + 1])
+            values.append(args[i + 1])
         elif arg.startswith(name + "="):
-            specs.append(arg[len(name) + 1 :])
-    return specs
+            values.append(arg[len(name) + 1 :])
+    return values
+
+
+def plugin_arguments(argv: Sequence[str]) -> list[str]:
+    """The values of ``--plugin X`` and ``--plugin=X`` anywhere in ``argv`` (before ``--``): the
+    plugins to load before the parser is built."""
+    return _values(argv, flag("plugin"))
+
+
+def command_word(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names (its first word that is neither an option nor a
+    ``--plugin``'s value), read before the parser is built."""
+    name = flag("plugin")
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return None
+        if arg == name:
+            i += 2
+            continue
+        if not arg.startswith("-"):
+            return arg
+        i += 1
+    return None
+
+
+def out_folder(argv: Sequence[str]) -> str | None:
+    """The value of ``--out`` in ``argv`` (the last one, as argparse keeps), before parsing."""
+    values = _values(argv, "--out")
+    return values[-1] if values else None
 
 
 class ExamplesFormatter(argparse.HelpFormatter):

@@ -7,14 +7,16 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from xder_cli import catalogue
-from xder_cli.arguments import Parser, error_line, plugin_arguments
+from xder_cli.arguments import Parser, command_word, error_line, out_folder, plugin_arguments
 from xder_cli.commands import command_modules
 from xder_cli.commands.common import add_plugin_argument
 from xder_cli.errors import Interrupted, UsageError
+from xder_cli.runs.defaults import EXPERIMENT_RUNS
 from xder_cli.runs.errors import RunError
-from xder_cli.runs.plugins import load_plugins
+from xder_cli.runs.plugins import load_plugins, load_recorded_under
 
 __all__ = ["build_parser", "main"]
 
@@ -51,13 +53,17 @@ RESUMABLE = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``xder-run``; returns the exit status (2 for every user mistake).
 
-    Plugins (entry points, and every ``--plugin`` in ``argv``) are loaded first, so that the
-    parser and its help know the names they register. Until a command's handler runs, nothing
+    Plugins (entry points, every ``--plugin`` in ``argv``, and for ``experiment`` those its
+    ``--out`` folder's runs record) are loaded first, so that the parser and its help know the
+    names they register. Until a command's handler runs, nothing
     imports the library (torch): ``--help`` and a usage mistake answer at once.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         load_plugins(plugin_arguments(argv))
+        out = out_folder(argv)
+        if command_word(argv) == "experiment" and out is not None:
+            load_recorded_under(Path(out) / EXPERIMENT_RUNS)  # run again, it resumes as it started
     except RunError as error:
         print(f"xder-run: error: {error_line(error)}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ names) reads them without loading the library; their modules take them from here
 __all__ = [
     "ANALYSES",
     "CLASS_ORDER_METHODS",
+    "EXPERIMENT_RUNS",
     "EXPERIMENT_SEEDS",
     "LOGGERS",
     "RECORDED_ANALYSES",
@@ -32,6 +33,8 @@ ANALYSES = (
 RECORDED_ANALYSES = ("grad_norms", "future_fewshot_auc")
 """Analyses that read what only a run trained with ``run.record_analyses`` records."""
 EXPERIMENT_SEEDS = (0, 1, 2)
+EXPERIMENT_RUNS = "runs"
+"""The folder of an experiment's runs, in its ``--out`` folder."""
 CLASS_ORDER_METHODS = ("xder", "derpp", "er")
 SENSITIVITY_METHOD = "xder"
 REPORT_OUT = "report"

@@ -148,6 +148,45 @@ def load_plugins(specs: Sequence[str] = ()) -> None:
         load_plugin(spec)
 
 
+def load_recorded(specs: Sequence[str], where: Path) -> None:
+    """Load the plugins a run recorded (``run.plugins`` of ``where``'s ``config.toml``), as it
+    loaded them when it trained.
+
+    Raises:
+        PluginError: one that does not load now, named with the run that recorded it.
+    """
+    for spec in specs:
+        try:
+            load_plugin(spec)
+        except PluginError as error:
+            raise PluginError(
+                f"{where} was trained with {option('plugin')} {spec}, which does not load now "
+                f"({error.template}): install or restore it, or pass {option('plugin')} with where it is now"
+            ) from error
+
+
+def load_recorded_under(folder: Path) -> None:
+    """Load the plugins recorded by every run folder directly under ``folder`` (an experiment's
+    ``runs/``; none when it does not exist), so that a command run again on its own output
+    knows the names its runs were trained with.
+
+    Raises:
+        PluginError: a recorded plugin that does not load now.
+    """
+    if not folder.is_dir():
+        return
+    from xder_cli.runs import rundir  # imports torch: only where there are runs to read
+    from xder_cli.runs.errors import RunDirError
+
+    for run_dir in sorted(folder.iterdir()):
+        if (run_dir / rundir.CONFIG).is_file():
+            try:
+                config = rundir.read_config(run_dir / rundir.CONFIG)
+            except RunDirError:
+                continue  # the command that reads this run says what is wrong with it
+            load_recorded(config.get("run", {}).get("plugins", []), run_dir)
+
+
 def loaded_plugins() -> tuple[str, ...]:
     """The plugins :func:`load_plugin` loaded in this process (files as absolute paths), for workers."""
     return tuple(_LOADED)

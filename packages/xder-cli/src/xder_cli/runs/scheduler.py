@@ -267,7 +267,8 @@ def train_one(
     ``held_by`` naming that process. A run that another process finished meanwhile is not trained
     again. The run's printed output (what ``log_output`` shows, a failure's traceback) goes to
     ``run_dir/log.txt``. ``plugins`` (the driver's ``--plugin`` specs) are loaded first, with the
-    installed entry points, so that a worker knows the names the driver's plugins registered.
+    installed entry points, so that a worker knows the names the driver's plugins registered, and
+    recorded in the run's ``config.toml`` (``run.plugins``) for the commands that read it later.
 
     Each start appends a line to ``run_dir/attempts.jsonl`` (:data:`ATTEMPTS`) naming
     ``submission`` (None: a new one) and this node. Ray runs the same submission again after a
@@ -315,6 +316,8 @@ def train_one(
         ):
             try:
                 load_plugins(plugins)
+                if plugins:  # recorded, so that whatever reads the run later loads them again
+                    config = {**config, "run": {**config.get("run", {}), "plugins": list(plugins)}}
                 display = log_output() if log_output is not None else RunDisplay()
                 lived = live(
                     build_plan(config),
@@ -522,6 +525,7 @@ def train_runs(
             log_output=log_output,
         )
     else:
+        plugins = loaded_plugins()
         for run in pending:
-            record(run.name, train_one(str(root / run.name), run.config, log_output=log_output))
+            record(run.name, train_one(str(root / run.name), run.config, plugins, log_output=log_output))
     return outcomes

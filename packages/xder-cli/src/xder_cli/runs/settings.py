@@ -52,8 +52,8 @@ from xder_cli.runs._dotted import (
 )
 from xder_cli.runs._typed import coerce, validate_section
 from xder_cli.runs.defaults import LOGGERS
-from xder_cli.runs.errors import PluginError, SettingError, option
-from xder_cli.runs.plugins import load_plugin
+from xder_cli.runs.errors import SettingError, option
+from xder_cli.runs.plugins import load_recorded
 from xder_cli.runs.presets import choose_preset
 from xder_data import (
     DEFAULT_PROTOCOL,
@@ -483,14 +483,7 @@ def load_plan(run_dir: str | Path) -> RunPlan:
     """
     run_dir = Path(run_dir)
     config = rundir.read_config(run_dir / rundir.CONFIG)
-    for spec in config.get("run", {}).get("plugins", []):
-        try:
-            load_plugin(spec)
-        except PluginError as error:
-            raise PluginError(
-                f"{run_dir} was trained with {option('plugin')} {spec}, which does not load now "
-                f"({error.template}): install or restore it, or pass {option('plugin')} with where it is now"
-            ) from error
+    load_recorded(config.get("run", {}).get("plugins", []), run_dir)
     method = config.get("run", {}).get("method")
     if method is not None and method not in list_methods():
         raise SettingError(

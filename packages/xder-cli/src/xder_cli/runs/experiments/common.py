@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from xder_cli.runs import rundir
 from xder_cli.runs._stats import fmt, fmt_stat, mean_std
+from xder_cli.runs.defaults import EXPERIMENT_RUNS
 from xder_cli.runs.defaults import EXPERIMENT_SEEDS as DEFAULT_SEEDS
 from xder_cli.runs.errors import RunDirError, SettingError, option
 from xder_cli.runs.scheduler import LogOutput, PlannedRun, outcome_note, run_retries, train_runs
@@ -50,7 +51,7 @@ __all__ = [
     "with_overrides",
 ]
 
-EXPERIMENT_JSON, EXPERIMENT_MD, RUNS = "experiment.json", "experiment.md", "runs"
+EXPERIMENT_JSON, EXPERIMENT_MD, RUNS = "experiment.json", "experiment.md", EXPERIMENT_RUNS
 
 
 @dataclass(frozen=True, kw_only=True)
