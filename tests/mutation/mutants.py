@@ -11,6 +11,7 @@ prints each module's score: killed / (mutants - listed equivalents).
     python tests/mutation/mutants.py                  # every module in scope (hours on two cores)
     python tests/mutation/mutants.py parts/losses     # one module (minutes): all its mutants again
     python tests/mutation/mutants.py --survivors      # only the mutants that survived, again
+    python tests/mutation/mutants.py --survivors parts  # ... of the modules named only
     python tests/mutation/mutants.py --report         # the scores of the last runs, nothing run
 
 Exit status 1 when a survivor is neither killed nor listed (or a listed one no longer survives:
@@ -259,7 +260,12 @@ def main() -> int:
         stage()
         if args.survivors:
             cwd = Path.cwd()
-            survivors = [m.name for m in collect() if m.status not in KILLED]
+            wanted = [name.removesuffix("*") for name in names]  # modules given: theirs only
+            survivors = [
+                m.name
+                for m in collect()
+                if m.status not in KILLED and (not wanted or any(m.name.startswith(w) for w in wanted))
+            ]
             os.chdir(cwd)
             if survivors:
                 mutmut(*survivors, jobs=args.jobs)
