@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 from torch import Tensor, nn
-from torch.utils._pytree import tree_map
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
 
 import xder_methods.core.graphs as graphs_module
 import xder_methods.core.loop as loop_module
@@ -420,6 +421,98 @@ def test_run_epoch_copies_each_batch_to_the_generators_device() -> None:
     y = torch.cat([s["y"] for s in method._observed])
     pairs = sorted(zip(x[:, 0].tolist(), y.tolist(), strict=True))
     assert pairs == [(3.0, 0), (6.0, 1), (12.0, 0), (24.0, 1)]
+
+
+META, CPU = torch.device("meta"), torch.device("cpu")
+
+
+class OnTheDevice(TorchDispatchMode):
+    """Makes the meta device a second device that holds data, for the CPU to stand in for a GPU:
+    a tensor made or copied there is an :class:`Elsewhere` (its values kept on the CPU), ops on
+    it stay there, and a copy back to the CPU is a plain tensor. As torch's rules go, an op mixing
+    it with a CPU tensor fails, except for CPU indices into it and CPU scalars; a CPU tensor
+    indexed by indices held there fails too."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        there = kwargs.get("device") == META
+        if func is torch.ops.aten._to_copy.default:
+            (source,) = args
+            inner = source.inner if isinstance(source, Elsewhere) else source
+            copy = func(inner, **{**kwargs, "device": CPU})
+            return Elsewhere(copy) if there else copy
+        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, Tensor)]
+        if not there and not any(isinstance(t, Elsewhere) for t in tensors):
+            return func(*args, **kwargs)
+        if func is torch.ops.aten.index.Tensor:
+            if not isinstance(args[0], Elsewhere):
+                raise RuntimeError(
+                    "indices should be either on cpu or on the same device as the indexed tensor"
+                )
+        elif any(not isinstance(t, Elsewhere) and t.dim() > 0 for t in tensors):
+            raise RuntimeError("Expected all tensors to be on the same device")
+        args, kwargs = tree_map(lambda t: t.inner if isinstance(t, Elsewhere) else t, (args, kwargs))
+        if there:
+            kwargs["device"] = CPU
+        return tree_map(lambda t: Elsewhere(t) if isinstance(t, Tensor) else t, func(*args, **kwargs))
+
+
+class GeneratorThere(torch.Generator):
+    """The run's generator on that second device (it draws on the CPU, where its values are)."""
+
+    @property
+    def device(self) -> torch.device:
+        return META
+
+
+def test_run_epoch_indexes_data_held_in_host_memory_and_hands_the_step_batches_on_the_device(
+    monkeypatch,
+) -> None:
+    """Data held in host memory, the generator (and training) on a device (an emulated one, see
+    :class:`OnTheDevice`): the permutation is drawn on the device, brought back to index the data
+    where they are, and each batch is copied to the device for its step; every row comes once,
+    with its own label."""
+    steps: list[tuple[Tensor, Tensor]] = []
+
+    def step(loop, x_raw, y, *, task, probe=False):
+        steps.append((x_raw, y))
+        return graphs_module.StepResult(None, {}, {})
+
+    monkeypatch.setattr(loop_module, "run_step", step)
+    data = two_inputs(4)
+    data.train_y = torch.tensor([0, 1, 0, 1])
+    loop = FitState(Linear(W0), data, TrainingSchedule(batch_size=2), GeneratorThere().manual_seed(0))
+    loop.optimizer = torch.optim.SGD(loop.method.parameters(), lr=0.1)
+    with OnTheDevice():
+        record = run_epoch(loop, 0, 0, torch.arange(4), [(0, 2), (2, 4)])
+    assert record.steps == 2
+    assert all(isinstance(x, Elsewhere) and isinstance(y, Elsewhere) for x, y in steps)
+    pairs = sorted((float(x.inner[i, 0]), int(y.inner[i])) for x, y in steps for i in range(2))
+    assert pairs == [(3.0, 0), (6.0, 1), (12.0, 0), (24.0, 1)]
+
+
+def test_evaluate_all_cuts_inputs_held_in_host_memory_by_labels_on_the_device(monkeypatch) -> None:
+    """A fit of the first of two tasks, the test inputs in host memory and their labels on the
+    device (emulated, see :class:`OnTheDevice`): the rows of classes 0 and 1 are picked where
+    each tensor is (the labels' mask brought to the inputs) before they are evaluated."""
+    given: list[tuple[Tensor, Tensor]] = []
+
+    def evaluate(method, x, y, setting, **kwargs):
+        given.append((x, y))
+        return loop_module.Evaluation([50.0], [50.0, 0.0], [[1, 0]])
+
+    monkeypatch.setattr(loop_module, "evaluate", evaluate)
+    x = torch.tensor([[10], [11], [12], [13], [14]], dtype=torch.uint8)
+    labels = torch.tensor([0, 2, 1, 3, 1])
+    data = Data((2, 2), x, labels, x, Elsewhere(labels))
+    loop = FitState(Linear(TABLE.T), data, TrainingSchedule(tasks=1), torch.Generator())
+    with OnTheDevice():
+        test, val = _evaluate_all(loop, 1)
+    (x_given, y_given) = given[0]
+    assert x_given.tolist() == [[10], [12], [14]]
+    assert isinstance(y_given, Elsewhere)
+    assert y_given.inner.tolist() == [0, 1, 1]
+    assert (test.class_il, test.task_il, test.head_counts, val) == ([50.0], [50.0], [[1]], None)
 
 
 # ---------------------------------------------------------------------------------------------
