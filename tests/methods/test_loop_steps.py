@@ -44,8 +44,9 @@ class Linear(nn.Module):
     """A learner written against the protocol alone (no MethodBase, so no
     ``manual_optimization``): logits ``x.flatten(1) @ weight.T``; its loss is the batch mean of the
     logit of the batch's task (its gradient: the batch's mean input, in that row of the weight),
-    logged as the term "logit" and given as the one group "stream". It records what each observe
-    and predict saw (in underscored lists, which a replayed step may change)."""
+    logged doubled as the term "logit" and given as the one group "stream"; its steps are declared
+    replayable (one graph key). It records what each observe and predict saw (in underscored
+    lists, which a replayed step may change), and after_step returns ``_after_step``."""
 
     training_data = "task"
 
@@ -128,9 +129,10 @@ def two_inputs(n: int = 5) -> Data:
     return Data((2,), train_x, y, train_x, y)
 
 
-def loop_of(method, data, schedule: TrainingSchedule, lr: float | None = None) -> FitState:
+def loop_of(method, data, schedule: TrainingSchedule) -> FitState:
+    """The loop's state at a task's start, with plain SGD at the schedule's lr."""
     loop = FitState(method, data, schedule, torch.Generator().manual_seed(0))
-    loop.optimizer = torch.optim.SGD(method.parameters(), lr=schedule.lr if lr is None else lr)
+    loop.optimizer = torch.optim.SGD(method.parameters(), lr=schedule.lr)
     return loop
 
 
