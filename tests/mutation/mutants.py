@@ -187,7 +187,9 @@ def matches(entry: dict[str, str], mutant: Mutant) -> bool:
 
 def report(mutants: list[Mutant], modules: list[str] | None, toml: bool = False) -> int:
     equivalents = listed_equivalents()
-    shown = [m for m in mutants if modules is None or any(m.module.endswith(x) for x in modules)]
+    shown = [
+        m for m in mutants if modules is None or any(f"{m.module}.".startswith(f"{x}.") for x in modules)
+    ]
     rows, unexplained, used, unfinished = {}, [], set(), set()
     for mutant in shown:
         row = rows.setdefault(mutant.module, {"mutants": 0, "killed": 0, "equivalent": 0, "left": 0})
