@@ -259,7 +259,7 @@ def structure():
 # that a busy machine cannot fail them; HYPOTHESIS_PROFILE=explore draws new ones, many more.
 try:
     from hypothesis import settings
-except ImportError:  # the GPU machine's environment (nox -s gpu) has no hypothesis
+except ImportError:  # nox -s gpu installs only what the GPU script needs: no hypothesis
     pass
 else:
     settings.register_profile("xder", derandomize=True, deadline=None, database=None, print_blob=True)
