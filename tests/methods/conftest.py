@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
 
 from xder_methods import Batch, Callback, ContinualSetting, TaskData, Transforms, create_method, fit
 
@@ -182,3 +184,86 @@ def in_second_task():
         return method
 
     return build
+
+
+# ---------------------------------------------------------------------------------------------
+# A second device emulated on the CPU: data in host memory beside a run on a GPU, where the CPU
+# is all there is.
+
+
+class Elsewhere(Tensor):
+    """Data held off the training device (a stand-in for host memory beside a GPU): it says it is
+    on the meta device and keeps its values on the CPU; indexing it stays there, and only a copy
+    (``.to`` a device) brings the values to a device, as a plain tensor."""
+
+    @staticmethod
+    def __new__(cls, inner: Tensor):
+        return Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device="meta")
+
+    def __init__(self, inner: Tensor) -> None:
+        self.inner = inner
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        args, kwargs = tree_map(lambda t: t.inner if isinstance(t, Elsewhere) else t, (args, kwargs or {}))
+        out = func(*args, **kwargs)
+        if func is torch.ops.aten._to_copy.default:
+            return out
+        return tree_map(lambda t: Elsewhere(t) if isinstance(t, Tensor) else t, out)
+
+
+META, CPU = torch.device("meta"), torch.device("cpu")
+
+
+class OnTheDevice(TorchDispatchMode):
+    """Makes the meta device a second device that holds data, for the CPU to stand in for a GPU:
+    a tensor made or copied there is an :class:`Elsewhere` (its values kept on the CPU), ops on
+    it stay there, and a copy back to the CPU is a plain tensor. As torch's rules go, an op mixing
+    it with a CPU tensor fails, except for CPU indices into it and CPU scalars; a CPU tensor
+    indexed by indices held there, read or written, fails too."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        there = kwargs.get("device") == META
+        if func is torch.ops.aten._to_copy.default:
+            (source,) = args
+            inner = source.inner if isinstance(source, Elsewhere) else source
+            copy = func(inner, **{**kwargs, "device": CPU})
+            return Elsewhere(copy) if there else copy
+        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, Tensor)]
+        if not there and not any(isinstance(t, Elsewhere) for t in tensors):
+            return func(*args, **kwargs)
+        if func is torch.ops.aten.index.Tensor:
+            if not isinstance(args[0], Elsewhere):
+                raise RuntimeError(
+                    "indices should be either on cpu or on the same device as the indexed tensor"
+                )
+        elif any(not isinstance(t, Elsewhere) and t.dim() > 0 for t in tensors):
+            raise RuntimeError("Expected all tensors to be on the same device")
+        args, kwargs = tree_map(lambda t: t.inner if isinstance(t, Elsewhere) else t, (args, kwargs))
+        if there:
+            kwargs["device"] = CPU
+        return tree_map(lambda t: Elsewhere(t) if isinstance(t, Tensor) else t, func(*args, **kwargs))
+
+
+class GeneratorThere(torch.Generator):
+    """The run's generator on that second device (it draws on the CPU, where its values are)."""
+
+    @property
+    def device(self) -> torch.device:
+        return META
+
+
+class SecondDevice:
+    """The emulated second device's pieces, as the ``second_device`` fixture hands them out (no
+    folder of tests is importable by name): :class:`Elsewhere`, :class:`OnTheDevice`,
+    :class:`GeneratorThere`."""
+
+    Elsewhere = Elsewhere
+    OnTheDevice = OnTheDevice
+    GeneratorThere = GeneratorThere
+
+
+@pytest.fixture
+def second_device() -> type[SecondDevice]:
+    return SecondDevice

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+import xder_methods.core.loop as loop_module
 from xder_methods import (
     Callback,
     MethodConfigError,
@@ -19,7 +20,8 @@ from xder_methods import (
     fit,
     method_config_class,
 )
-from xder_methods.core.loop import FitState
+from xder_methods.core.graphs import StepResult
+from xder_methods.core.loop import Evaluation, FitState
 
 
 def _sgd(stream, transforms, tiny_net, setting_of, seed: int = 0, name: str = "sgd", **config):
@@ -382,6 +384,59 @@ def test_a_plugin_without_withheld_rows_trains_on_every_row(make_stream, transfo
     assert {t: sorted(rows) for t, rows in method.seen.items()} == {
         t: list(range(24 * t, 24 * (t + 1))) for t in range(3)
     }
+
+
+def test_data_held_in_host_memory_train_on_the_generators_device_less_the_withheld_rows(
+    make_stream, transforms, tiny_net, second_device, monkeypatch
+) -> None:
+    """The stream's data in host memory, the generator (and training) on a device (emulated, see
+    ``OnTheDevice`` in conftest.py) and a method that withholds rows, their positions kept on the
+    device (as BiC keeps its own): each task's rows reach prepare_task and end_task copied to the
+    device; the positions are brought to the rows to leave the withheld ones out; every other row
+    of the task reaches the step once, on the device, with its own label (12 rows by class, 3 a
+    class, two tasks of two classes; 2 of each task's 6 withheld, batches of 2: 2 steps a task).
+    The step and the evaluations are stood in for (they would compute on the emulated device)."""
+    elsewhere = second_device.Elsewhere
+    stream = _indexed(make_stream, classes_per_task=(2, 2), per_class=3)
+    method = Plugin(tiny_net(4), transforms)
+    positions = {0: [1, 4], 1: [0, 5]}
+    held = {t: elsewhere(torch.tensor(p)) for t, p in positions.items()}
+    method.withheld_rows = lambda task: held[task]
+    calls = _recording(method)
+    steps: list[tuple[int, Tensor, Tensor]] = []
+
+    def step(loop, x_raw, y, *, task, probe=False):
+        steps.append((task, x_raw, y))
+        return StepResult(None, {}, {})
+
+    def evaluate(method, x, y, setting, **kwargs):
+        return Evaluation([], [0.0, 0.0], [])
+
+    monkeypatch.setattr(loop_module, "run_step", step)
+    monkeypatch.setattr(loop_module, "evaluate", evaluate)
+    generator = second_device.GeneratorThere().manual_seed(0)
+    with second_device.OnTheDevice():
+        fit(method, stream, TrainingSchedule(batch_size=2, lr=0.1), generator=generator, threads=1)
+    prepared = {c[1]: c[2] for c in calls if c[0] == "prepare"}
+    ended = {c[1]: c[2] for c in calls if c[0] == "end"}
+    assert sorted(prepared) == sorted(ended) == [0, 1]
+    for t in range(2):
+        rows = list(range(6 * t, 6 * (t + 1)))  # the task's rows (the stream's are by class)
+        for data in (prepared[t], ended[t]):
+            assert isinstance(data.x_raw, elsewhere)
+            assert isinstance(data.y, elsewhere)
+            assert data.x_raw.inner[:, 0, 0, 0].tolist() == rows
+            assert data.y.inner.tolist() == [r // 3 for r in rows]
+        batches = [(x, y) for task, x, y in steps if task == t]
+        assert len(batches) == 2
+        assert all(isinstance(x, elsewhere) and isinstance(y, elsewhere) for x, y in batches)
+        seen = [
+            pair
+            for x, y in batches
+            for pair in zip(x.inner[:, 0, 0, 0].tolist(), y.inner.tolist(), strict=True)
+        ]
+        kept = [r for i, r in enumerate(rows) if i not in positions[t]]
+        assert sorted(seen) == [(r, r // 3) for r in kept]
 
 
 def test_recorded_steps_are_released_at_each_task_end(stream, transforms, tiny_net, setting_of) -> None:

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 import pytest
 import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves, tree_map
 
 import xder_methods.core.graphs as graphs_module
 import xder_methods.core.loop as loop_module
@@ -385,35 +383,15 @@ def test_run_epoch_draws_its_permutation_on_the_generators_device_whatever_torch
     assert all(s["x"].device.type == "cpu" for s in method._observed)
 
 
-class Elsewhere(Tensor):
-    """Data held off the training device (a stand-in for host memory beside a GPU): it says it is
-    on the meta device and keeps its values on the CPU; indexing it stays there, and only a copy
-    (``.to`` a device) brings the values to a device, as a plain tensor."""
-
-    @staticmethod
-    def __new__(cls, inner: Tensor):
-        return Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device="meta")
-
-    def __init__(self, inner: Tensor) -> None:
-        self.inner = inner
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        args, kwargs = tree_map(lambda t: t.inner if isinstance(t, Elsewhere) else t, (args, kwargs or {}))
-        out = func(*args, **kwargs)
-        if func is torch.ops.aten._to_copy.default:
-            return out
-        return tree_map(lambda t: Elsewhere(t) if isinstance(t, Tensor) else t, out)
-
-
-def test_run_epoch_copies_each_batch_to_the_generators_device() -> None:
+def test_run_epoch_copies_each_batch_to_the_generators_device(second_device) -> None:
     """Data kept off the training device (the generator's, the CPU here): the rows are indexed
     where the data are, and each batch, inputs and labels, is copied to the generator's device
     before its step; every row comes once, with its own label."""
     method = Linear(torch.zeros(2, 2))
     data = two_inputs(4)
     labels = torch.tensor([0, 1, 0, 1])
-    away = Data((2,), Elsewhere(data.train_x), Elsewhere(labels), data.test_x, data.test_y)
+    elsewhere = second_device.Elsewhere
+    away = Data((2,), elsewhere(data.train_x), elsewhere(labels), data.test_x, data.test_y)
     loop = loop_of(method, away, TrainingSchedule(lr=1e-3, batch_size=2))
     run_epoch(loop, 0, 0, torch.arange(4), [(0, 2), (2, 4)])
     for seen in method._observed:
@@ -425,55 +403,13 @@ def test_run_epoch_copies_each_batch_to_the_generators_device() -> None:
     assert pairs == [(3.0, 0), (6.0, 1), (12.0, 0), (24.0, 1)]
 
 
-META, CPU = torch.device("meta"), torch.device("cpu")
-
-
-class OnTheDevice(TorchDispatchMode):
-    """Makes the meta device a second device that holds data, for the CPU to stand in for a GPU:
-    a tensor made or copied there is an :class:`Elsewhere` (its values kept on the CPU), ops on
-    it stay there, and a copy back to the CPU is a plain tensor. As torch's rules go, an op mixing
-    it with a CPU tensor fails, except for CPU indices into it and CPU scalars; a CPU tensor
-    indexed by indices held there fails too."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
-        there = kwargs.get("device") == META
-        if func is torch.ops.aten._to_copy.default:
-            (source,) = args
-            inner = source.inner if isinstance(source, Elsewhere) else source
-            copy = func(inner, **{**kwargs, "device": CPU})
-            return Elsewhere(copy) if there else copy
-        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, Tensor)]
-        if not there and not any(isinstance(t, Elsewhere) for t in tensors):
-            return func(*args, **kwargs)
-        if func is torch.ops.aten.index.Tensor:
-            if not isinstance(args[0], Elsewhere):
-                raise RuntimeError(
-                    "indices should be either on cpu or on the same device as the indexed tensor"
-                )
-        elif any(not isinstance(t, Elsewhere) and t.dim() > 0 for t in tensors):
-            raise RuntimeError("Expected all tensors to be on the same device")
-        args, kwargs = tree_map(lambda t: t.inner if isinstance(t, Elsewhere) else t, (args, kwargs))
-        if there:
-            kwargs["device"] = CPU
-        return tree_map(lambda t: Elsewhere(t) if isinstance(t, Tensor) else t, func(*args, **kwargs))
-
-
-class GeneratorThere(torch.Generator):
-    """The run's generator on that second device (it draws on the CPU, where its values are)."""
-
-    @property
-    def device(self) -> torch.device:
-        return META
-
-
 def test_run_epoch_indexes_data_held_in_host_memory_and_hands_the_step_batches_on_the_device(
-    monkeypatch,
+    monkeypatch, second_device
 ) -> None:
     """Data held in host memory, the generator (and training) on a device (an emulated one, see
-    :class:`OnTheDevice`): the permutation is drawn on the device, brought back to index the data
-    where they are, and each batch is copied to the device for its step; every row comes once,
-    with its own label."""
+    :class:`OnTheDevice` in conftest.py): the permutation is drawn on the device, brought back to
+    index the data where they are, and each batch is copied to the device for its step; every row
+    comes once, with its own label."""
     steps: list[tuple[Tensor, Tensor]] = []
 
     def step(loop, x_raw, y, *, task, probe=False):
@@ -483,20 +419,25 @@ def test_run_epoch_indexes_data_held_in_host_memory_and_hands_the_step_batches_o
     monkeypatch.setattr(loop_module, "run_step", step)
     data = two_inputs(4)
     data.train_y = torch.tensor([0, 1, 0, 1])
-    loop = FitState(Linear(W0), data, TrainingSchedule(batch_size=2), GeneratorThere().manual_seed(0))
+    generator = second_device.GeneratorThere().manual_seed(0)
+    loop = FitState(Linear(W0), data, TrainingSchedule(batch_size=2), generator)
     loop.optimizer = torch.optim.SGD(loop.method.parameters(), lr=0.1)
-    with OnTheDevice():
+    with second_device.OnTheDevice():
         record = run_epoch(loop, 0, 0, torch.arange(4), [(0, 2), (2, 4)])
     assert record.steps == 2
-    assert all(isinstance(x, Elsewhere) and isinstance(y, Elsewhere) for x, y in steps)
+    elsewhere = second_device.Elsewhere
+    assert all(isinstance(x, elsewhere) and isinstance(y, elsewhere) for x, y in steps)
     pairs = sorted((float(x.inner[i, 0]), int(y.inner[i])) for x, y in steps for i in range(2))
     assert pairs == [(3.0, 0), (6.0, 1), (12.0, 0), (24.0, 1)]
 
 
-def test_evaluate_all_cuts_inputs_held_in_host_memory_by_labels_on_the_device(monkeypatch) -> None:
+def test_evaluate_all_cuts_inputs_held_in_host_memory_by_labels_on_the_device(
+    monkeypatch, second_device
+) -> None:
     """A fit of the first of two tasks, the test inputs in host memory and their labels on the
-    device (emulated, see :class:`OnTheDevice`): the rows of classes 0 and 1 are picked where
-    each tensor is (the labels' mask brought to the inputs) before they are evaluated."""
+    device (emulated, see :class:`OnTheDevice` in conftest.py): the rows of classes 0 and 1 are
+    picked where each tensor is (the labels' mask brought to the inputs) before they are
+    evaluated."""
     given: list[tuple[Tensor, Tensor]] = []
 
     def evaluate(method, x, y, setting, **kwargs):
@@ -506,13 +447,13 @@ def test_evaluate_all_cuts_inputs_held_in_host_memory_by_labels_on_the_device(mo
     monkeypatch.setattr(loop_module, "evaluate", evaluate)
     x = torch.tensor([[10], [11], [12], [13], [14]], dtype=torch.uint8)
     labels = torch.tensor([0, 2, 1, 3, 1])
-    data = Data((2, 2), x, labels, x, Elsewhere(labels))
+    data = Data((2, 2), x, labels, x, second_device.Elsewhere(labels))
     loop = FitState(Linear(TABLE.T), data, TrainingSchedule(tasks=1), torch.Generator())
-    with OnTheDevice():
+    with second_device.OnTheDevice():
         test, val = _evaluate_all(loop, 1)
     (x_given, y_given) = given[0]
     assert x_given.tolist() == [[10], [12], [14]]
-    assert isinstance(y_given, Elsewhere)
+    assert isinstance(y_given, second_device.Elsewhere)
     assert y_given.inner.tolist() == [0, 1, 1]
     assert (test.class_il, test.task_il, test.head_counts, val) == ([50.0], [50.0], [[1]], None)
 
