@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -458,6 +459,37 @@ def test_every_variant_runs_end_to_end(variant, stream, transforms, tiny_net, se
 def test_config_errors(bad) -> None:
     with pytest.raises(MethodConfigError):
         XDERConfig(**bad)
+
+
+@pytest.mark.parametrize(
+    ("setting", "edge", "past", "message"),
+    [
+        ("gamma", 0.0, -0.01, "method.gamma must be in [0, 1], got -0.01"),
+        ("gamma", 1.0, 1.01, "method.gamma must be in [0, 1], got 1.01"),
+        ("tau", 0.01, 0.0, "method.tau must be > 0, got 0.0"),
+        ("n_views", 2, 1, "method.n_views must be >= 2 (SupCon needs positives), got 1"),
+        ("simclr_batch_size", 1, 0, "method.simclr_batch_size must be >= 1"),
+        ("forward_batch_size", 2, 1, "method.forward_batch_size must be >= 2"),
+        ("preallocated_heads", 0, -1, "method.preallocated_heads must be >= 0"),
+    ],
+    ids=["gamma>=0", "gamma<=1", "tau>0", "n_views>=2", "simclr>=1", "forward>=2", "preallocated>=0"],
+)
+def test_each_bound_holds_at_its_edge_and_is_refused_past_it(setting, edge, past, message) -> None:
+    assert getattr(XDERConfig(**{setting: edge}), setting) == edge
+    with pytest.raises(MethodConfigError, match=f"^{re.escape(message)}$"):
+        XDERConfig(**{setting: past})
+
+
+def test_without_future_heads_nothing_can_be_preallocated() -> None:
+    """``future_heads = none``: a head appears when its task starts, so t~ may only be left unset
+    or 0 (the same: no head ahead of the current task)."""
+    assert XDERConfig(future_heads="none").preallocated_heads is None
+    assert XDERConfig(future_heads="none", preallocated_heads=0).preallocated_heads == 0
+    message = "method.future_heads = none keeps no future head: leave preallocated_heads unset"
+    for ahead in (1, 2):
+        with pytest.raises(MethodConfigError, match=f"^{re.escape(message)}$"):
+            XDERConfig(future_heads="none", preallocated_heads=ahead)
+    assert XDERConfig(future_heads="ce", preallocated_heads=1).preallocated_heads == 1
 
 
 def test_paper_defaults() -> None:

@@ -189,11 +189,7 @@ class XDER(MethodBase[XDERConfig]):
             self.register_buffer("polytope", regular_simplex(num_classes).to(self.device), persistent=False)
         else:
             self.polytope = None
-        if (
-            config.future_heads in ("supcon", "ce")
-            and transforms.strong is None
-            and config.future_heads == "supcon"
-        ):
+        if config.future_heads == "supcon" and transforms.strong is None:
             raise MethodConfigError(
                 "X-DER's future preparation needs a strong augmentation for this benchmark"
             )
