@@ -209,3 +209,43 @@ def test_prefill_reservoir_without_logits_stores_the_rows_only() -> None:
     assert buffer.task_labels[:3].tolist() == [1, 1, 1]
     assert (len(buffer), buffer.num_seen) == (3, 5)
     assert net.training
+
+
+def test_buffer_has_one_scratch_row_and_keeps_seen_out_of_the_state_dict() -> None:
+    """Rows ``0 .. M - 1`` and the scratch row M: M + 1 rows in each registered tensor. The count
+    offered travels in the extra state as ``num_seen``, not as a tensor of the state dict."""
+    buffer = Buffer(4, (2, 3), torch.uint8, num_logits=5)
+    assert buffer.examples.shape == (5, 2, 3)
+    assert buffer.labels.shape == buffer.task_labels.shape == (5,)
+    assert buffer.logits is not None
+    assert buffer.logits.shape == (5, 5)
+    assert sorted(buffer.state_dict()) == ["_extra_state", "examples", "labels", "logits", "task_labels"]
+
+
+def test_zero_capacity_buffer_returns_int64_slots() -> None:
+    slots = Buffer(0, (1,)).add_reservoir(torch.zeros(3, 1, dtype=torch.uint8), torch.arange(3))
+    assert slots.dtype == torch.int64
+    assert slots.tolist() == [0, 0, 0]
+
+
+def test_write_casts_labels_task_labels_and_logits_to_the_stored_dtypes() -> None:
+    """Labels and task labels of any integer dtype, logits of any float dtype, are stored as the
+    buffer's int64 and float32; an int task label fills every written row, 0 by default."""
+    buffer = Buffer(3, (1,), torch.uint8, num_logits=2)
+    x = torch.tensor([[7], [8]], dtype=torch.uint8)
+    slots = torch.tensor([2, 0])
+    logits = torch.tensor([[0.5, -1.25], [2.0, 3.0]], dtype=torch.float64)
+    buffer.write(
+        slots, x, torch.tensor([4, 1], dtype=torch.int32), logits, torch.tensor([5, 6], dtype=torch.int32)
+    )
+    assert buffer.labels.tolist() == [1, 0, 4, 0]
+    assert buffer.task_labels.tolist() == [6, 0, 5, 0]
+    assert buffer.logits is not None
+    assert buffer.logits.dtype == torch.float32
+    assert buffer.logits[[2, 0]].tolist() == [[0.5, -1.25], [2.0, 3.0]]
+    # uint8 labels with a task label beyond uint8's range: the task labels are int64.
+    buffer.write(slots, x, torch.tensor([4, 1], dtype=torch.uint8), logits, task_labels=300)
+    assert buffer.task_labels.tolist() == [300, 0, 300, 0]
+    buffer.write(torch.tensor([0]), x[:1], torch.tensor([3]), logits[:1])
+    assert buffer.task_labels.tolist() == [0, 0, 300, 0]
+    assert buffer.labels.tolist() == [3, 0, 4, 0]

@@ -222,3 +222,16 @@ def test_constraints_vanish_when_nothing_is_violated() -> None:
     logits = torch.tensor([[0.0, 0.0, 10.0, 11.0, -5.0, -5.0]])
     assert float(past_constraint(logits, task=1, head_size=2, margin=0.1)) == 0.0
     assert float(future_constraint(logits, torch.tensor([3]), task=1, head_size=2, margin=0.1)) == 0.0
+
+
+def test_at_least_float32_widens_half_floats_and_keeps_wider_ones() -> None:
+    from xder_methods.parts.losses import at_least_float32
+
+    for narrow in (torch.bfloat16, torch.float16):
+        x = torch.tensor([1.5, -2.0], dtype=narrow)
+        out = at_least_float32(x)
+        assert out.dtype == torch.float32
+        assert out.tolist() == [1.5, -2.0]
+    for wide in (torch.float32, torch.float64):
+        x = torch.tensor([1.5, -2.0], dtype=wide)
+        assert at_least_float32(x) is x

@@ -217,6 +217,21 @@ def test_teacher_is_a_frozen_copy_taken_at_begin_task(stream, transforms, tiny_n
     assert not torch.equal(method.net.classifier.weight, method.teacher.classifier.weight)
 
 
+def test_train_without_an_argument_is_train_mode_with_the_teacher_in_eval(
+    stream, transforms, tiny_net, setting_of
+) -> None:
+    """``train()`` means ``train(True)``, as for any module (``eval()`` is ``train(False)``)."""
+    method = make(stream, transforms, tiny_net, setting_of, batchnorm=True)
+    method.eval()
+    assert not method.training
+    assert not method.net.training
+    assert not method.teacher.training
+    assert method.train() is method
+    assert method.training
+    assert method.net.training
+    assert not method.teacher.training
+
+
 def test_teacher_lives_in_the_state_dict(stream, transforms, tiny_net, setting_of) -> None:
     method = make(stream, transforms, tiny_net, setting_of)
     perturb(method.net)

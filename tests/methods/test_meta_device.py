@@ -22,6 +22,7 @@ from xder_methods.parts.gradients import flatten_gradients
 from xder_methods.parts.heads import CosineHead
 from xder_methods.parts.losses import asymmetric_mask, future_constraint, future_preparation_loss
 from xder_methods.parts.networks import eval_features
+from xder_methods.parts.replay import MergedReplay
 from xder_methods.parts.selection import (
     class_balanced_quotas,
     first_occurrence,
@@ -80,6 +81,18 @@ class _Net(nn.Module):
 
 META_NET, CPU_NET = _Net().to(META), _Net()  # made outside the checked calls
 
+
+def merged_draw() -> Tensor:
+    """The rows a merged replay draws at the first step of an epoch (its permutation's)."""
+    buffer = Buffer(6, (1,), device=META)
+    buffer.set_size(6)
+    merged = MergedReplay()
+    merged.plan(10, 5, drop_last=False)
+    sample = merged.draw(buffer, None, 2)
+    assert sample is not None
+    return sample.index
+
+
 CASES: dict[str, Callable[[], Any]] = {
     # losses
     "asymmetric_mask, task 0": lambda: asymmetric_mask(labels(4), 6, task=0, num_seen=4),
@@ -101,6 +114,11 @@ CASES: dict[str, Callable[[], Any]] = {
     "ring_slots": lambda: ring_slots(2, 3, 2, 1, 8, META),
     "ring_slots, no room": lambda: ring_slots(2, 3, 0, 1, 8, META),
     "task_memory_rows": lambda: task_memory_rows(10, 3, None, META),
+    "Buffer.add_reservoir": lambda: Buffer(4, (1,), device=META).add_reservoir(meta(3, 1), labels(3)),
+    "Buffer.add_reservoir, capacity 0": lambda: Buffer(0, (1,), device=META).add_reservoir(
+        meta(3, 1), labels(3)
+    ),
+    "MergedReplay.draw": merged_draw,
     # gradients
     "flatten_gradients": lambda: flatten_gradients(
         [nn.Parameter(meta(2, 3)), nn.Parameter(meta(4)), nn.Parameter(meta(1))], [meta(2, 3), None, meta(1)]

@@ -127,3 +127,19 @@ def test_replay_forward_is_validated(name) -> None:
     assert config_class().replay_forward == "separate"
     with pytest.raises(MethodConfigError, match="replay_forward"):
         config_class(replay_forward="both")
+
+
+def test_forward_parts_joint_with_one_part_forwards_the_part_itself() -> None:
+    """Nothing to concatenate: the part goes through as it is, not a copy of it."""
+    seen: list[Tensor] = []
+
+    def forward(x: Tensor) -> Tensor:
+        seen.append(x)
+        return x * 2
+
+    part = parts()[0]
+    out = forward_parts(forward, [part], "joint")
+    assert len(seen) == 1
+    assert seen[0] is part
+    assert len(out) == 1
+    assert torch.equal(out[0], part * 2)

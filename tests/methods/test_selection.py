@@ -66,3 +66,13 @@ def test_class_means_in_float64_by_hand() -> None:
     )
     torch.testing.assert_close(means, expected, rtol=0, atol=1e-15)
     assert present.tolist() == [True, False, True]
+
+
+def test_class_balanced_quotas_share_exactly_beyond_float_precision() -> None:
+    """``free // n`` each in integer arithmetic: 2^53 + 1 (not a float64) is kept exactly."""
+    from xder_methods.parts.selection import class_balanced_quotas
+
+    free = 2**53 + 1
+    assert class_balanced_quotas(free, 1, None, "cpu").tolist() == [free]
+    quotas = class_balanced_quotas(2 * free + 1, 2, torch.Generator().manual_seed(0), "cpu")
+    assert sorted(quotas.tolist()) == [free, free + 1]
