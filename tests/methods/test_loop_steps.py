@@ -5,6 +5,7 @@ probes, the evaluation after a task, the loop's state and snapshot, and fit's th
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import pytest
@@ -367,6 +368,34 @@ def test_run_epoch_probes_every_record_every_steps_of_the_task_and_averages_the_
     assert record.losses == pytest.approx({"loss": sum(logits) / 5, "logit": 2 * sum(logits) / 5})
 
 
+class Clock(Callback):
+    """A fake ``time.perf_counter`` that each step moves on by 2.5 s."""
+
+    def __init__(self) -> None:
+        self.now = 10.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def on_step(self, loop) -> None:
+        self.now += 2.5
+
+
+def test_an_epoch_of_one_step_records_that_steps_loss_and_the_seconds_it_took(monkeypatch) -> None:
+    """One batch of all five rows: the epoch's loss is that step's (the mean over one step), its
+    term twice it, and its seconds the clock's advance over the epoch (one step: 2.5 s)."""
+    method = Linear(W0)
+    data = two_inputs(5)
+    loop = loop_of(method, data, TrainingSchedule(lr=1e-3, batch_size=5, epochs=1))
+    clock = Clock()
+    monkeypatch.setattr(loop_module.time, "perf_counter", clock)
+    record = run_epoch(loop, 0, 0, torch.arange(5), [(0, 5)], [clock])
+    logit = float((data.train_x.double() @ W0[0].double()).mean())  # row 0: the task's logit
+    assert record.steps == 1
+    assert record.losses == pytest.approx({"loss": logit, "logit": 2 * logit})
+    assert record.seconds == 2.5
+
+
 def test_run_epoch_draws_its_permutation_on_the_generators_device_whatever_torchs_default() -> None:
     """The permutation is drawn on the generator's device (the CPU), not torch's default device
     (set here to meta, which has no data: a permutation drawn there could not be read). The
@@ -659,3 +688,5 @@ def test_fit_by_default_takes_the_fair_share_and_says_so(
     )
     assert str(warning.message) == expected
     assert warning.filename != loop_module.__file__  # attributed to fit's caller (stacklevel)
+    if "MUTANT_UNDER_TEST" not in os.environ:  # mutmut puts a frame of its own between the two
+        assert warning.filename == __file__
