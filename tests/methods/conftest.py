@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import pytest
@@ -119,6 +120,21 @@ def make_stream_fixture():
 @pytest.fixture(name="tiny_net")
 def tiny_net_fixture():
     return TinyNet
+
+
+@pytest.fixture
+def batchnorm_net():
+    """A TinyNet (3 classes, BatchNorm) in train mode whose running statistics are drawn away from
+    their initial values (seed 0), the BatchNorm layer, copies of its statistics, and an eval-mode
+    copy of the network to compute expected outputs with."""
+    torch.manual_seed(0)
+    net = TinyNet(3, batchnorm=True).train(True)
+    batchnorm = net.body[2]
+    with torch.no_grad():
+        batchnorm.running_mean.uniform_(-1, 1)
+        batchnorm.running_var.uniform_(0.5, 2)
+    statistics = [t.clone() for t in batchnorm.buffers()]
+    return net, batchnorm, statistics, copy.deepcopy(net).eval()
 
 
 @pytest.fixture(name="setting_of")

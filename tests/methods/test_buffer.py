@@ -3,7 +3,6 @@ offered to it at once (``prefill_reservoir``)."""
 
 from __future__ import annotations
 
-import copy
 import math
 
 import pytest
@@ -136,21 +135,14 @@ def forward_sizes(net: torch.nn.Module) -> list[int]:
     return sizes
 
 
-def test_prefill_reservoir_offers_the_rows_and_stores_eval_mode_logits(tiny_net) -> None:
+def test_prefill_reservoir_offers_the_rows_and_stores_eval_mode_logits(batchnorm_net) -> None:
     """Two items already stored (label 0 and 1, logits 7, task 0), then 12 rows of task 2 offered
     by reservoir sampling with generator seed 0: the draws of ``reservoir_slots(2, 12, 4)`` with
     that seed keep items 6, 9 and 11 in rows 1, 3 and 2 (row 0 keeps its item). The kept rows get
     the network's outputs in eval mode (BatchNorm on its running statistics) on their test view,
     computed here one row at a time, in chunks of ``batch_size`` = 2 rows (2 + 1); the network is
     back in train mode, its running statistics untouched."""
-    torch.manual_seed(0)
-    net = tiny_net(3, batchnorm=True).train(True)
-    batchnorm = net.body[2]
-    with torch.no_grad():
-        batchnorm.running_mean.uniform_(-1, 1)
-        batchnorm.running_var.uniform_(0.5, 2)
-    statistics = [t.clone() for t in batchnorm.buffers()]
-    reference = copy.deepcopy(net).eval()
+    net, batchnorm, statistics, reference = batchnorm_net
     buffer = Buffer(4, (1, 2, 2), torch.uint8, num_logits=3)
     old = torch.full((2, 1, 2, 2), 200, dtype=torch.uint8)
     buffer.add_reservoir(old, torch.tensor([0, 1]), torch.full((2, 3), 7.0), generator=torch.Generator())

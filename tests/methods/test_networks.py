@@ -3,8 +3,6 @@ mode."""
 
 from __future__ import annotations
 
-import copy
-
 import torch
 import torch.nn.functional as F
 
@@ -60,18 +58,11 @@ def to_float(x: torch.Tensor) -> torch.Tensor:
     return x.float() / 255
 
 
-def test_eval_features_in_chunks_in_eval_mode_and_the_mode_restored(tiny_net) -> None:
+def test_eval_features_in_chunks_in_eval_mode_and_the_mode_restored(batchnorm_net) -> None:
     """Five rows in chunks of 2 (2 + 2 + 1 forward passes), each row's features those of the
     network in eval mode (BatchNorm on its running statistics), computed here one row at a time;
     the network is back in train mode and its running statistics untouched."""
-    torch.manual_seed(0)
-    net = tiny_net(3, batchnorm=True).train(True)
-    batchnorm = net.body[2]
-    with torch.no_grad():
-        batchnorm.running_mean.uniform_(-1, 1)
-        batchnorm.running_var.uniform_(0.5, 2)
-    statistics = [t.clone() for t in batchnorm.buffers()]
-    reference = copy.deepcopy(net).eval()
+    net, batchnorm, statistics, reference = batchnorm_net
     x_raw = torch.randint(0, 256, (5, 1, 2, 2), dtype=torch.uint8)
     sizes: list[int] = []
     net.body.register_forward_pre_hook(lambda _, args: sizes.append(args[0].shape[0]))
