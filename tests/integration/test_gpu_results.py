@@ -227,9 +227,11 @@ STEP_GRAPH = "h200-2026-11-27/call1/step_graph/"
 PACK = "h200-2026-11-27/call1/pack/"
 
 
-def bench_row(prefix: str) -> list[str]:
+def bench_row(prefix: str) -> list[str | tuple[str, float]]:
     """A bench's step times of FT, ER, DER++ and X-DER, then DER++'s and X-DER's peak memory."""
-    methods = [f"{prefix}/methods/{m}/step_ms" for m in ("sgd", "er", "derpp", "xder")]
+    methods: list[str | tuple[str, float]] = [
+        f"{prefix}/methods/{m}/step_ms" for m in ("sgd", "er", "derpp", "xder")
+    ]
     return [*methods, f"{prefix}/methods/derpp/peak_mib", f"{prefix}/methods/xder/peak_mib"]
 
 
