@@ -32,7 +32,6 @@ import datetime
 import hashlib
 import io
 import json
-import lzma
 import re
 import statistics
 import sys
@@ -59,6 +58,8 @@ def pack(files: Mapping[str, bytes], archive: Path) -> None:
     """``files`` (path inside the archive -> bytes) written to ``archive`` as a deterministic
     ``.tar.xz``: members sorted by path, regular files only, mtime 0, uid and gid 0, no owner
     names, mode 0644, xz preset 9."""
+    import lzma  # only to pack: jobs.py imports this module on the GPU machine to read the index
+
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for name in sorted(files):
