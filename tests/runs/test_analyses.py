@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from xder_cli.runs.analyses import AnalysisOptions, analyse_pointing, load_trained_run
+from xder_cli.runs.analyses import AnalysisOptions, load_trained_run
+from xder_cli.runs.analyses.pointing import analyse_pointing
 from xder_cli.runs.lifecycle import live
 from xder_cli.runs.settings import resolve_run
 
