@@ -23,6 +23,7 @@ from xder_cli.runs.analyses import (
 )
 from xder_cli.runs.errors import AnalysisSkipped, RunError, SettingError, option
 from xder_cli.runs.loaded import load_trained_run
+from xder_cli.runs.plugins import load_recorded
 from xder_cli.runs.settings import Notify, ignore
 from xder_methods import ThreadPolicy
 
@@ -98,9 +99,10 @@ def analyze_run(
     notify: Notify = ignore,
     spell: Callable[[str], str] | None = None,
 ) -> AnalysisReport:
-    """The analyses ``names`` (None: every registered one) of a run directory, holding its lock
-    (one writer at a time, never beside a training run) and a fair share of the cores, written to
-    ``RUN_DIR/analysis/analysis.json`` (:func:`write_analysis`) with their plots.
+    """The analyses ``names`` (None: every registered one, those of the plugins the run records
+    included) of a run directory, holding its lock (one writer at a time, never beside a training
+    run) and a fair share of the cores, written to ``RUN_DIR/analysis/analysis.json``
+    (:func:`write_analysis`) with their plots.
 
     An analysis that does not apply is skipped with the reason. Those that need the records
     (:func:`~xder_cli.runs.analyses.recorded_analyses`) on a run trained without recording them
@@ -124,11 +126,14 @@ def analyze_run(
             run trained without recording them.
         RunDirError: not a run directory (or one without a checkpoint yet); RunDirBusyError:
             another process writes it.
+        PluginError: a plugin the run records that does not load now.
     """
     options = options or AnalysisOptions()
+    run_dir = rundir.check_run_dir(Path(run_dir))
+    # the plugins the run records first: they may register analyses
+    load_recorded(rundir.read_config(run_dir / rundir.CONFIG).get("run", {}).get("plugins", []), run_dir)
     asked = list(names) if names is not None else list_analyses()
     analyses = [get_analysis(name) for name in asked]  # SettingError: an unknown one
-    run_dir = rundir.check_run_dir(Path(run_dir))
     with (
         rundir.lock_run_dir(run_dir, then=f"run {option('analyze_run')} {run_dir} again"),
         ThreadPolicy(),  # some analyses train networks: a fair share of the cores, as a run takes
