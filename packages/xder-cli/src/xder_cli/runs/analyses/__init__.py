@@ -104,4 +104,5 @@ def analyse(
     analysis = get_analysis(name)
     folder = Path(out) if out is not None else run.run_dir / ANALYSIS_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
-    return analysis.run(run, folder, AnalysisOptions(**options))
+    result: Mapping[str, Any] = analysis.run(run, folder, AnalysisOptions(**options))
+    return result

@@ -6,7 +6,7 @@ Each plot names its run (the run directory's name) in a suptitle."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -62,7 +62,7 @@ class AsMethod:
         self.model = model
 
     def predict(self, x: Tensor) -> Tensor:
-        return self.model(x)
+        return cast(Tensor, self.model(x))
 
 
 def grad_cam(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NotRequired, TypedDict
+from typing import NotRequired, TypedDict, cast
 
 import numpy as np
 
@@ -47,7 +47,7 @@ def analyse_grad_norms(run: TrainedRun, out: Path, options: AnalysisOptions) -> 
         norms = event.get("grad_norms") or {}
         if not norms:
             continue
-        points.append({"task": event["task"], "epoch": event["epoch"], **norms})
+        points.append(cast(GradNormPoint, {"task": event["task"], "epoch": event["epoch"], **norms}))
     if not points:
         raise AnalysisSkipped(
             "no gradient norm was recorded (train.record_every = 0, or a method without replay groups)"

@@ -5,7 +5,7 @@ has masks, the pointing game of its Grad-CAM saliency at them."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict, cast
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +40,7 @@ class _Probe(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         backbone: Any = self.net
-        return self.linear(backbone.forward_features(x))
+        return cast(Tensor, self.linear(backbone.forward_features(x)))
 
 
 def probe_optimizer(linear: nn.Module) -> tuple[torch.optim.SGD, int]:
