@@ -74,7 +74,7 @@ class TaskEndRecord:
 
     Attributes:
         always: recorded by every run (it costs nothing); else only by a run trained with
-            ``run.record_analyses``, with the method in evaluation mode.
+            ``run.record_analyses``, which takes every record with the method in evaluation mode.
     """
 
     record: Callable[[FitState], Mapping[str, object]]
