@@ -64,8 +64,10 @@ import torch
 from xder_data._coco_format import SKIP_REASONS, decode_mask
 from xder_data._coco_stitch_format import (
     COCO_STITCH_FOLDER,
+    FORMAT,
     N_CLASSES,
     SHARED_CLASSES,
+    VERSION,
     SharedClass,
     _bad_file,
     _check_file,
@@ -90,8 +92,10 @@ __all__ = [
     "COCO_STITCH_FOLDER",
     "DEFAULT_MIN_AREA",
     "DEFAULT_SCALE",
+    "FORMAT",
     "SHARED_CLASSES",
     "SKIP_REASONS",
+    "VERSION",
     "COCOStitchReport",
     "SharedClass",
     "coco_stitch",

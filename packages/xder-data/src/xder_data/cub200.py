@@ -73,6 +73,8 @@ from torch import Tensor
 
 from xder_data._cub_cache import (
     _PREPARE_HINT,
+    CACHE_FORMAT,
+    CACHE_VERSION,
     IMAGE_SIZE,
     TRAIN_SIZE,
     CUB200PrepareReport,
@@ -99,6 +101,8 @@ from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
 from xder_data.errors import BenchmarkFormatError, BenchmarkOptionError, DataNotFoundError
 
 __all__ = [
+    "CACHE_FORMAT",
+    "CACHE_VERSION",
     "CUB200_FOLDER",
     "CUB200_MEAN",
     "CUB200_STD",

@@ -40,6 +40,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xder_data._miniimagenet_import import (
+    FOLDERS,
     import_miniimagenet_csv,
     import_miniimagenet_folders,
     import_miniimagenet_pickle,
@@ -49,7 +50,10 @@ from xder_data._miniimg_format import (
     MINIIMG_FOLDER,
     N_CLASSES,
     SIZE,
+    WNIDS_FILE,
+    ClassSplit,
     MiniImageNetImport,
+    ReadRows,
     _fix,
     _read_wnids,
     _split,
@@ -59,12 +63,16 @@ from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
 from xder_data.errors import DataNotFoundError
 
 __all__ = [
+    "FOLDERS",
     "MINIIMG_FILES",
     "MINIIMG_FOLDER",
     "MINIIMG_MEAN",
     "MINIIMG_STD",
     "SEQ_MINIIMG_DEFAULTS",
+    "WNIDS_FILE",
+    "ClassSplit",
     "MiniImageNetImport",
+    "ReadRows",
     "import_miniimagenet_csv",
     "import_miniimagenet_folders",
     "import_miniimagenet_pickle",
