@@ -146,7 +146,7 @@ def _check_file(path: Path, handle: h5py.File) -> int:
         or images.shape[2] != images.shape[3]
     ):
         raise _bad_file(path, f"'images' is {images.dtype} {images.shape}, expected uint8 (N, 3, S, S)")
-    size = images.shape[2]
+    size: int = images.shape[2]
     expected = {"masks": ((n, size, size), "b"), "boxes": ((n, 4), "i")}
     expected.update({key: ((n,), "i") for key in _INT_KEYS})
     for key, (shape, kind) in expected.items():

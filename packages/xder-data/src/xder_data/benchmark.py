@@ -42,6 +42,7 @@ __all__ = [
     "VALIDATION_SEED",
     "Benchmark",
     "BenchmarkDefaults",
+    "ClassOrderSpec",
     "Progress",
     "TaskSplit",
     "benchmark_defaults",
