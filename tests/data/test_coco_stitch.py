@@ -355,7 +355,7 @@ def test_the_converter_cuts_each_eligible_instance_by_its_mask(prepared) -> None
     coco_root = prepared[0]
     path = coco_root / "annotations" / "instances_train2017.json"
     coco = COCO(str(path))
-    parsed = coco_format._read_coco(path, coco_root / "train2017", cs.DEFAULT_MIN_AREA)
+    parsed = coco_format.read_coco(path, coco_root / "train2017", cs.DEFAULT_MIN_AREA)
     forms = set()
     for pool in parsed.pools:
         for instance in pool:
@@ -365,7 +365,7 @@ def test_the_converter_cuts_each_eligible_instance_by_its_mask(prepared) -> None
             rows, cols = np.flatnonzero(full.any(1)), np.flatnonzero(full.any(0))
             crop = (slice(rows[0], rows[-1] + 1), slice(cols[0], cols[-1] + 1))
             photo = np.asarray(Image.open(coco_root / "train2017" / coco.imgs[ann["image_id"]]["file_name"]))
-            pixels, mask = coco_format._cut(parsed, instance)
+            pixels, mask = coco_format.cut_instance(parsed, instance)
             np.testing.assert_array_equal(mask, full[crop])
             np.testing.assert_array_equal(pixels, photo[crop])
     assert forms == {"list", "dict"}

@@ -19,19 +19,29 @@ import numpy as np
 from xder_data._coco_stitch_format import SHARED_CLASSES
 from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
 
-__all__ = ["SKIP_REASONS", "decode_mask"]
+__all__ = [
+    "COCO_SPLITS",
+    "SKIP_REASONS",
+    "CocoSplit",
+    "coco_fix",
+    "cut_instance",
+    "decode_mask",
+    "is_number",
+    "load_mask_api",
+    "read_coco",
+]
 
 SKIP_REASONS = ("crowd", "small", "degenerate")
 """Why a shared-class COCO annotation is left out (:attr:`COCOStitchReport.skipped`)."""
 
-_COCO_SPLITS = {"train": "train2017", "test": "val2017"}
+COCO_SPLITS = {"train": "train2017", "test": "val2017"}
 
 
 # ---------------------------------------------------------------------------------------------
 # Masks
 
 
-def _mask_api() -> Any:
+def load_mask_api() -> Any:
     """``pycocotools.mask``, imported only when masks are decoded (the ``[coco]`` extra)."""
     try:
         from pycocotools import mask as mask_api
@@ -53,7 +63,7 @@ def decode_mask(segmentation: Any, height: int, width: int) -> np.ndarray:
         ImportError: pycocotools is not installed.
         ValueError: the segmentation is none of these forms, or its size is not (height, width).
     """
-    mask_api = _mask_api()
+    mask_api = load_mask_api()
     if isinstance(segmentation, list):
         if not segmentation or not all(
             isinstance(p, list) and len(p) >= 6 and len(p) % 2 == 0 for p in segmentation
@@ -101,7 +111,7 @@ class _Instance:
 
 
 @dataclass(frozen=True)
-class _CocoSplit:
+class CocoSplit:
     """The eligible instances of one annotation file, per shared class (index into SHARED_CLASSES)."""
 
     path: Path
@@ -111,7 +121,7 @@ class _CocoSplit:
     skipped: Mapping[str, int]  # reason -> shared-class annotations left out
 
 
-def _coco_fix(coco_root: Path, what: str) -> str:
+def coco_fix(coco_root: Path, what: str) -> str:
     return (
         f"download {what} from cocodataset.org and unzip it in {coco_root} "
         "(annotations/instances_{train,val}2017.json, train2017/, val2017/)"
@@ -121,11 +131,11 @@ def _coco_fix(coco_root: Path, what: str) -> str:
 def _bad_json(path: Path, problem: str) -> BenchmarkFormatError:
     return BenchmarkFormatError(
         f"{path}: {problem}; not a COCO 2017 instances file: "
-        f"{_coco_fix(path.parent.parent, 'annotations_trainval2017.zip')}"
+        f"{coco_fix(path.parent.parent, 'annotations_trainval2017.zip')}"
     )
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -178,7 +188,7 @@ def _usable_segmentation(path: Path, ann: Mapping[str, Any]) -> Any:
             if isinstance(polygon, list)
             and len(polygon) >= 6
             and len(polygon) % 2 == 0
-            and all(map(_is_number, polygon))
+            and all(map(is_number, polygon))
         ]
         return polygons or None
     if isinstance(segmentation, Mapping) and "counts" in segmentation and "size" in segmentation:
@@ -186,7 +196,7 @@ def _usable_segmentation(path: Path, ann: Mapping[str, Any]) -> Any:
     raise _bad_json(path, f"annotation {ann['id']}: 'segmentation' is neither polygons nor RLE")
 
 
-def _read_coco(path: Path, image_dir: Path, min_area: float) -> _CocoSplit:
+def read_coco(path: Path, image_dir: Path, min_area: float) -> CocoSplit:
     """Parse one instances file into the eligible instances of each shared class."""
     try:
         with path.open("rb") as f:
@@ -222,7 +232,7 @@ def _read_coco(path: Path, image_dir: Path, min_area: float) -> _CocoSplit:
             raise _bad_json(path, f"annotations[{position}] lacks {missing[0]!r}")
         if not isinstance(ann["id"], int) or not isinstance(ann["image_id"], int):
             raise _bad_json(path, f"annotations[{position}]: 'id' or 'image_id' is not an integer")
-        if not _is_number(ann["area"]) or ann["iscrowd"] not in (0, 1):
+        if not is_number(ann["area"]) or ann["iscrowd"] not in (0, 1):
             raise _bad_json(path, f"annotation {ann['id']}: 'area' or 'iscrowd' is not a number (0/1)")
         if ann["image_id"] not in images:
             raise _bad_json(
@@ -245,7 +255,7 @@ def _read_coco(path: Path, image_dir: Path, min_area: float) -> _CocoSplit:
                 "lower min_area, or use the full COCO 2017 annotations"
             )
         pool.sort(key=lambda instance: instance.annotation_id)
-    return _CocoSplit(
+    return CocoSplit(
         path=path,
         image_dir=image_dir,
         images=images,
@@ -254,7 +264,7 @@ def _read_coco(path: Path, image_dir: Path, min_area: float) -> _CocoSplit:
     )
 
 
-def _load_photo(coco: _CocoSplit, instance: _Instance) -> np.ndarray:
+def _load_photo(coco: CocoSplit, instance: _Instance) -> np.ndarray:
     """The (H, W, 3) uint8 RGB photo an instance lies in, checked against the annotated size."""
     from PIL import Image
 
@@ -265,7 +275,7 @@ def _load_photo(coco: _CocoSplit, instance: _Instance) -> np.ndarray:
             photo = np.asarray(image.convert("RGB"))
     except FileNotFoundError as exc:
         raise DataNotFoundError(
-            f"{path}: COCO image missing: {_coco_fix(coco.path.parent.parent, coco.image_dir.name + '.zip')}"
+            f"{path}: COCO image missing: {coco_fix(coco.path.parent.parent, coco.image_dir.name + '.zip')}"
         ) from exc
     except (OSError, ValueError, Image.DecompressionBombError) as exc:  # UnidentifiedImageError is OSError
         raise BenchmarkFormatError(
@@ -280,7 +290,7 @@ def _load_photo(coco: _CocoSplit, instance: _Instance) -> np.ndarray:
     return photo
 
 
-def _cut(coco: _CocoSplit, instance: _Instance) -> tuple[np.ndarray, np.ndarray]:
+def cut_instance(coco: CocoSplit, instance: _Instance) -> tuple[np.ndarray, np.ndarray]:
     """``(pixels (h, w, 3) uint8, mask (h, w) bool)`` of an instance's tight mask box."""
     photo = _load_photo(coco, instance)
     try:

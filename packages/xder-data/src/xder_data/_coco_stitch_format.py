@@ -17,7 +17,23 @@ import torch
 
 from xder_data.errors import BenchmarkFormatError, prepare_call
 
-__all__ = ["COCO_STITCH_FOLDER", "SHARED_CLASSES", "SharedClass", "coco_stitch_paths"]
+__all__ = [
+    "BLOCK",
+    "CIFAR_IDS",
+    "COCO_STITCH_FOLDER",
+    "FORMAT",
+    "N_CLASSES",
+    "SHARED_CLASSES",
+    "SPLITS",
+    "VERSION",
+    "SharedClass",
+    "StitchWriter",
+    "bad_file",
+    "check_file",
+    "coco_stitch_paths",
+    "prepare_hint",
+    "read_labels",
+]
 
 
 @dataclass(frozen=True)
@@ -58,35 +74,35 @@ SHARED_CLASSES: tuple[SharedClass, ...] = (
 ids are COCO 2017's category ids and CIFAR-100's fine labels, checked against both files'
 names by :func:`prepare_coco_stitch`."""
 
-_CIFAR_IDS = np.array([shared.cifar_id for shared in SHARED_CLASSES], dtype=np.int64)
+CIFAR_IDS = np.array([shared.cifar_id for shared in SHARED_CLASSES], dtype=np.int64)
 
 COCO_STITCH_FOLDER = "coco_stitch"
 
 FORMAT = "xder-coco-stitch"
 VERSION = 1
 N_CLASSES = 100
-_SPLITS = ("train", "test")
-_BLOCK = 256  # examples rendered and written at a time
+SPLITS = ("train", "test")
+BLOCK = 256  # examples rendered and written at a time
 
 
-def _prepare_hint(root: Path | str = "ROOT") -> str:
+def prepare_hint(root: Path | str = "ROOT") -> str:
     return f"run `{prepare_call('coco-stitch', root, source='COCO_DIR')}`"
 
 
 def coco_stitch_paths(root: str | Path) -> dict[str, Path]:
     """Where the two files live under a data root: ``{"train": <root>/coco_stitch/train.h5, ...}``."""
     folder = Path(root) / COCO_STITCH_FOLDER
-    return {split: folder / f"{split}.h5" for split in _SPLITS}
+    return {split: folder / f"{split}.h5" for split in SPLITS}
 
 
-class _Writer:
+class StitchWriter:
     """One split's HDF5 file, written under ``<name>.partial`` and renamed by :meth:`commit`."""
 
     def __init__(self, path: Path, n: int, size: int, attrs: Mapping[str, Any], class_names: Sequence[str]):
         self.path = path
         self.tmp = path.with_name(path.name + ".partial")
         self.file = h5py.File(self.tmp, "w")
-        block = min(n, _BLOCK)
+        block = min(n, BLOCK)
         self.file.create_dataset("images", (n, 3, size, size), dtype=np.uint8, chunks=(block, 3, size, size))
         self.file.create_dataset(
             "masks", (n, size, size), dtype=bool, chunks=(block, size, size), compression="gzip"
@@ -126,17 +142,17 @@ _KIND_NAMES = {"b": "bool", "i": "int"}
 _INT_KEYS = ("primary_labels", "secondary_labels", "cifar_rows", "coco_annotation_ids", "coco_image_ids")
 
 
-def _bad_file(path: Path, problem: str) -> BenchmarkFormatError:
-    return BenchmarkFormatError(f"{path}: {problem}; {_prepare_hint(path.parent.parent)} to rebuild it")
+def bad_file(path: Path, problem: str) -> BenchmarkFormatError:
+    return BenchmarkFormatError(f"{path}: {problem}; {prepare_hint(path.parent.parent)} to rebuild it")
 
 
-def _check_file(path: Path, handle: h5py.File) -> int:
+def check_file(path: Path, handle: h5py.File) -> int:
     """Validate one file's layout; returns its image side S."""
     if handle.attrs.get("format") not in (FORMAT, FORMAT.encode()):
-        raise _bad_file(path, f"format attribute is {handle.attrs.get('format')!r}, expected {FORMAT!r}")
+        raise bad_file(path, f"format attribute is {handle.attrs.get('format')!r}, expected {FORMAT!r}")
     for key in ("images", "masks", "boxes", "class_names", *_INT_KEYS):
         if key not in handle or not isinstance(handle[key], h5py.Dataset):
-            raise _bad_file(path, f"dataset '{key}' missing")
+            raise bad_file(path, f"dataset '{key}' missing")
     images = handle["images"]
     n = images.shape[0] if images.ndim else -1
     if (
@@ -145,30 +161,30 @@ def _check_file(path: Path, handle: h5py.File) -> int:
         or images.shape[1] != 3
         or images.shape[2] != images.shape[3]
     ):
-        raise _bad_file(path, f"'images' is {images.dtype} {images.shape}, expected uint8 (N, 3, S, S)")
+        raise bad_file(path, f"'images' is {images.dtype} {images.shape}, expected uint8 (N, 3, S, S)")
     size: int = images.shape[2]
     expected = {"masks": ((n, size, size), "b"), "boxes": ((n, 4), "i")}
     expected.update({key: ((n,), "i") for key in _INT_KEYS})
     for key, (shape, kind) in expected.items():
         dataset = handle[key]
         if dataset.shape != shape or dataset.dtype.kind != kind:
-            raise _bad_file(
+            raise bad_file(
                 path,
                 f"'{key}' is {dataset.dtype} {dataset.shape}, expected {_KIND_NAMES[kind]} {shape}",
             )
     names = handle["class_names"]
     if names.shape != (N_CLASSES,) or names.dtype.kind != "S":
-        raise _bad_file(
+        raise bad_file(
             path, f"'class_names' is {names.dtype} {names.shape}, expected {N_CLASSES} byte strings"
         )
     return size
 
 
-def _labels(path: Path, handle: h5py.File, key: str) -> torch.Tensor:
+def read_labels(path: Path, handle: h5py.File, key: str) -> torch.Tensor:
     labels = np.asarray(handle[key][...], dtype=np.int64)
     bad = np.flatnonzero((labels < 0) | (labels >= N_CLASSES))
     if len(bad):
-        raise _bad_file(
+        raise bad_file(
             path, f"'{key}' row {int(bad[0])} is {int(labels[bad[0]])}, expected 0..{N_CLASSES - 1}"
         )
     return torch.from_numpy(labels)

@@ -44,30 +44,36 @@ import torch
 import torch.nn.functional as F
 
 from xder_data._coco_format import (
-    _COCO_SPLITS,
-    _coco_fix,
-    _CocoSplit,
-    _cut,
-    _is_number,
-    _mask_api,
-    _read_coco,
+    COCO_SPLITS,
+    CocoSplit,
+    coco_fix,
+    cut_instance,
+    is_number,
+    load_mask_api,
+    read_coco,
 )
 from xder_data._coco_stitch_format import (
-    _BLOCK,
-    _CIFAR_IDS,
-    _SPLITS,
+    BLOCK,
+    CIFAR_IDS,
     FORMAT,
     SHARED_CLASSES,
+    SPLITS,
     VERSION,
     SharedClass,
-    _Writer,
+    StitchWriter,
     coco_stitch_paths,
 )
 from xder_data.benchmark import Progress, no_progress
 from xder_data.cifar100 import seq_cifar100, upsample_images
 from xder_data.errors import BenchmarkFormatError, DataNotFoundError, download_call
 
-__all__ = ["DEFAULT_MIN_AREA", "DEFAULT_SCALE", "COCOStitchReport", "paste_instance", "prepare_coco_stitch"]
+__all__ = [
+    "DEFAULT_MIN_AREA",
+    "DEFAULT_SCALE",
+    "COCOStitchReport",
+    "paste_instance",
+    "prepare_coco_stitch",
+]
 
 DEFAULT_SCALE = (0.35, 0.6)
 """Range of the pasted object's longest side, as a fraction of the image side."""
@@ -191,11 +197,11 @@ def _plan(
 
 
 def _render(
-    writer: _Writer,
+    writer: StitchWriter,
     plan: _Plan,
     cifar_x: torch.Tensor,
     cifar_rows_of: Sequence[np.ndarray],
-    coco: _CocoSplit,
+    coco: CocoSplit,
     size: int,
     progress: Progress,
 ) -> None:
@@ -207,18 +213,18 @@ def _render(
     block: dict[str, list[Any]] = {}
     start = 0
     for i in progress(range(n)):
-        if i % _BLOCK == 0:
-            backgrounds = upsample_images(cifar_x[torch.from_numpy(rows[i : i + _BLOCK])], size).numpy()
+        if i % BLOCK == 0:
+            backgrounds = upsample_images(cifar_x[torch.from_numpy(rows[i : i + BLOCK])], size).numpy()
             block = {key: [] for key in ("images", "masks", "boxes")}
-        pixels, mask = _cut(coco, instances[i])
+        pixels, mask = cut_instance(coco, instances[i])
         height, width = _scaled_size(mask.shape[0], mask.shape[1], float(plan.scale[i]), size)
         top = int(plan.top_fraction[i] * (size - height + 1))
         left = int(plan.left_fraction[i] * (size - width + 1))
-        image, pasted = paste_instance(backgrounds[i % _BLOCK], pixels, mask, top, left, height, width)
+        image, pasted = paste_instance(backgrounds[i % BLOCK], pixels, mask, top, left, height, width)
         block["images"].append(image)
         block["masks"].append(pasted)
         block["boxes"].append((top, left, height, width))
-        if (i + 1) % _BLOCK == 0 or i + 1 == n:
+        if (i + 1) % BLOCK == 0 or i + 1 == n:
             stop = i + 1
             picked = instances[start:stop]
             writer.write(
@@ -227,8 +233,8 @@ def _render(
                     "images": np.stack(block["images"]),
                     "masks": np.stack(block["masks"]),
                     "boxes": np.asarray(block["boxes"], dtype=np.int32),
-                    "primary_labels": _CIFAR_IDS[plan.primary[start:stop]],
-                    "secondary_labels": _CIFAR_IDS[plan.secondary[start:stop]],
+                    "primary_labels": CIFAR_IDS[plan.primary[start:stop]],
+                    "secondary_labels": CIFAR_IDS[plan.secondary[start:stop]],
                     "cifar_rows": rows[start:stop],
                     "coco_annotation_ids": np.array([inst.annotation_id for inst in picked], np.int64),
                     "coco_image_ids": np.array([inst.image_id for inst in picked], np.int64),
@@ -279,7 +285,7 @@ def _check_options(
             raise ValueError(f"{name} must be an integer of at least {low}, got {value!r}")
     if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
         raise ValueError(f"scale must be (low, high) with 0 < low <= high <= 1, got {scale!r}")
-    if not _is_number(min_area) or min_area < 0:
+    if not is_number(min_area) or min_area < 0:
         raise ValueError(f"min_area must be a non-negative number, got {min_area!r}")
 
 
@@ -323,16 +329,15 @@ def prepare_coco_stitch(
             size, or CIFAR-100's names do not match :data:`SHARED_CLASSES`.
     """
     _check_options(n_train, n_test, size, seed, scale, min_area)
-    _mask_api()  # fail before reading anything
+    load_mask_api()  # fail before reading anything
     coco_root, data_root = Path(coco_root), Path(data_root)
     annotation_paths = {
-        split: coco_root / "annotations" / f"instances_{_COCO_SPLITS[split]}.json" for split in _SPLITS
+        split: coco_root / "annotations" / f"instances_{COCO_SPLITS[split]}.json" for split in SPLITS
     }
     for path in annotation_paths.values():
         if not path.is_file():
             raise DataNotFoundError(
-                f"{path}: COCO annotation file missing: "
-                f"{_coco_fix(coco_root, 'annotations_trainval2017.zip')}"
+                f"{path}: COCO annotation file missing: {coco_fix(coco_root, 'annotations_trainval2017.zip')}"
             )
     cifar = seq_cifar100(data_root)
     cifar_meta = data_root / "cifar-100-python" / "meta"
@@ -344,13 +349,13 @@ def prepare_coco_stitch(
                 f"not the official CIFAR-100: run `{download_call('cifar100', data_root)}`"
             )
     cifar_splits = {"train": (cifar.train_x, cifar.train_y), "test": (cifar.test_x, cifar.test_y)}
-    seeds = dict(zip(_SPLITS, np.random.SeedSequence(seed).spawn(2), strict=True))
+    seeds = dict(zip(SPLITS, np.random.SeedSequence(seed).spawn(2), strict=True))
     counts = {"train": n_train, "test": n_test}
     # Read both annotation files, plan both splits and find every photo before rendering anything,
     # so that a bad file is reported in seconds rather than after the training split is drawn.
     cocos, plans, rows_of = {}, {}, {}
-    for split in _SPLITS:
-        cocos[split] = _read_coco(annotation_paths[split], coco_root / _COCO_SPLITS[split], min_area)
+    for split in SPLITS:
+        cocos[split] = read_coco(annotation_paths[split], coco_root / COCO_SPLITS[split], min_area)
         labels = cifar_splits[split][1].numpy()
         rows_of[split] = [np.flatnonzero(labels == shared.cifar_id) for shared in SHARED_CLASSES]
         plans[split] = _plan(
@@ -363,9 +368,9 @@ def prepare_coco_stitch(
         _check_images(cocos[split], plans[split])
     paths = coco_stitch_paths(data_root)
     paths["train"].parent.mkdir(parents=True, exist_ok=True)
-    writers: list[_Writer] = []
+    writers: list[StitchWriter] = []
     try:
-        for split in _SPLITS:
+        for split in SPLITS:
             attrs = {
                 "format": FORMAT,
                 "version": VERSION,
@@ -378,7 +383,7 @@ def prepare_coco_stitch(
                 "object_resize": _OBJECT_RESIZE,
                 "coco_annotations": annotation_paths[split].name,
             }
-            writer = _Writer(paths[split], counts[split], size, attrs, cifar.class_names or ())
+            writer = StitchWriter(paths[split], counts[split], size, attrs, cifar.class_names or ())
             writers.append(writer)
             _render(
                 writer, plans[split], cifar_splits[split][0], rows_of[split], cocos[split], size, progress
@@ -396,10 +401,10 @@ def prepare_coco_stitch(
         n_test=n_test,
         size=size,
         classes=SHARED_CLASSES,
-        eligible={split: dict(zip(names, map(len, cocos[split].pools), strict=True)) for split in _SPLITS},
-        skipped={split: dict(cocos[split].skipped) for split in _SPLITS},
-        primary_counts={split: _histogram(plans[split].primary, names) for split in _SPLITS},
-        secondary_counts={split: _histogram(plans[split].secondary, names) for split in _SPLITS},
+        eligible={split: dict(zip(names, map(len, cocos[split].pools), strict=True)) for split in SPLITS},
+        skipped={split: dict(cocos[split].skipped) for split in SPLITS},
+        primary_counts={split: _histogram(plans[split].primary, names) for split in SPLITS},
+        secondary_counts={split: _histogram(plans[split].secondary, names) for split in SPLITS},
     )
 
 
@@ -407,7 +412,7 @@ def _histogram(indices: np.ndarray, names: Sequence[str]) -> dict[str, int]:
     return dict(zip(names, np.bincount(indices, minlength=len(names)).tolist(), strict=True))
 
 
-def _check_images(coco: _CocoSplit, plan: _Plan) -> None:
+def _check_images(coco: CocoSplit, plan: _Plan) -> None:
     """Report a missing photo before any rendering starts."""
     needed = {coco.pools[b][j].image_id for b, j in zip(plan.secondary, plan.instance_pick, strict=True)}
     for image_id in sorted(needed):
@@ -415,5 +420,5 @@ def _check_images(coco: _CocoSplit, plan: _Plan) -> None:
         if not path.is_file():
             raise DataNotFoundError(
                 f"{path}: COCO image missing (image {image_id} of {coco.path.name}): "
-                f"{_coco_fix(coco.path.parent.parent, coco.image_dir.name + '.zip')}"
+                f"{coco_fix(coco.path.parent.parent, coco.image_dir.name + '.zip')}"
             )

@@ -29,7 +29,21 @@ from xder_data._hdf5 import read_attr
 from xder_data.benchmark import Progress, no_progress
 from xder_data.errors import BenchmarkFormatError, DataNotFoundError, prepare_call
 
-__all__ = ["IMAGE_SIZE", "TRAIN_SIZE", "CUB200PrepareReport", "cub200_cache_path", "prepare_cub200"]
+__all__ = [
+    "CACHE_FORMAT",
+    "CACHE_VERSION",
+    "IMAGE_SIZE",
+    "PREPARE_HINT",
+    "TRAIN_SIZE",
+    "CUB200PrepareReport",
+    "check_cache",
+    "cub200_cache_path",
+    "decode_into",
+    "open_cache",
+    "prepare_cub200",
+    "read_uint8",
+    "require_segmentations",
+]
 
 TRAIN_SIZE = 256
 """Training images are stored resized to 256x256 (App. "Details on Split CUB-200")."""
@@ -38,7 +52,7 @@ IMAGE_SIZE = 224
 
 CACHE_FORMAT = "xder-cub200"
 CACHE_VERSION = 1
-_PREPARE_HINT = f"prepare the cache once with `{prepare_call('cub200', 'ROOT')}`"
+PREPARE_HINT = f"prepare the cache once with `{prepare_call('cub200', 'ROOT')}`"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -50,7 +64,7 @@ def cub200_cache_path(root: str | Path) -> Path:
     return Path(root) / "cub200" / "cub200.h5"
 
 
-def _require_segmentations(root: Path) -> None:
+def require_segmentations(root: Path) -> None:
     folder = root / SEGMENTATIONS_FOLDER
     if not folder.is_dir():
         raise DataNotFoundError(
@@ -67,7 +81,7 @@ class _Decoded:
     mask_modes: Counter[str]
 
 
-def _decode_into(
+def decode_into(
     root: Path,
     listing: Listing,
     train_x: Any,
@@ -148,7 +162,7 @@ def prepare_cub200(
     root = Path(root)
     listing = read_listing(root)
     if masks:
-        _require_segmentations(root)
+        require_segmentations(root)
     path = cub200_cache_path(root)
     partial = path.with_name(path.name + ".partial")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -162,7 +176,7 @@ def prepare_cub200(
                 if masks
                 else None
             )
-            decoded = _decode_into(root, listing, train_x, test_x, mask_values, progress)
+            decoded = decode_into(root, listing, train_x, test_x, mask_values, progress)
             for split in ("train", "test"):
                 handle[f"{split}_image_id"] = listing.image_ids[listing.rows(split)]
             handle["train_image_size"] = decoded.train_size
@@ -194,18 +208,18 @@ def _cache_attrs(listing: Listing, masks: bool) -> dict[str, Any]:
     }
 
 
-def _open_cache(path: Path) -> h5py.File:
+def open_cache(path: Path) -> h5py.File:
     try:
         return h5py.File(path, "r")
     except OSError as exc:
         raise BenchmarkFormatError(
-            f"{path}: not a readable HDF5 file ({one_line(exc)}); delete it and {_PREPARE_HINT}"
+            f"{path}: not a readable HDF5 file ({one_line(exc)}); delete it and {PREPARE_HINT}"
         ) from None
 
 
-def _check_cache(path: Path, handle: h5py.File, listing: Listing) -> None:
+def check_cache(path: Path, handle: h5py.File, listing: Listing) -> None:
     """Raise unless ``handle`` is a complete cache of ``listing`` at this version."""
-    fix = f"delete it and {_PREPARE_HINT}"
+    fix = f"delete it and {PREPARE_HINT}"
     if read_attr(handle, "format") != CACHE_FORMAT or read_attr(handle, "version") != CACHE_VERSION:
         raise BenchmarkFormatError(
             f"{path}: not a {CACHE_FORMAT} cache of version {CACHE_VERSION} "
@@ -240,7 +254,7 @@ def _check_cache(path: Path, handle: h5py.File, listing: Listing) -> None:
             raise BenchmarkFormatError(f"{path}: {split} image ids differ from the listing; {fix}")
 
 
-def _read_uint8(dataset: h5py.Dataset) -> Tensor:
+def read_uint8(dataset: h5py.Dataset) -> Tensor:
     out = torch.empty(dataset.shape, dtype=torch.uint8)
     if out.numel():
         dataset.read_direct(out.numpy())

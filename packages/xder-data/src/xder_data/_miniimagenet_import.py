@@ -17,18 +17,23 @@ import numpy as np
 
 from xder_data._image_copy import Entry, ImageCopy
 from xder_data._miniimg_format import (
-    _IMAGE_SHAPE,
+    IMAGE_SHAPE,
     N_CLASSES,
     SIZE,
     ClassSplit,
     MiniImageNetImport,
-    _write_layout,
+    write_layout,
 )
 from xder_data._pickle import load_data_pickle
 from xder_data.benchmark import Progress, no_progress
 from xder_data.errors import BenchmarkFormatError, DataNotFoundError, UnsafePickleError, one_line
 
-__all__ = ["import_miniimagenet_csv", "import_miniimagenet_folders", "import_miniimagenet_pickle"]
+__all__ = [
+    "FOLDERS",
+    "import_miniimagenet_csv",
+    "import_miniimagenet_folders",
+    "import_miniimagenet_pickle",
+]
 
 
 def _plan_split(
@@ -147,14 +152,14 @@ def import_miniimagenet_csv(
 
     def read(c: int, positions: np.ndarray) -> np.ndarray:
         nonlocal resized
-        out = np.empty((len(positions), *_IMAGE_SHAPE), dtype=np.uint8)
+        out = np.empty((len(positions), *IMAGE_SHAPE), dtype=np.uint8)
         for i, position in enumerate(positions):
             filename, listed_in = files[c][position]
             out[i], was_resized = _read_image(images_dir / filename, listed_in)
             resized += was_resized
         return out
 
-    report = _write_layout(root, wnids, splits, read, progress)
+    report = write_layout(root, wnids, splits, read, progress)
     return dataclasses.replace(report, resized=resized)
 
 
@@ -193,7 +198,7 @@ def _read_cache(path: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         not isinstance(images, np.ndarray)
         or images.dtype != np.uint8
         or images.ndim != 4
-        or images.shape[1:] != _IMAGE_SHAPE
+        or images.shape[1:] != IMAGE_SHAPE
     ):
         what = f"{images.dtype} {images.shape}" if isinstance(images, np.ndarray) else type(images).__name__
         raise BenchmarkFormatError(f"{path}: 'image_data' is {what}, expected uint8 (N, 84, 84, 3)")
@@ -275,14 +280,14 @@ def import_miniimagenet_pickle(
     splits = _plan_split([len(r) for r in rows_of], wnids, test_per_class, seed, source)
 
     def read(c: int, positions: np.ndarray) -> np.ndarray:
-        out = np.empty((len(positions), *_IMAGE_SHAPE), dtype=np.uint8)
+        out = np.empty((len(positions), *IMAGE_SHAPE), dtype=np.uint8)
         files, rows = file_ids[c][positions], rows_of[c][positions]
         for f in np.unique(files):
             mask = files == f
             out[mask] = arrays[f][rows[mask]]
         return out
 
-    return _write_layout(root, wnids, splits, read, progress)
+    return write_layout(root, wnids, splits, read, progress)
 
 
 _FOLDERS_LAYOUT = (
@@ -346,12 +351,12 @@ def import_miniimagenet_folders(
 
     def read(c: int, positions: np.ndarray) -> np.ndarray:
         nonlocal converted
-        out = np.empty((len(positions), *_IMAGE_SHAPE), dtype=np.uint8)
+        out = np.empty((len(positions), *IMAGE_SHAPE), dtype=np.uint8)
         for i, position in enumerate(positions):
             split, wnid, name, payload = files[c][position]
             out[i], was_converted = FOLDERS.decode(source, f"{split}/{wnid}/{name}", payload)
             converted += was_converted
         return out
 
-    report = _write_layout(root, wnids, splits, read, progress)
+    report = write_layout(root, wnids, splits, read, progress)
     return dataclasses.replace(report, converted=converted)

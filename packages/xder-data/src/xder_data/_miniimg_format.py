@@ -16,7 +16,21 @@ from xder_data._image_copy import staged_folder
 from xder_data.benchmark import Progress, no_progress
 from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line, prepare_call
 
-__all__ = ["MINIIMG_FILES", "MINIIMG_FOLDER", "MiniImageNetImport"]
+__all__ = [
+    "IMAGE_SHAPE",
+    "MINIIMG_FILES",
+    "MINIIMG_FOLDER",
+    "N_CLASSES",
+    "SIZE",
+    "WNIDS_FILE",
+    "ClassSplit",
+    "MiniImageNetImport",
+    "ReadRows",
+    "import_hint",
+    "read_split",
+    "read_wnids",
+    "write_layout",
+]
 
 MINIIMG_FOLDER = "MINIIMG"
 MINIIMG_FILES = ("train_x.npy", "train_y.npy", "test_x.npy", "test_y.npy")
@@ -24,11 +38,11 @@ WNIDS_FILE = "wnids.txt"
 
 N_CLASSES = 100
 SIZE = 84
-_IMAGE_SHAPE = (SIZE, SIZE, 3)
+IMAGE_SHAPE = (SIZE, SIZE, 3)
 _CHUNK = 2048  # rows converted HWC -> CHW at a time (about 43 MB)
 
 
-def _fix(root: Path) -> str:
+def import_hint(root: Path) -> str:
     return (
         f"import miniImageNet into {root} with `{prepare_call('miniimagenet', root, source='SRC')}` "
         "(xder_data.import_miniimagenet_csv, import_miniimagenet_pickle or import_miniimagenet_folders), "
@@ -43,7 +57,7 @@ def _fix(root: Path) -> str:
 
 def _bad(path: Path, problem: str) -> BenchmarkFormatError:
     """``<path>: <problem>; <fix>`` for a file ``<root>/MINIIMG/<name>``."""
-    return BenchmarkFormatError(f"{path}: {problem}; {_fix(path.parent.parent)}")
+    return BenchmarkFormatError(f"{path}: {problem}; {import_hint(path.parent.parent)}")
 
 
 def _load_npy(path: Path, *, mmap: bool) -> np.ndarray:
@@ -63,7 +77,7 @@ def _load_npy(path: Path, *, mmap: bool) -> np.ndarray:
 def _read_images(path: Path) -> np.ndarray:
     """The memory-mapped (N, 84, 84, 3) uint8 array of ``path``."""
     images = _load_npy(path, mmap=True)
-    if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != _IMAGE_SHAPE:
+    if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != IMAGE_SHAPE:
         hint = " (channels first: store HWC)" if images.shape[1:] == (3, SIZE, SIZE) else ""
         raise _bad(
             path, f"{images.dtype} array of shape {images.shape}{hint}, expected uint8 images (N, 84, 84, 3)"
@@ -97,7 +111,7 @@ def _to_chw(images: np.ndarray) -> torch.Tensor:
     return out
 
 
-def _read_wnids(folder: Path) -> tuple[str, ...] | None:
+def read_wnids(folder: Path) -> tuple[str, ...] | None:
     path = folder / WNIDS_FILE
     if not path.is_file():
         return None
@@ -110,7 +124,7 @@ def _read_wnids(folder: Path) -> tuple[str, ...] | None:
     return wnids
 
 
-def _split(folder: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+def read_split(folder: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     images = _read_images(folder / f"{split}_x.npy")
     labels = _read_labels(folder / f"{split}_y.npy", len(images))
     x = _to_chw(images)
@@ -154,7 +168,7 @@ ClassSplit = tuple[np.ndarray, np.ndarray]
 """``(test positions, train positions)`` of one class, in the order its rows are written."""
 
 
-def _write_layout(
+def write_layout(
     root: Path,
     wnids: Sequence[str],
     splits: Sequence[ClassSplit],
@@ -170,7 +184,7 @@ def _write_layout(
     with staged_folder(root, MINIIMG_FOLDER, (*MINIIMG_FILES, WNIDS_FILE)) as staging:
         arrays = {
             split: np.lib.format.open_memmap(
-                staging / f"{split}_x.npy", mode="w+", dtype=np.uint8, shape=(count, *_IMAGE_SHAPE)
+                staging / f"{split}_x.npy", mode="w+", dtype=np.uint8, shape=(count, *IMAGE_SHAPE)
             )
             for split, count in (("train", n_train), ("test", n_test))
         }

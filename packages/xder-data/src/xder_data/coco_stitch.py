@@ -69,11 +69,11 @@ from xder_data._coco_stitch_format import (
     SHARED_CLASSES,
     VERSION,
     SharedClass,
-    _bad_file,
-    _check_file,
-    _labels,
-    _prepare_hint,
+    bad_file,
+    check_file,
     coco_stitch_paths,
+    prepare_hint,
+    read_labels,
 )
 from xder_data._coco_stitch_generation import (
     DEFAULT_MIN_AREA,
@@ -136,35 +136,35 @@ def coco_stitch(root: Path | None) -> Benchmark:
             writes, the two files differ in size, or a label lies outside 0..99.
     """
     if root is None:
-        raise DataNotFoundError(f"coco-stitch needs a data root holding coco_stitch/: {_prepare_hint()}")
+        raise DataNotFoundError(f"coco-stitch needs a data root holding coco_stitch/: {prepare_hint()}")
     paths = coco_stitch_paths(root)
     for path in paths.values():
         if not path.is_file():
-            raise DataNotFoundError(f"{path}: COCO-stitch file missing: {_prepare_hint(root)}")
+            raise DataNotFoundError(f"{path}: COCO-stitch file missing: {prepare_hint(root)}")
     data: dict[str, dict[str, Any]] = {}
     for split, path in paths.items():
         # Handles live only inside this call: h5py objects are neither picklable nor fork-safe.
         try:
             handle = h5py.File(path, "r")
         except OSError as exc:
-            raise _bad_file(path, f"not a readable HDF5 file ({one_line(exc)})") from None
+            raise bad_file(path, f"not a readable HDF5 file ({one_line(exc)})") from None
         with handle:
-            size = _check_file(path, handle)
+            size = check_file(path, handle)
             try:
                 data[split] = {
                     "size": size,
                     "x": torch.from_numpy(np.ascontiguousarray(handle["images"][...])),
-                    "y": _labels(path, handle, "primary_labels"),
-                    "secondary": _labels(path, handle, "secondary_labels"),
+                    "y": read_labels(path, handle, "primary_labels"),
+                    "secondary": read_labels(path, handle, "secondary_labels"),
                     "names": tuple(name.decode("utf-8") for name in handle["class_names"][...]),
                 }
                 if split == "test":
                     data[split]["masks"] = torch.from_numpy(np.asarray(handle["masks"][...], dtype=bool))
             except (OSError, UnicodeDecodeError) as exc:  # a truncated file fails only when read
-                raise _bad_file(path, f"cannot be read in full ({one_line(exc)})") from None
+                raise bad_file(path, f"cannot be read in full ({one_line(exc)})") from None
     train, test = data["train"], data["test"]
     if train["size"] != test["size"]:
-        raise _bad_file(paths["test"], f"images are {test['size']} px but train.h5 holds {train['size']} px")
+        raise bad_file(paths["test"], f"images are {test['size']} px but train.h5 holds {train['size']} px")
     size = train["size"]
     return Benchmark(
         name="coco-stitch",

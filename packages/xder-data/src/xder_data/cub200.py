@@ -72,19 +72,19 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from xder_data._cub_cache import (
-    _PREPARE_HINT,
     CACHE_FORMAT,
     CACHE_VERSION,
     IMAGE_SIZE,
+    PREPARE_HINT,
     TRAIN_SIZE,
     CUB200PrepareReport,
-    _check_cache,
-    _decode_into,
-    _open_cache,
-    _read_uint8,
-    _require_segmentations,
+    check_cache,
     cub200_cache_path,
+    decode_into,
+    open_cache,
     prepare_cub200,
+    read_uint8,
+    require_segmentations,
 )
 from xder_data._cub_format import (
     CUB200_FOLDER,
@@ -366,13 +366,13 @@ def read_cub200_annotations(root: str | Path, *, cache: bool = True) -> CUB200An
     test = listing.rows("test")
     path = cub200_cache_path(root)
     if cache and path.is_file():
-        with _open_cache(path) as handle:
-            _check_cache(path, handle, listing)
+        with open_cache(path) as handle:
+            check_cache(path, handle, listing)
             sizes = np.asarray(handle["test_image_size"][...], dtype=np.int64)
     else:
         sizes = np.array([image_size(listing, int(i)) for i in test], dtype=np.int64).reshape(-1, 2)
     if (sizes < 1).any():
-        raise BenchmarkFormatError(f"{path}: an image size is not positive; delete it and {_PREPARE_HINT}")
+        raise BenchmarkFormatError(f"{path}: an image size is not positive; delete it and {PREPARE_HINT}")
     scale = IMAGE_SIZE / sizes.astype(np.float64)  # (N, 2): (sx, sy)
     mapped_boxes = boxes[test] * np.concatenate([scale, scale], axis=1)
     visible = locations.visible[test]
@@ -438,25 +438,25 @@ def seq_cub200(
     path = cub200_cache_path(root)
     mask_values: Tensor | None = None
     if cache and path.is_file():
-        with _open_cache(path) as handle:
-            _check_cache(path, handle, listing)
+        with open_cache(path) as handle:
+            check_cache(path, handle, listing)
             if masks and not read_attr(handle, "masks"):
                 raise DataNotFoundError(
                     f"{path}: prepared without segmentation masks; re-run the preparation with "
                     f"{root / SEGMENTATIONS_FOLDER} in place, or load with masks=False"
                 )
-            train_x = _read_uint8(handle["train_x"])
-            test_x = _read_uint8(handle["test_x"])
+            train_x = read_uint8(handle["train_x"])
+            test_x = read_uint8(handle["test_x"])
             if masks:
-                mask_values = _read_uint8(handle["test_mask_values"])
+                mask_values = read_uint8(handle["test_mask_values"])
     else:
         if masks:
-            _require_segmentations(root)
+            require_segmentations(root)
         n_train, n_test = int(listing.is_train.sum()), int((~listing.is_train).sum())
         train_np = np.empty((n_train, 3, TRAIN_SIZE, TRAIN_SIZE), dtype=np.uint8)
         test_np = np.empty((n_test, 3, IMAGE_SIZE, IMAGE_SIZE), dtype=np.uint8)
         masks_np = np.empty((n_test, IMAGE_SIZE, IMAGE_SIZE), dtype=np.uint8) if masks else None
-        _decode_into(root, listing, train_np, test_np, masks_np)
+        decode_into(root, listing, train_np, test_np, masks_np)
         train_x, test_x = torch.from_numpy(train_np), torch.from_numpy(test_np)
         mask_values = None if masks_np is None else torch.from_numpy(masks_np)
     normalize = Normalize(CUB200_MEAN, CUB200_STD)

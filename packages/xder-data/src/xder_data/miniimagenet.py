@@ -54,9 +54,9 @@ from xder_data._miniimg_format import (
     ClassSplit,
     MiniImageNetImport,
     ReadRows,
-    _fix,
-    _read_wnids,
-    _split,
+    import_hint,
+    read_split,
+    read_wnids,
 )
 from xder_data.augment import Compose, CropFlip, Normalize, StrongAugment
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
@@ -117,13 +117,13 @@ def seq_miniimg(root: Path | None) -> Benchmark:
     root = Path(root)
     folder = root / MINIIMG_FOLDER
     if not folder.is_dir():
-        raise DataNotFoundError(f"{folder}: miniImageNet folder not found: {_fix(root)}")
+        raise DataNotFoundError(f"{folder}: miniImageNet folder not found: {import_hint(root)}")
     for name in MINIIMG_FILES:  # report a missing file before reading 1 GB of the others
         if not (folder / name).is_file():
-            raise DataNotFoundError(f"{folder / name}: miniImageNet file missing: {_fix(root)}")
-    wnids = _read_wnids(folder)
-    train_x, train_y = _split(folder, "train")
-    test_x, test_y = _split(folder, "test")
+            raise DataNotFoundError(f"{folder / name}: miniImageNet file missing: {import_hint(root)}")
+    wnids = read_wnids(folder)
+    train_x, train_y = read_split(folder, "train")
+    test_x, test_y = read_split(folder, "test")
     return Benchmark(
         name="seq-miniimg",
         n_tasks=20,
