@@ -53,7 +53,7 @@ import bisect
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -63,7 +63,7 @@ from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import MethodConfigError, check_settings
 from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
 from xder_methods.core.registry import register_method
-from xder_methods.core.schedule import TrainingSchedule, shuffled_batches
+from xder_methods.core.schedule import TrainingSchedule, check_protocol_fields, shuffled_batches
 from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.replay import prefill_reservoir
 
@@ -86,7 +86,8 @@ class GDumbConfig:
     M = 500, unless noted).
 
     Attributes:
-        buffer_size: memory size M, 500.
+        buffer_size: memory size M, 500 (a benchmark's protocol fills it, ``FILLED_BY_PROTOCOL``:
+            :func:`~xder_methods.core.schedule.protocol_fields`; its replay batch GDumb has not).
         epochs_fitting: epochs of each fit on the memory, 250.
         batch_size: fitting batch size, 32 (the benchmark's; GDumb's paper used 16).
         lr_max: SGDR's maximum learning rate, 0.05.
@@ -101,6 +102,7 @@ class GDumbConfig:
             ``last_task`` (mammoth: only after the last task).
     """
 
+    FILLED_BY_PROTOCOL: ClassVar[tuple[str, ...]] = ("buffer_size",)
     buffer_size: int = 500
     epochs_fitting: int = 250
     batch_size: int = 32
@@ -114,8 +116,7 @@ class GDumbConfig:
     fit_after: Literal["every_task", "last_task"] = "every_task"
 
     def __post_init__(self) -> None:
-        if self.buffer_size < 0:
-            raise MethodConfigError(f"method.buffer_size must be >= 0, got {self.buffer_size} (e.g. 200)")
+        check_protocol_fields(self)
         checks = [
             (self.epochs_fitting >= 0, f"method.epochs_fitting must be >= 0, got {self.epochs_fitting}"),
             (self.batch_size >= 1, f"method.batch_size must be >= 1, got {self.batch_size}"),
