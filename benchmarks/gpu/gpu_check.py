@@ -59,7 +59,7 @@ Phases:
 Each phase is a module of ``gpu_phases/`` beside this script (``data``, ``tests``, ``bench``,
 ``step_graph``, ``pack``, ``full_run``; ``modes`` the modes and full runs, ``common`` the deadline
 and the ``xder-run`` calls, ``table`` the summary); the full run's published FAA and its mean and
-std over seeds are the library's (``xder_cli.runs.published``, ``xder_cli.runs._stats``).
+std over seeds are the library's (``xder_cli.runs.published``, ``xder_eval.seed_stats``).
 """
 
 from __future__ import annotations

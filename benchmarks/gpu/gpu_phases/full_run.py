@@ -12,7 +12,7 @@ from gpu_phases.common import Script, epoch_seconds, run_results, train_runs
 from gpu_phases.modes import COMPILED_MODES, MODES, NOT_THE_AUTHORS, full_run_spec, settings_args
 from gpu_phases.pack import packed_epoch_seconds
 
-from xder_cli.runs._stats import mean_std
+from xder_eval import seed_stats
 
 # A training run's epoch over the bench's (the full run's epochs are planned with it, unless the
 # run's own epoch was measured: LOOP_EPOCH_SECONDS). The bench's epoch is the loop's own since
@@ -135,8 +135,8 @@ def full_run(
                 "run_dir": str(run_dir.relative_to(script.out)),
             }
         )
-    faas = [r["faa"] for r in per_seed if r["faa"] is not None]
-    mean, std = mean_std(faas)  # the library's statistics over seeds
+    stats = seed_stats([r["faa"] for r in per_seed])  # the library's statistics over seeds
+    mean, std = stats.mean, stats.std
     return {
         **spec,
         "mode": mode,
