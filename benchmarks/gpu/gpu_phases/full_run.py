@@ -21,7 +21,7 @@ from xder_eval import seed_stats
 # channels-last, on two machines of that kind.)
 LOOP_OVER_BENCH = 1.1
 # A training run's epoch where measured (seconds, mean after the first, on an H200): DER++ on Split
-# CIFAR-10 with the backbone's CUDA graphs, 3.13 s (archive/h200-2026-11-26-graphs, index.json), where the
+# CIFAR-10 with the backbone's CUDA graphs, 3.13 s (archive/h200-2026-11-26-graphs), where the
 # bench of then had 7.8 s; with whole steps replayed, 1.75 s (archive/h200-2026-11-27).
 LOOP_EPOCH_SECONDS = {("derpp-cifar10", "graphs"): 3.13, ("derpp-cifar10", "stepgraph"): 1.75}
 
