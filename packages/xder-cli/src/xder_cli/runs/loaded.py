@@ -4,6 +4,7 @@ are built as training built them (:mod:`xder_cli.runs.build`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +22,7 @@ from xder_cli.runs.build import (
     run_generator,
 )
 from xder_cli.runs.errors import RunDirError
+from xder_cli.runs.records import Event
 from xder_cli.runs.settings import RunPlan, load_plan
 from xder_data import Benchmark
 
@@ -52,12 +54,13 @@ class TrainedRun:
     """A finished (or checkpointed) run, rebuilt from its directory."""
 
     run_dir: Path
-    plan: RunPlan
+    plan: RunPlan[Any]
     bench: Benchmark
     method: Any
     device: torch.device
-    events: list[dict[str, Any]]
-    results: dict[str, Any]
+    events: list[Event]
+    results: Mapping[str, object]
+    """Its ``results.json``; empty where it has none yet."""
     complete: bool
 
     def make_network(self) -> nn.Module:
