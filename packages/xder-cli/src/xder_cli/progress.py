@@ -47,7 +47,8 @@ def progress_bar(description: str) -> Callable[[Iterable[Any]], Iterable[Any]]:
     """A tqdm bar over the items a reader walks through (shown on a terminal only)."""
 
     def wrap(items: Iterable[Any]) -> Iterable[Any]:
-        return tqdm(items, desc=description, unit="item", leave=False, disable=None)
+        bar: Iterable[Any] = tqdm(items, desc=description, unit="item", leave=False, disable=None)
+        return bar
 
     return wrap
 

@@ -141,7 +141,7 @@ TRAIN_EXAMPLES = """examples:
   xder-run train --resume runs/20261124-214107-xder-seq-digits-m200-s0"""
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``xder-run train`` to the subcommands."""
     train = commands.add_parser(
         "train",

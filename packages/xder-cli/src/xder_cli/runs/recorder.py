@@ -104,7 +104,7 @@ class RunRecorder(Callback):
     def __init__(
         self,
         run_dir: Path,
-        plan: RunPlan,
+        plan: RunPlan[Any],
         device: torch.device,
         events: rundir.EventLog,
         elapsed_before: float,

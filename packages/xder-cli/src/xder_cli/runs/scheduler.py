@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final, TextIO, cast
 
 from xder_cli.runs import rundir
 from xder_cli.runs.errors import RunDirError
@@ -226,7 +226,7 @@ class _LazyLog(io.TextIOBase):
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.file: Any = None
+        self.file: TextIO | None = None
 
     def writable(self) -> bool:
         return True

@@ -149,7 +149,7 @@ def table_metrics(results: Results | None) -> dict[str, float | None]:
 
 def _metric_cell(
     values: Sequence[float], published: PublishedResult | None, metric: str, judged: bool
-) -> dict:
+) -> dict[str, object]:
     """Ours over seeds for one metric; the published value where there is one; the difference
     and the 2-SE judgement (:func:`xder_eval.compare_to_published`) when ``judged``."""
     mean, std = mean_std(values)
