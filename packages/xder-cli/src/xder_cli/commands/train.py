@@ -25,6 +25,7 @@ from xder_cli.runs.plugins import loaded_plugins
 
 if TYPE_CHECKING:
     from xder_cli.runs.lifecycle import Start
+    from xder_cli.runs.records import Settings
     from xder_cli.runs.settings import RunPlan
 
 __all__ = ["command_train", "run_settings"]
@@ -41,7 +42,7 @@ TRAIN_FLAGS = {
 ones every training command takes (:data:`xder_cli.commands.common.RUN_FLAGS`)."""
 
 
-def run_settings(args: argparse.Namespace) -> dict[str, Any]:
+def run_settings(args: argparse.Namespace) -> Settings:
     """The settings the flags give, as dotted keys, then ``--set``'s in their order."""
     from xder_cli.runs.settings import takes_buffer
 

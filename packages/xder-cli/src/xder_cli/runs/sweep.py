@@ -224,12 +224,12 @@ def spec_from_preset(text: str, seeds: tuple[int, ...] | None, protocol: str = D
     )
 
 
-def _point_name(index: int, point: dict[str, Any]) -> str:
+def _point_name(index: int, point: Mapping[str, object]) -> str:
     digest = hashlib.sha1(json.dumps(point, sort_keys=True).encode()).hexdigest()[:8]
     return f"p{index:03d}-{digest}"
 
 
-def with_settings(spec: SweepSpec, settings: dict[str, Any], buffer_size: int | None = None) -> SweepSpec:
+def with_settings(spec: SweepSpec, settings: Settings, buffer_size: int | None = None) -> SweepSpec:
     """``spec`` with ``settings`` (dotted keys: the command's flags) fixed for every trial, and
     ``buffer_size`` for every trial where given.
 

@@ -31,7 +31,7 @@ from xder_cli.runs.experiments.common import (
     run_records,
     with_overrides,
 )
-from xder_cli.runs.records import Outcome
+from xder_cli.runs.records import Outcome, Settings
 from xder_cli.runs.scheduler import PlannedRun
 from xder_cli.runs.settings import Notify, ignore
 from xder_cli.runs.sweep import SweepSpec, plan_trials
@@ -57,7 +57,7 @@ def plan_sensitivity(
     seeds: Sequence[int],
     sets: Mapping[str, Any],
     protocol: str = DEFAULT_PROTOCOL,
-) -> tuple[list[PlannedRun], dict[str, Any], str]:
+) -> tuple[list[PlannedRun], Settings, str]:
     """Every (parameter, value, seed), each parameter's values planned as a one-key sweep grid
     around the base configuration (the method's default preset + ``sets``), with no validation
     split (the test FAA is what this study reports).
@@ -101,7 +101,7 @@ def summarize_sensitivity(
     method: str,
     preset: str,
     params: Sequence[tuple[str, list[Any]]],
-    base_values: dict[str, Any],
+    base_values: Settings,
 ) -> Summary:
     """experiment.json of ``sensitivity``: per parameter, its base value and per value the test
     FAA and FF (mean, std over the finished seeds), and every run."""
