@@ -32,7 +32,7 @@ import csv
 import io
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from xder_cli.runs.claims import check_table_claims, claims_markdown
 from xder_cli.runs.errors import SettingError, option
@@ -147,30 +147,50 @@ def table_metrics(results: Results | None) -> dict[str, float | None]:
     return faa_metrics(results) | extra
 
 
+class MetricCell(TypedDict):
+    """One metric of a table's row (:func:`summarize_table`): ours over the seeds, the published
+    value where there is one, and the 2-SE judgement where the table is judged."""
+
+    mean: float | None
+    std: float | None
+    n: int
+    values: list[float]
+    published: float | None
+    published_std: float | None
+    difference: float | None
+    standard_error: float | None
+    sigma_from: str | None
+    exceeds_two_se: bool | None
+
+
 def _metric_cell(
     values: Sequence[float], published: PublishedResult | None, metric: str, judged: bool
-) -> dict[str, object]:
+) -> MetricCell:
     """Ours over seeds for one metric; the published value where there is one; the difference
     and the 2-SE judgement (:func:`xder_eval.compare_to_published`) when ``judged``."""
     mean, std = mean_std(values)
-    cell: dict[str, Any] = {"mean": mean, "std": std, "n": len(values), "values": list(values)}
-    cell |= dict.fromkeys(
-        ("published", "published_std", "difference", "standard_error", "sigma_from", "exceeds_two_se")
-    )
+    cell: MetricCell = {
+        "mean": mean,
+        "std": std,
+        "n": len(values),
+        "values": list(values),
+        "published": None,
+        "published_std": None,
+        "difference": None,
+        "standard_error": None,
+        "sigma_from": None,
+        "exceeds_two_se": None,
+    }
     value = None if published is None else getattr(published, metric)
     if published is None or value is None:
         return cell
-    cell |= {"published": value, "published_std": getattr(published, f"{metric}_std")}
+    cell["published"], cell["published_std"] = value, getattr(published, f"{metric}_std")
     if judged:
         c = compare_to_published(
             values, value, published_std=cell["published_std"], published_seeds=published.seeds
         )
-        cell |= {
-            "difference": c.difference,
-            "standard_error": c.standard_error,
-            "sigma_from": c.sigma_from,
-            "exceeds_two_se": c.exceeds_two_se,
-        }
+        cell["difference"], cell["standard_error"] = c.difference, c.standard_error
+        cell["sigma_from"], cell["exceeds_two_se"] = c.sigma_from, c.exceeds_two_se
     return cell
 
 
@@ -209,7 +229,7 @@ def summarize_table(
     for entry in entries:
         chosen = [r for r in records if r["entry"] == entry.name]
         done = [r for r in chosen if r["status"] == "finished"]
-        row: dict[str, Any] = {
+        row: dict[str, object] = {
             "entry": entry.name,
             "method": entry.method,
             "row": entry.published.row if entry.published else entry.name,
