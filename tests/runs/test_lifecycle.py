@@ -13,6 +13,7 @@ from xder_cli.runs import rundir
 from xder_cli.runs.errors import RunDirBusyError
 from xder_cli.runs.lifecycle import RunDisplay, RunLife, Start, start_run, train_run
 from xder_cli.runs.loaded import load_trained_run
+from xder_cli.runs.records import Results
 from xder_cli.runs.settings import RunPlan, resolve_run
 from xder_data import DataNotFoundError
 
@@ -39,6 +40,13 @@ def test_a_new_run_is_written_whole(short_run: Path) -> None:
     assert {p.name for p in short_run.iterdir()} >= {"config.toml", "events.jsonl", "results.json", "plots"}
     assert rundir.read_config(short_run / "config.toml")["train"]["tasks"] == 2
     assert len(json.loads((short_run / "results.json").read_text())["accuracy_matrix"]) == 2
+
+
+def test_results_json_is_the_typed_record(short_run: Path) -> None:
+    """Every key of results.json is one the Results record declares, and each it requires is there."""
+    results = json.loads((short_run / "results.json").read_text())
+    assert set(results) <= set(Results.__annotations__) | set(Results.__optional_keys__)
+    assert Results.__required_keys__ <= set(results)
 
 
 def test_a_complete_run_is_returned_untouched_even_while_another_process_holds_it(short_run: Path) -> None:
@@ -80,8 +88,10 @@ def test_a_new_run_that_fails_before_its_first_checkpoint_leaves_nothing(tmp_pat
 def test_train_run_from_python_goes_through_the_same_life(tmp_path: Path) -> None:
     plan = _plan("er", **{"train.tasks": 1})
     run_dir = start_run(plan, tmp_path)
+    written = (run_dir / "config.toml").read_bytes()
     notes: list[str] = []
     results = train_run(plan, run_dir, notify=notes.append)
+    assert (run_dir / "config.toml").read_bytes() == written  # one writer: start_run's file is the life's
     assert results["complete"] is True
     again = train_run(plan, run_dir, resume=True)  # complete: returned as it is
     assert again == results

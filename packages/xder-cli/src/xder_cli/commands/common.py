@@ -6,16 +6,14 @@ and what ``sweep`` and ``experiment`` hand the scheduler. The argument types and
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from xder_cli.arguments import DeprecatedAlias, at_least, protocol_name
 from xder_cli.catalogue import LOGGERS
 
 if TYPE_CHECKING:
-    from xder_cli.runs.records import Outcome, Settings
-    from xder_cli.runs.scheduler import LogOutput
+    from xder_cli.runs.records import Settings
 
 __all__ = [
     "DEFAULT_BENCHMARK",
@@ -23,7 +21,6 @@ __all__ = [
     "DEFAULT_OUT",
     "RUN_FLAGS",
     "RunFlag",
-    "Scheduling",
     "add_logger_argument",
     "add_plugin_argument",
     "add_protocol_argument",
@@ -118,30 +115,13 @@ def add_protocol_argument(parser: argparse.ArgumentParser, *, recorded: bool = T
     )
 
 
-class Scheduling(TypedDict):
-    """What ``sweep`` and ``experiment`` pass on to the scheduler (:func:`scheduling`)."""
-
-    max_concurrent: int | None
-    address: str | None
-    gpus_per_run: float
-    on_start: Callable[[int, int], None]
-    on_done: Callable[[str, Outcome, str], None]
-    log_output: LogOutput
-
-
-def scheduling(args: argparse.Namespace, lines: Any) -> Scheduling:
+def scheduling(args: argparse.Namespace, lines: Any) -> dict[str, Any]:
     """What ``sweep`` and ``experiment`` pass on to the scheduler: :func:`add_ray_arguments`'
     values, and the terminal's progress lines (an ``OutcomeLines``) and run output."""
     from xder_cli.progress import in_run_log
 
-    return {
-        "max_concurrent": args.max_concurrent,
-        "address": args.address,
-        "gpus_per_run": args.gpus_per_run,
-        "on_start": lines.on_start,
-        "on_done": lines.on_done,
-        "log_output": in_run_log,
-    }
+    ray = {"max_concurrent": args.max_concurrent, "address": args.address, "gpus_per_run": args.gpus_per_run}
+    return ray | {"on_start": lines.on_start, "on_done": lines.on_done, "log_output": in_run_log}
 
 
 def add_ray_arguments(parser: argparse.ArgumentParser, unit: str) -> None:

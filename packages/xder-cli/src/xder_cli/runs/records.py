@@ -8,8 +8,7 @@ method's state) it is a named mapping of ``Any``; where its keys are fixed it is
 :class:`~typing.TypedDict`, read back from JSON unchecked (the library wrote it).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the TypedDicts read NotRequired at runtime.
 from typing import Any, Literal, NotRequired, TypedDict
 
 __all__ = [
