@@ -4,7 +4,6 @@ are built as training built them (:mod:`xder_cli.runs.build`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -59,7 +58,7 @@ class TrainedRun:
     method: Any
     device: torch.device
     events: list[Event]
-    results: Mapping[str, object]
+    results: dict[str, Any]
     """Its ``results.json``; empty where it has none yet."""
     complete: bool
 
@@ -93,5 +92,5 @@ def load_trained_run(run_dir: Path, *, device: str | None = None, data_root: str
     run.method = method
     run.complete = state["position"]["task"] >= (plan.schedule.tasks or bench.n_tasks)
     run.events = rundir.read_events(run_dir)
-    run.results = rundir.read_results(run_dir) or {}
+    run.results = dict(rundir.read_results(run_dir) or {})
     return run
