@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from xder_cli.arguments import DeprecatedAlias, at_least, protocol_name
 from xder_cli.catalogue import LOGGERS
-
-if TYPE_CHECKING:
-    from xder_cli.runs.records import Settings
 
 __all__ = [
     "DEFAULT_BENCHMARK",
@@ -75,7 +72,7 @@ def add_run_flags(parser: argparse.ArgumentParser, of: str = "") -> None:
         parser.add_argument(run_flag.flag, type=run_flag.type, metavar=run_flag.metavar, help=help_text)
 
 
-def run_flag_settings(args: argparse.Namespace) -> Settings:
+def run_flag_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The settings :data:`RUN_FLAGS` give, as dotted keys (flags not given left out)."""
     given = ((f.key, getattr(args, f.flag.removeprefix("--").replace("-", "_"))) for f in RUN_FLAGS)
     return {key: value for key, value in given if value is not None}
