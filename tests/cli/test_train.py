@@ -356,7 +356,7 @@ def test_an_interrupted_start_keeps_its_folder_and_resume_says_it_starts_over(
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(lifecycle_module, "_train", stop)
+        patch.setattr(lifecycle_module, "_build", stop)
         assert main(["train", "--method", "sgd", "--out", str(tmp_path), *TINY]) == 130
     (run,) = run_dirs(tmp_path)
     err = capsys.readouterr().err

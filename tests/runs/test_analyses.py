@@ -11,7 +11,7 @@ import torch
 
 from xder_cli.runs.analyses import AnalysisOptions, load_trained_run
 from xder_cli.runs.analyses.pointing import analyse_pointing
-from xder_cli.runs.lifecycle import live
+from xder_cli.runs.lifecycle import RunLife
 from xder_cli.runs.settings import resolve_run
 
 TINY = {"train.epochs": 1, "backbone.width": 4, "run.device": "cpu", "run.threads": 1}
@@ -23,7 +23,7 @@ def derpp_run(tmp_path_factory) -> Path:
     --record-analyses --set backbone.width=4 --set run.threads=1 --set train.record_every=2`` would."""
     overrides = TINY | {"run.record_analyses": True, "train.record_every": 2}
     plan = resolve_run("derpp", "seq-digits", overrides=overrides)
-    return live(plan, out=tmp_path_factory.mktemp("runs")).run_dir
+    return RunLife().new(plan, tmp_path_factory.mktemp("runs")).run_dir
 
 
 def test_pointing_on_planted_masks(derpp_run: Path) -> None:

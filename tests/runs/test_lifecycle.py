@@ -1,4 +1,4 @@
-"""The one run life (xder_cli.runs.lifecycle.live) and what it builds, on tiny seq-digits runs: a
+"""The one run life (xder_cli.runs.lifecycle.RunLife) and what it builds, on tiny seq-digits runs: a
 new run, a complete run returned untouched, a second writer refused, a failed start cleaned up,
 and a run shortened by train.tasks loaded back as complete."""
 
@@ -11,8 +11,9 @@ import pytest
 
 from xder_cli.runs import rundir
 from xder_cli.runs.errors import RunDirBusyError
-from xder_cli.runs.lifecycle import RunDisplay, Start, live, start_run, train_run
+from xder_cli.runs.lifecycle import RunDisplay, RunLife, Start, start_run, train_run
 from xder_cli.runs.loaded import load_trained_run
+from xder_cli.runs.records import Results
 from xder_cli.runs.settings import RunPlan, resolve_run
 from xder_data import DataNotFoundError
 
@@ -27,11 +28,8 @@ def _plan(method: str = "sgd", **overrides) -> RunPlan:
 def short_run(tmp_path_factory) -> Path:
     """An SGD run of the first two of seq-digits' five tasks (train.tasks = 2), trained to its end."""
     starts: list[Start] = []
-    lived = live(
-        _plan(**{"train.tasks": 2}),
-        out=tmp_path_factory.mktemp("runs"),
-        on_start=lambda start, plan, run_dir: starts.append(start),
-    )
+    life = RunLife(on_start=lambda start, plan, run_dir: starts.append(start))
+    lived = life.new(_plan(**{"train.tasks": 2}), tmp_path_factory.mktemp("runs"))
     assert starts == [Start.NEW]
     assert lived.start is Start.NEW
     assert lived.results["complete"] is True
@@ -44,6 +42,13 @@ def test_a_new_run_is_written_whole(short_run: Path) -> None:
     assert len(json.loads((short_run / "results.json").read_text())["accuracy_matrix"]) == 2
 
 
+def test_results_json_is_the_typed_record(short_run: Path) -> None:
+    """Every key of results.json is one the Results record declares, and each it requires is there."""
+    results = json.loads((short_run / "results.json").read_text())
+    assert set(results) <= set(Results.__annotations__) | set(Results.__optional_keys__)
+    assert Results.__required_keys__ <= set(results)
+
+
 def test_a_complete_run_is_returned_untouched_even_while_another_process_holds_it(short_run: Path) -> None:
     def stamps() -> dict[str, int]:  # the run's files (the lock file is the test's own to touch)
         files = [p for p in short_run.iterdir() if p.is_file() and p.name != ".lock"]
@@ -52,7 +57,7 @@ def test_a_complete_run_is_returned_untouched_even_while_another_process_holds_i
     before = stamps()
     starts: list[Start] = []
     with rundir.lock_run_dir(short_run, then="-"):  # e.g. xder-run analyze reading it
-        lived = live(run_dir=short_run, on_start=lambda start, plan, run_dir: starts.append(start))
+        lived = RunLife(on_start=lambda start, plan, run_dir: starts.append(start)).existing(short_run)
     assert (lived.start, starts) == (Start.COMPLETE, [Start.COMPLETE])
     assert lived.results == json.loads((short_run / "results.json").read_text())
     assert stamps() == before
@@ -67,7 +72,7 @@ def test_a_second_writer_is_refused_unless_it_waits(tmp_path: Path) -> None:
         return len(asked) < 2
 
     with rundir.lock_run_dir(run_dir, then="-"), pytest.raises(RunDirBusyError, match="is in use by process"):
-        live(run_dir=run_dir, lock_wait=wait_twice)
+        RunLife(lock_wait=wait_twice).existing(run_dir)
     assert len(asked) == 2  # asked, waited a second, asked again, gave up
     assert not (run_dir / "events.jsonl").exists()
 
@@ -76,19 +81,21 @@ def test_a_new_run_that_fails_before_its_first_checkpoint_leaves_nothing(tmp_pat
     plan = resolve_run("sgd", "seq-cifar100", overrides=TINY | {"run.data_root": str(tmp_path / "none")})
     out = tmp_path / "runs"
     with pytest.raises(DataNotFoundError):
-        live(plan, out=out)
+        RunLife().new(plan, out)
     assert list(out.iterdir()) == []
 
 
 def test_train_run_from_python_goes_through_the_same_life(tmp_path: Path) -> None:
     plan = _plan("er", **{"train.tasks": 1})
     run_dir = start_run(plan, tmp_path)
+    written = (run_dir / "config.toml").read_bytes()
     notes: list[str] = []
     results = train_run(plan, run_dir, notify=notes.append)
+    assert (run_dir / "config.toml").read_bytes() == written  # one writer: start_run's file is the life's
     assert results["complete"] is True
     again = train_run(plan, run_dir, resume=True)  # complete: returned as it is
     assert again == results
-    assert live(plan, run_dir=run_dir, display=RunDisplay()).start is Start.COMPLETE
+    assert RunLife(RunDisplay()).existing(run_dir, plan).start is Start.COMPLETE
 
 
 def test_a_run_shortened_by_train_tasks_loads_back_complete(short_run: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from xder_cli.runs import rundir
 from xder_cli.runs.errors import SettingError
-from xder_cli.runs.lifecycle import RunDisplay, run_training
+from xder_cli.runs.lifecycle import RunDisplay, RunLife
 from xder_cli.runs.scheduler import PlannedRun
 from xder_cli.runs.settings import build_plan
 from xder_cli.runs.sweep import load_spec, plan_trials, run_sweep, spec_from_preset, with_settings
@@ -56,7 +56,7 @@ def _interrupt_after_second_task(trial: PlannedRun, run_dir: Path) -> None:
     (run_dir / "plots").mkdir()
     rundir.write_config(run_dir / "config.toml", plan.config)
     with pytest.raises(KeyboardInterrupt):
-        run_training(plan, run_dir, display=RunDisplay([_CrashAfterSecondTask()]))
+        RunLife(RunDisplay([_CrashAfterSecondTask()])).train(plan, run_dir)
     assert json.loads((run_dir / "results.json").read_text())["complete"] is False
 
 

@@ -72,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:  # --help, or a usage error already printed in one line
         return exit_.code if isinstance(exit_.code, int) else 2
     try:
-        return command_modules()[args.handler].run(args)
+        status: int = command_modules()[args.handler].run(args)
+        return status
     except Interrupted as interrupted:  # a run's Ctrl-C: the message names the run to resume
         print(f"\n{interrupted}", file=sys.stderr)
         return 130

@@ -18,6 +18,7 @@ from tqdm import tqdm
 from xder_cli.runs import rundir
 from xder_cli.runs.lifecycle import RunDisplay
 from xder_cli.runs.recorder import ThreadNews
+from xder_cli.runs.records import Results
 from xder_cli.runs.report import WrittenReport
 from xder_cli.runs.scheduler import outcome_note
 from xder_methods import (
@@ -46,7 +47,8 @@ def progress_bar(description: str) -> Callable[[Iterable[Any]], Iterable[Any]]:
     """A tqdm bar over the items a reader walks through (shown on a terminal only)."""
 
     def wrap(items: Iterable[Any]) -> Iterable[Any]:
-        return tqdm(items, desc=description, unit="item", leave=False, disable=None)
+        bar: Iterable[Any] = tqdm(items, desc=description, unit="item", leave=False, disable=None)
+        return bar
 
     return wrap
 
@@ -246,7 +248,7 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.2f}"
 
 
-def print_summary(results: dict[str, Any], run_dir: Path) -> None:
+def print_summary(results: Results, run_dir: Path) -> None:
     """The run's last lines: its figures, where its files are, and on a CPU whether it trained on
     more than one thread count (its numbers then do not repeat: :func:`threads_summary`)."""
     print(

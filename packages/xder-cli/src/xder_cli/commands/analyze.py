@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``xder-run analyze`` to the subcommands."""
     analyze = commands.add_parser(
         "analyze",

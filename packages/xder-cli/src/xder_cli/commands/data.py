@@ -102,7 +102,7 @@ def _print_info(info: dict[str, Any]) -> None:
         print(f"  task {task['task'] + 1}: {task['train_size']} train / {task['test_size']} test | {label}")
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``xder-run data`` to the subcommands."""
 
     data = commands.add_parser(

@@ -33,7 +33,7 @@ EXPERIMENT_EXAMPLES = """examples:
   xder-run experiment sensitivity --method xder --param method.alpha=0.1,0.3,0.6 --out exp/alpha"""
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``xder-run experiment`` to the subcommands."""
     experiment = commands.add_parser(
         "experiment",

@@ -22,7 +22,7 @@ from xder_cli.errors import UsageError
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``xder-run sweep`` to the subcommands."""
     sweep = commands.add_parser(
         "sweep",

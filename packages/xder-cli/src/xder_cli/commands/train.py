@@ -25,6 +25,7 @@ from xder_cli.runs.plugins import loaded_plugins
 
 if TYPE_CHECKING:
     from xder_cli.runs.lifecycle import Start
+    from xder_cli.runs.records import Settings
     from xder_cli.runs.settings import RunPlan
 
 __all__ = ["command_train", "run_settings"]
@@ -41,7 +42,7 @@ TRAIN_FLAGS = {
 ones every training command takes (:data:`xder_cli.commands.common.RUN_FLAGS`)."""
 
 
-def run_settings(args: argparse.Namespace) -> dict[str, Any]:
+def run_settings(args: argparse.Namespace) -> Settings:
     """The settings the flags give, as dotted keys, then ``--set``'s in their order."""
     from xder_cli.runs.settings import takes_buffer
 
@@ -62,13 +63,13 @@ def command_train(args: Any) -> int:
     """Entry point of ``xder-run train`` (``args`` from the argument parser)."""
     from xder_cli.progress import on_terminal, print_summary
     from xder_cli.runs import rundir
-    from xder_cli.runs.lifecycle import Start, live
+    from xder_cli.runs.lifecycle import RunLife, Start
     from xder_cli.runs.settings import build_plan, resolve_config, start_notes
     from xder_data import DEFAULT_PROTOCOL
 
     started: list[Path] = []  # the run directory, once the run's life knows it
 
-    def on_start(start: Start, plan: RunPlan, run_dir: Path) -> None:
+    def on_start(start: Start, plan: RunPlan[Any], run_dir: Path) -> None:
         started.append(run_dir)
         _announce(start, plan, run_dir, resumed=args.resume is not None)
         for note in start_notes(plan, preset_named=args.preset is not None) if start is Start.NEW else []:
@@ -81,8 +82,7 @@ def command_train(args: Any) -> int:
                 f"--resume takes no other settings (got {given[0]}): "
                 "the run continues with its own config.toml"
             )
-        out, run_dir = None, rundir.check_run_dir(Path(args.resume), named_by="resume")
-        plan = None
+        run_dir = rundir.check_run_dir(Path(args.resume), named_by="resume")
     else:
         config = resolve_config(
             args.method,
@@ -91,9 +91,10 @@ def command_train(args: Any) -> int:
             preset=args.preset,
             settings=run_settings(args),
         )
-        out, run_dir, plan = Path(args.out), None, build_plan(config)
+        plan = build_plan(config)
+    life = RunLife(on_terminal(), on_start=on_start)
     try:
-        lived = live(plan, out=out, run_dir=run_dir, display=on_terminal(), on_start=on_start)
+        lived = life.existing(run_dir) if args.resume is not None else life.new(plan, Path(args.out))
     except KeyboardInterrupt:
         if not started:
             raise
@@ -102,7 +103,7 @@ def command_train(args: Any) -> int:
     return 0
 
 
-def _announce(start: Start, plan: RunPlan, run_dir: Path, *, resumed: bool) -> None:
+def _announce(start: Start, plan: RunPlan[Any], run_dir: Path, *, resumed: bool) -> None:
     """The run's first lines: what trains, from where (or that it is complete already)."""
     from xder_cli.runs.lifecycle import Start
     from xder_data import DEFAULT_PROTOCOL
@@ -139,7 +140,7 @@ TRAIN_EXAMPLES = """examples:
   xder-run train --resume runs/20261124-214107-xder-seq-digits-m200-s0"""
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``xder-run train`` to the subcommands."""
     train = commands.add_parser(
         "train",

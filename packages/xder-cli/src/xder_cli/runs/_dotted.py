@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from xder_cli.runs.errors import SettingError, option
+from xder_cli.runs.records import Config
 
 __all__ = [
     "SECTIONS",
@@ -106,9 +107,9 @@ def parse_values(text: str) -> tuple[str, list[Any]]:
     return dotted, values
 
 
-def sections(settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def sections(settings: Mapping[str, Any]) -> Config:
     """Dotted settings as sections: ``{"train.lr": 0.1}`` -> ``{"train": {"lr": 0.1}}``."""
-    out: dict[str, dict[str, Any]] = {}
+    out: Config = {}
     for dotted, value in settings.items():
         section, key = split_key(dotted)
         out.setdefault(section, {})[key] = value

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from xder_cli.runs.errors import SettingError
+from xder_cli.runs.records import Section
 
 __all__ = ["coerce", "validate_section"]
 
@@ -107,7 +108,7 @@ def field_hints(target: Any) -> dict[str, Any]:
     return {p.name: hints.get(p.name, Any) for p in params.values() if p.kind is p.KEYWORD_ONLY}
 
 
-def validate_section(section: str, values: Mapping[str, Any], target: Any, *, what: str) -> dict[str, Any]:
+def validate_section(section: str, values: Mapping[str, Any], target: Any, *, what: str) -> Section:
     """Check every key of ``values`` against ``target``'s fields and coerce its value.
 
     Args:
@@ -118,7 +119,7 @@ def validate_section(section: str, values: Mapping[str, Any], target: Any, *, wh
         what: how to name the target in messages (e.g. "method 'derpp'").
     """
     hints = field_hints(target)
-    out: dict[str, Any] = {}
+    out: Section = {}
     for key, value in values.items():
         if key not in hints:
             known = ", ".join(sorted(hints)) or "no settings"

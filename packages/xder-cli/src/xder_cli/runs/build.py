@@ -70,7 +70,7 @@ def place_data(bench: Benchmark, device: torch.device, where: str, notify: Notif
 
 
 def load_data(
-    plan: RunPlan,
+    plan: RunPlan[Any],
     device: torch.device,
     *,
     data_root: str | None = None,
@@ -100,7 +100,7 @@ def load_data(
     return bench
 
 
-def build_network(plan: RunPlan, num_classes: int, device: torch.device) -> nn.Module:
+def build_network(plan: RunPlan[Any], num_classes: int, device: torch.device) -> nn.Module:
     """The plan's backbone with ``num_classes`` outputs, initialised from the run's seed, on
     ``device``, in the memory format and compiled as ``train.channels_last``, ``train.compile``
     and ``train.compile_mode`` say (compiled in place: parameter names, and so checkpoints, stay
@@ -109,7 +109,7 @@ def build_network(plan: RunPlan, num_classes: int, device: torch.device) -> nn.M
     torch.manual_seed(plan.settings.seed)
     net = create_backbone(plan.backbone["name"], num_classes, **options).to(device)
     if plan.schedule.channels_last:
-        net = net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        net = net.to(memory_format=torch.channels_last)
     if plan.schedule.compile:
         # The loop's sampled gradient-norm probes back-propagate with retain_graph=True, which a
         # compiled backward with donated buffers refuses; torch's own error names this switch.
@@ -146,14 +146,14 @@ def copy_outputs_without_grad(net: nn.Module) -> None:
     net._compiled_call_impl = call
 
 
-def run_generator(plan: RunPlan, device: torch.device) -> torch.Generator:
+def run_generator(plan: RunPlan[Any], device: torch.device) -> torch.Generator:
     """The run's generator on ``device``, seeded with its seed: every random draw of its method
     and of its loop comes from it."""
     return torch.Generator(device=device).manual_seed(plan.settings.seed)
 
 
 def build_method(
-    plan: RunPlan,
+    plan: RunPlan[Any],
     net: nn.Module,
     setting: ContinualSetting,
     transforms: Transforms,

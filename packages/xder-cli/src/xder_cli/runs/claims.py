@@ -16,7 +16,7 @@ import functools
 import tomllib
 from collections.abc import Collection, Mapping, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, TypedDict
 
 from xder_cli.runs.published import PAPERS
 from xder_eval import (
@@ -26,6 +26,7 @@ from xder_eval import (
     RELATIONS,
     Claim,
     ClaimVerdict,
+    PairVerdict,
     check_claim,
 )
 
@@ -107,11 +108,53 @@ def table_claims(benchmark: str, buffer_size: int, metrics: Collection[str] = TA
     return [c for c in claims() if c.applies_to(benchmark, buffer_size) and c.metric in metrics]
 
 
-def _pair(pair: Any) -> dict[str, Any] | None:
+class PairRecord(TypedDict):
+    """One (row, other) pair of a checked claim, JSON-ready (:class:`xder_eval.PairVerdict`)."""
+
+    row: str
+    other: str
+    mean: float | None
+    other_mean: float | None
+    n: int
+    other_n: int
+    difference: float | None
+    standard_error: float | None
+    margin: float | None
+    verdict: str
+
+
+class ClaimRecord(TypedDict):
+    """A claim checked on a table, JSON-ready (:func:`check_table_claims`)."""
+
+    id: str
+    text: str
+    section: str
+    metric: str
+    rows: list[str]
+    relation: str
+    than: list[str]
+    verdict: str
+    direction: str | None
+    deciding: PairRecord | None
+    pairs: list[PairRecord | None]
+    missing: list[str]
+
+
+def _pair(pair: PairVerdict | None) -> PairRecord | None:
     if pair is None:
         return None
-    keys = ("row", "other", "mean", "other_mean", "n", "other_n", "difference", "standard_error", "margin")
-    return {key: getattr(pair, key) for key in keys} | {"verdict": pair.verdict}
+    return {
+        "row": pair.row,
+        "other": pair.other,
+        "mean": pair.mean,
+        "other_mean": pair.other_mean,
+        "n": pair.n,
+        "other_n": pair.other_n,
+        "difference": pair.difference,
+        "standard_error": pair.standard_error,
+        "margin": pair.margin,
+        "verdict": pair.verdict,
+    }
 
 
 def direction(result: ClaimVerdict) -> str | None:
@@ -129,7 +172,7 @@ def direction(result: ClaimVerdict) -> str | None:
     return "agrees" if all(signs) else "against"
 
 
-def _record(result: ClaimVerdict) -> dict[str, Any]:
+def _record(result: ClaimVerdict) -> ClaimRecord:
     claim = result.claim
     return {
         "id": claim.id,
@@ -163,7 +206,7 @@ def check_table_claims(
     entries: Collection[str],
     values: Mapping[str, Mapping[str, Sequence[float]]],
     metrics: Collection[str] = TABLE_METRICS,
-) -> list[dict[str, Any]]:
+) -> list[ClaimRecord]:
     """Check every claim on ``metrics`` about ``benchmark``'s table at ``buffer_size``, among
     that table's rows (``entries``, :func:`on_table`), on ``values`` (metric -> entry -> our
     per-seed values); one JSON-ready record per claim: the claim, its verdict, the direction of

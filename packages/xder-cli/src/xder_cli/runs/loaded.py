@@ -21,6 +21,7 @@ from xder_cli.runs.build import (
     run_generator,
 )
 from xder_cli.runs.errors import RunDirError
+from xder_cli.runs.records import Event
 from xder_cli.runs.settings import RunPlan, load_plan
 from xder_data import Benchmark
 
@@ -52,12 +53,13 @@ class TrainedRun:
     """A finished (or checkpointed) run, rebuilt from its directory."""
 
     run_dir: Path
-    plan: RunPlan
+    plan: RunPlan[Any]
     bench: Benchmark
     method: Any
     device: torch.device
-    events: list[dict[str, Any]]
+    events: list[Event]
     results: dict[str, Any]
+    """Its ``results.json``; empty where it has none yet."""
     complete: bool
 
     def make_network(self) -> nn.Module:
@@ -90,5 +92,5 @@ def load_trained_run(run_dir: Path, *, device: str | None = None, data_root: str
     run.method = method
     run.complete = state["position"]["task"] >= (plan.schedule.tasks or bench.n_tasks)
     run.events = rundir.read_events(run_dir)
-    run.results = rundir.read_results(run_dir) or {}
+    run.results = dict(rundir.read_results(run_dir) or {})
     return run

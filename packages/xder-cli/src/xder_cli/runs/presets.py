@@ -42,6 +42,7 @@ from importlib import resources
 from typing import Any
 
 from xder_cli.runs.errors import SettingError, option
+from xder_cli.runs.records import Settings
 from xder_data import DEFAULT_PROTOCOL, canonical_protocol
 
 __all__ = [
@@ -94,9 +95,9 @@ class PresetEntry:
     buffer_size: int | None
     name: str
     method: str
-    chosen: dict[str, Any] = field(default_factory=dict)
+    chosen: Settings = field(default_factory=dict)
     grid: dict[str, list[Any]] = field(default_factory=dict)
-    fixed: dict[str, Any] = field(default_factory=dict)
+    fixed: Settings = field(default_factory=dict)
     """The preset's ``protocol`` table: settings it fixes for every method of the benchmark."""
     protocol: str = DEFAULT_PROTOCOL
 
@@ -205,7 +206,7 @@ def preset_values(
     method: str,
     buffer_size: int | None = None,
     protocol: str = DEFAULT_PROTOCOL,
-) -> dict[str, Any]:
+) -> Settings:
     """The settings preset ``preset`` (``NAME`` or ``NAME:ENTRY``) gives a run, as dotted keys: the
     benchmark's fixed settings, then the entry's chosen values; ``{}`` for ``none``.
 
@@ -226,7 +227,7 @@ def choose_preset(
     method: str,
     buffer_size: int | None = None,
     protocol: str = DEFAULT_PROTOCOL,
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, Settings]:
     """The preset a run takes and the settings it gives (:func:`preset_values`), each entry
     looked up once: ``preset`` itself, or where None, the first of :data:`DEFAULT_ORDER` with an
     entry for (benchmark, protocol, buffer size, method), else ``none``.

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 
 from xder_cli.runs import rundir
 from xder_cli.runs.analyses import task_end_analysis
+from xder_cli.runs.records import Event, Metrics, Results
 from xder_cli.runs.settings import RunPlan
 from xder_eval import (
     average_accuracy_curve,
@@ -40,8 +41,12 @@ from xder_methods import (
 __all__ = ["RunRecorder", "ThreadNews", "ThreadShare", "ignore_news", "summarize"]
 
 
-def _matrix_metrics(matrix: list[list[float]], prefix: str) -> dict[str, Any]:
-    out: dict[str, Any] = {f"{prefix}faa": None, f"{prefix}ff": None, f"{prefix}bwt": None}
+def _matrix_metrics(matrix: list[list[float]], prefix: str) -> dict[str, float | list[float] | None]:
+    out: dict[str, float | list[float] | None] = {
+        f"{prefix}faa": None,
+        f"{prefix}ff": None,
+        f"{prefix}bwt": None,
+    }
     if matrix:
         out[f"{prefix}faa"] = final_average_accuracy(matrix)
         out[f"{prefix}average_accuracy"] = average_accuracy_curve(matrix)
@@ -51,7 +56,7 @@ def _matrix_metrics(matrix: list[list[float]], prefix: str) -> dict[str, Any]:
     return out
 
 
-def summarize(history: History, *, forgetting_defined: bool = True) -> dict[str, Any]:
+def summarize(history: History, *, forgetting_defined: bool = True) -> Metrics:
     """The metrics of ``results.json`` from the accuracy matrices (in %).
 
     Keys: ``accuracy_matrix``/``faa``/``ff``/``bwt``/``average_accuracy`` (Class-IL),
@@ -61,7 +66,7 @@ def summarize(history: History, *, forgetting_defined: bool = True) -> dict[str,
     ``forgetting_defined=False`` (a method whose rows before the last task are not trained models,
     as JT's default) FF and BWT are null and ``forgetting_defined`` says why.
     """
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "accuracy_matrix": history.class_il,
         "task_il_accuracy_matrix": history.task_il,
         "random_init_task_il_accuracy": history.random_init_task_il,
@@ -80,7 +85,7 @@ def summarize(history: History, *, forgetting_defined: bool = True) -> dict[str,
     out["forgetting_defined"] = forgetting_defined
     if not forgetting_defined:
         out |= {k: None for k in out if k.endswith(("ff", "bwt"))}
-    return out
+    return cast(Metrics, out)  # its keys made by prefix: those Metrics names
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,7 +104,7 @@ class RunRecorder(Callback):
     def __init__(
         self,
         run_dir: Path,
-        plan: RunPlan,
+        plan: RunPlan[Any],
         device: torch.device,
         events: rundir.EventLog,
         elapsed_before: float,
@@ -114,7 +119,7 @@ class RunRecorder(Callback):
         self.threads = threads
         self.threads_before = list(threads_before or [])
         self.started = time.perf_counter()
-        self.results: dict[str, Any] = {}
+        self.results: Results | None = None
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.started
@@ -122,7 +127,7 @@ class RunRecorder(Callback):
     def _writing(self, path: Path) -> Any:
         return rundir.write_errors(path, then=rundir.resume_hint(self.run_dir))
 
-    def log(self, event: dict[str, Any]) -> None:
+    def log(self, event: Event) -> None:
         with self._writing(self.events.path):
             self.events.append(event)
 
@@ -283,7 +288,7 @@ class ThreadShare(Callback):
     def __init__(
         self,
         policy: ThreadPolicy,
-        log: Callable[[dict[str, Any]], None],
+        log: Callable[[Event], None],
         report: Callable[[ThreadNews], None] = ignore_news,
         used: Callable[[], list[int]] | None = None,
     ) -> None:

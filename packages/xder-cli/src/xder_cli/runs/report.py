@@ -18,18 +18,18 @@ paper's figures beside them and the direction of its orderings, and the analysis
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from xder_cli.runs import rundir
 from xder_cli.runs.claims import check_table_claims, claims_markdown
 from xder_cli.runs.defaults import REPORT_OUT as DEFAULT_REPORT_OUT
 from xder_cli.runs.errors import RunDirError, RunError, option
 from xder_cli.runs.published import published_analyses, published_results
+from xder_cli.runs.records import Config, Settings
 from xder_cli.runs.run_analysis import read_analysis
 from xder_cli.runs.settings import NOT_DEFINING, run_overrides, settings_text
 from xder_data import DataError
@@ -126,7 +126,7 @@ def _first_line(error: BaseException) -> str:
 def read_run(path: Path) -> RunRecord:
     """Parse a run directory's config.toml and results.json; what cannot be read becomes the
     record's ``error`` (the report lists it) instead of an exception."""
-    config: dict[str, Any] | None = None
+    config: Config | None = None
     results: Any = None
     errors: list[str] = []
     config_path = path / rundir.CONFIG
@@ -173,12 +173,27 @@ def report_analyses(
     return markdown, payload, plots
 
 
-def group_overrides(groups: Any, configs: dict[str, Any]) -> list[dict[str, Any]]:
+class GroupOverrides(TypedDict):
+    """A group trained with settings its preset and protocol do not give (:func:`group_overrides`):
+    its :class:`~xder_eval.GroupKey`'s fields and those settings (dotted keys)."""
+
+    benchmark: str
+    buffer_size: int
+    method: str
+    preset: str
+    settings: str
+    buffered: bool
+    overrides: Settings
+
+
+def group_overrides(
+    groups: Any, configs: Mapping[str, Mapping[str, Mapping[str, Any]] | None]
+) -> list[GroupOverrides]:
     """Per group whose runs differ from their preset and protocol
     (:func:`xder_cli.runs.settings.run_overrides`
     of its first run): the group and those settings; groups whose method or benchmark is unknown
     here (a plugin not loaded) are left out."""
-    out = []
+    out: list[GroupOverrides] = []
     for group in groups:
         config = configs.get(group.paths[0])
         if config is None:
@@ -188,12 +203,22 @@ def group_overrides(groups: Any, configs: dict[str, Any]) -> list[dict[str, Any]
         except (RunError, DataError, MethodError, UnknownBackboneError, KeyError):
             continue
         if found:
-            k = group.key
-            out.append(dataclasses.asdict(k) | {"overrides": found})
+            k: GroupKey = group.key
+            out.append(
+                {
+                    "benchmark": k.benchmark,
+                    "buffer_size": k.buffer_size,
+                    "method": k.method,
+                    "preset": k.preset,
+                    "settings": k.settings,
+                    "buffered": k.buffered,
+                    "overrides": found,
+                }
+            )
     return out
 
 
-def _override_note(overrides: list[dict[str, Any]], key: Any) -> str | None:
+def _override_note(overrides: list[GroupOverrides], key: GroupKey) -> str | None:
     """The line above a group's plot naming its overrides (None without any)."""
     for o in overrides:
         if _key_of(o) == key:
@@ -201,12 +226,20 @@ def _override_note(overrides: list[dict[str, Any]], key: Any) -> str | None:
     return None
 
 
-def _key_of(override: dict[str, Any]) -> GroupKey:
+def _key_of(override: GroupOverrides) -> GroupKey:
     """The group an entry of :func:`group_overrides` belongs to."""
-    return GroupKey(**{f.name: override[f.name] for f in dataclasses.fields(GroupKey)})
+    o = override
+    return GroupKey(
+        benchmark=o["benchmark"],
+        buffer_size=o["buffer_size"],
+        method=o["method"],
+        preset=o["preset"],
+        settings=o["settings"],
+        buffered=o["buffered"],
+    )
 
 
-def overrides_markdown(overrides: list[dict[str, Any]]) -> str:
+def overrides_markdown(overrides: list[GroupOverrides]) -> str:
     """The report's note on groups trained with overrides (empty when there are none)."""
     if not overrides:
         return ""

@@ -28,10 +28,10 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import tomli_w
 import torch
@@ -43,6 +43,7 @@ from xder_cli.runs.errors import (
     RunDirWriteError,
     option,
 )
+from xder_cli.runs.records import Checkpoint, Config, Event, Results
 
 __all__ = [
     "CHECKPOINT",
@@ -144,17 +145,25 @@ def write_json(path: Path, payload: Any) -> None:
     atomic_write_bytes(path, (json.dumps(json_safe(payload), indent=2, allow_nan=False) + "\n").encode())
 
 
-def write_config(path: Path, config: dict[str, dict[str, Any]]) -> None:
-    def clean(value: Any) -> Any:
+def write_config(path: Path, config: Config) -> None:
+    """Write a run's ``config.toml`` (the one writer of that file): ``config``'s sections with their
+    None values left out (TOML has none) and tuples as arrays.
+
+    Raises:
+        RunDirWriteError: the file could not be written (the previous one, if any, is intact).
+    """
+
+    def clean(value: object) -> object:
         if isinstance(value, tuple):
             return [clean(v) for v in value]
         return value
 
     body = {s: {k: clean(v) for k, v in values.items() if v is not None} for s, values in config.items()}
-    atomic_write_bytes(path, tomli_w.dumps(body).encode())
+    with write_errors(path, then=f"train again (and delete {path.parent})"):
+        atomic_write_bytes(path, tomli_w.dumps(body).encode())
 
 
-def read_config(path: Path) -> dict[str, dict[str, Any]]:
+def read_config(path: Path) -> Config:
     """A run's ``config.toml``, as TOML reads it.
 
     Raises:
@@ -169,13 +178,13 @@ def read_config(path: Path) -> dict[str, dict[str, Any]]:
         raise RunDirError(f"cannot read {path}: {error}") from error
 
 
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+def save_checkpoint(path: Path, state: Checkpoint) -> None:
     buffer = io.BytesIO()
     torch.save(state, buffer)
     atomic_write_bytes(path, buffer.getvalue())
 
 
-def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
+def load_checkpoint(path: Path, device: torch.device) -> Checkpoint:
     """Load a checkpoint with ``weights_only=True`` (tensors and plain containers only).
 
     Raises:
@@ -183,7 +192,8 @@ def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
             run then starts again from its first task).
     """
     try:
-        return torch.load(path, map_location=device, weights_only=True)
+        state: Checkpoint = torch.load(path, map_location=device, weights_only=True)
+        return state
     except Exception as error:  # corrupt or foreign file: the user's to fix
         cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if len(cause) > 120:
@@ -205,7 +215,7 @@ class EventLog:
         if self.path.exists():
             self.count = sum(1 for line in self.path.read_text().splitlines() if line.strip())
 
-    def append(self, event: dict[str, Any]) -> None:
+    def append(self, event: Mapping[str, object]) -> None:
         """Append one line and fsync it; if that fails (e.g. the disk is full), the log is cut back
         to its previous length, so that no partial line is left, and the error propagates."""
         line = (json.dumps(json_safe(event), allow_nan=False) + "\n").encode()
@@ -272,7 +282,7 @@ def check_run_dir(path: Path, *, named_by: str | None = None) -> Path:
     return path
 
 
-def read_events(run_dir: Path) -> list[dict[str, Any]]:
+def read_events(run_dir: Path) -> list[Event]:
     """The events of ``run_dir``'s ``events.jsonl`` in order (the one reader of that file; [] where
     there is none)."""
     path = Path(run_dir) / EVENTS
@@ -281,7 +291,7 @@ def read_events(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def read_results(run_dir: Path) -> dict[str, Any] | None:
+def read_results(run_dir: Path) -> Results | None:
     """The ``results.json`` of ``run_dir`` (the one reader of that file); None where there is none.
     Safe without the lock: the file is replaced atomically.
 
@@ -301,7 +311,7 @@ def read_results(run_dir: Path) -> dict[str, Any] | None:
         raise ResultsUnreadableError(f"unreadable {RESULTS}: {_first_line(error)}") from error
     if not isinstance(results, dict):
         raise ResultsUnreadableError(f"{RESULTS} is not a JSON object")
-    return results
+    return cast(Results, results)
 
 
 def _first_line(error: Exception) -> str:
@@ -309,7 +319,7 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def complete_results(run_dir: Path) -> dict[str, Any] | None:
+def complete_results(run_dir: Path) -> Results | None:
     """The ``results.json`` of ``run_dir`` if it records a complete run, else None (no file, an
     unreadable one, or ``complete: false``)."""
     try:

@@ -38,12 +38,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, TextIO, cast
 
 from xder_cli.runs import rundir
 from xder_cli.runs.errors import RunDirError
-from xder_cli.runs.lifecycle import RunDisplay, Start, live
+from xder_cli.runs.lifecycle import RunDisplay, RunLife, Start
 from xder_cli.runs.plugins import load_plugins, loaded_plugins
+from xder_cli.runs.records import Attempt, Config, Node, Outcome, Status
 from xder_cli.runs.settings import build_plan
 
 __all__ = [
@@ -68,7 +69,7 @@ __all__ = [
     "train_runs",
 ]
 
-RUNNING_ELSEWHERE = "running elsewhere"  # a run another process holds (the command started twice)
+RUNNING_ELSEWHERE: Final = "running elsewhere"  # a run another process holds (the command started twice)
 LOG = "log.txt"
 """What a run printed (its progress lines, a failure's traceback)."""
 ATTEMPTS = "attempts.jsonl"
@@ -107,11 +108,11 @@ class PlannedRun:
 
     name: str
     seed: int
-    config: dict[str, dict[str, Any]]
-    tags: dict[str, Any] = field(default_factory=dict)
+    config: Config
+    tags: dict[str, object] = field(default_factory=dict)
 
 
-def _ignore(*args: Any) -> None:
+def _ignore(*args: object) -> None:
     """The default callback: does nothing."""
 
 
@@ -119,21 +120,21 @@ def _ignore(*args: Any) -> None:
 # Outcomes
 
 
-def run_outcome(run_dir: Path, status: str, error: str | None = None) -> dict[str, Any]:
+def run_outcome(run_dir: Path, status: Status, error: str | None = None) -> Outcome:
     """A run's outcome as the sweep and the experiments record it: ``status``, ``error``, the
     metrics of its ``results.json`` (None where it has none, or an unreadable one) and the node of
     its last start (:data:`ATTEMPTS`)."""
     try:
-        results = rundir.read_results(run_dir) or {}
+        results = rundir.read_results(run_dir)
     except rundir.ResultsUnreadableError:
-        results = {}
+        results = None
     attempts = read_attempts(run_dir)
     return {
         "status": status,
-        "val_faa": results.get("val_faa"),
-        "faa": results.get("faa"),
-        "ff": results.get("ff"),
-        "wall_time_s": results.get("wall_time_s"),
+        "val_faa": results.get("val_faa") if results is not None else None,
+        "faa": results.get("faa") if results is not None else None,
+        "ff": results.get("ff") if results is not None else None,
+        "wall_time_s": results.get("wall_time_s") if results is not None else None,
         "error": error,
         "node": attempts[-1].get("node") if attempts else None,
     }
@@ -144,14 +145,14 @@ def run_finished(run_dir: Path) -> bool:
     return rundir.complete_results(run_dir) is not None
 
 
-def split_finished(runs: Sequence[tuple[str, Path]]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def split_finished(runs: Sequence[tuple[str, Path]]) -> tuple[dict[str, Outcome], list[str]]:
     """``(outcomes, pending)`` of named run directories: the outcome of each one already finished
     (marked ``skipped``), and the names of the others, in order."""
-    outcomes: dict[str, dict[str, Any]] = {}
+    outcomes: dict[str, Outcome] = {}
     pending = []
     for name, run_dir in runs:
         if run_finished(run_dir):
-            outcomes[name] = run_outcome(run_dir, "finished") | {"skipped": True}
+            outcomes[name] = {**run_outcome(run_dir, "finished"), "skipped": True}
         else:
             pending.append(name)
     return outcomes, pending
@@ -193,10 +194,10 @@ def outcome_note(outcome: Mapping[str, Any]) -> str:
 # One run
 
 
-def this_node() -> dict[str, str | None]:
+def this_node() -> Node:
     """Where this process runs: ``{"id", "ip", "host"}``, the Ray node's id and IP address as Ray
     reports them inside a task (None outside Ray) and the machine's host name."""
-    node: dict[str, str | None] = {"id": None, "ip": None, "host": socket.gethostname()}
+    node: Node = {"id": None, "ip": None, "host": socket.gethostname()}
     ray = sys.modules.get("ray")  # imported by a Ray worker; never imported here for this
     if ray is not None and ray.is_initialized():
         with contextlib.suppress(Exception):
@@ -205,18 +206,18 @@ def this_node() -> dict[str, str | None]:
     return node
 
 
-def read_attempts(run_dir: Path) -> list[dict[str, Any]]:
+def read_attempts(run_dir: Path) -> list[Attempt]:
     """The lines of ``run_dir/attempts.jsonl`` (:data:`ATTEMPTS`), oldest first; none if it has none."""
     try:
         text = (Path(run_dir) / ATTEMPTS).read_text()
     except OSError:
         return []
-    attempts = []
+    attempts: list[Attempt] = []
     for line in text.splitlines():
         with contextlib.suppress(ValueError):
             record = json.loads(line)
             if isinstance(record, dict):
-                attempts.append(record)
+                attempts.append(cast(Attempt, record))
     return attempts
 
 
@@ -225,7 +226,7 @@ class _LazyLog(io.TextIOBase):
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.file: Any = None
+        self.file: TextIO | None = None
 
     def writable(self) -> bool:
         return True
@@ -252,14 +253,14 @@ def _attempts_of(run_dir: Path, submission: str) -> int:
 
 def train_one(
     run_dir: str,
-    config: dict[str, dict[str, Any]],
+    config: Config,
     plugins: Sequence[str] = (),
     submission: str | None = None,
     *,
     log_output: LogOutput | None = None,
-) -> dict[str, Any]:
+) -> Outcome:
     """Train one run into ``run_dir`` through the run's life
-    (:func:`xder_cli.runs.lifecycle.live`: resuming from its checkpoint if it has one, holding the
+    (:class:`xder_cli.runs.lifecycle.RunLife`: resuming from its checkpoint if it has one, holding the
     run directory's lock throughout); never raises.
 
     Runs inside a Ray worker (or in-process). A run whose lock another process holds (the same
@@ -293,7 +294,7 @@ def train_one(
     def record_attempt(folder: Path, resumes: bool) -> None:
         nonlocal earlier
         earlier = _attempts_of(folder, submission)
-        start = {
+        start: Attempt = {
             "submission": submission,
             "node": this_node(),
             "pid": os.getpid(),
@@ -318,26 +319,26 @@ def train_one(
                 load_plugins(plugins)
                 if plugins:  # recorded, so that whatever reads the run later loads them again
                     config = {**config, "run": {**config.get("run", {}), "plugins": list(plugins)}}
-                display = log_output() if log_output is not None else RunDisplay()
-                lived = live(
-                    build_plan(config),
-                    run_dir=path,
+                life = RunLife(
+                    log_output() if log_output is not None else RunDisplay(),
                     then="run the sweep again",
-                    display=display,
                     on_locked=record_attempt,
                     lock_wait=retry_waits,
                 )
+                lived = life.existing(path, build_plan(config))
             except rundir.RunDirBusyError:
                 raise
             except Exception as error:  # a failed run is recorded, never fatal to the others
                 traceback.print_exc(file=log)
                 outcome = run_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
-                return outcome | {"attempts": _attempts_of(path, submission)}
+                return {**outcome, "attempts": _attempts_of(path, submission)}
     except rundir.RunDirBusyError as busy:  # its metrics are those of a run in progress: none
-        metrics = dict.fromkeys(("val_faa", "faa", "ff", "wall_time_s"))
         return {
             "status": RUNNING_ELSEWHERE,
-            **metrics,
+            "val_faa": None,
+            "faa": None,
+            "ff": None,
+            "wall_time_s": None,
             "error": None,
             "held_by": busy.holder,
             "node": None,
@@ -345,11 +346,13 @@ def train_one(
         }
     except (OSError, RunDirError) as error:  # the folder cannot be created, locked or written
         outcome = run_outcome(path, "failed", f"{type(error).__name__}: {error}".splitlines()[0])
-        return outcome | {"attempts": _attempts_of(path, submission)}
+        return {**outcome, "attempts": _attempts_of(path, submission)}
     if lived.start is Start.COMPLETE:  # by another process, or by a lost attempt of this submission
         earlier = _attempts_of(path, submission)
-        return run_outcome(path, "finished") | ({"attempts": earlier} if earlier else {"skipped": True})
-    return run_outcome(path, "finished") | {"attempts": earlier + 1}
+        if earlier:
+            return {**run_outcome(path, "finished"), "attempts": earlier}
+        return {**run_outcome(path, "finished"), "skipped": True}
+    return {**run_outcome(path, "finished"), "attempts": earlier + 1}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -377,7 +380,7 @@ def _node_cpus(ray: Any) -> list[float]:
 def train_on_ray(
     runs: Sequence[PlannedRun],
     root: Path,
-    on_done: Callable[[str, dict[str, Any]], None],
+    on_done: Callable[[str, Outcome], None],
     *,
     max_concurrent: int | None = None,
     address: str | None = None,
@@ -432,7 +435,7 @@ def train_on_ray(
             cpus_per_run = run_cpus(_node_cpus(ray), max_concurrent)
         # Retried on system failures only (retry_exceptions=False): a run's own errors come back
         # as outcomes, and a retry resumes from the run's checkpoint.
-        remote = ray.remote(
+        remote: Any = ray.remote(
             num_cpus=cpus_per_run,
             num_gpus=gpus_per_run,
             max_retries=RAY_MAX_RETRIES,
@@ -483,14 +486,14 @@ def train_runs(
     root: Path,
     *,
     use_ray: bool,
-    on_start: Callable[[dict[str, dict[str, Any]], list[PlannedRun]], None] = _ignore,
-    on_done: Callable[[str, dict[str, Any], dict[str, dict[str, Any]]], None] = _ignore,
+    on_start: Callable[[dict[str, Outcome], list[PlannedRun]], None] = _ignore,
+    on_done: Callable[[str, Outcome, dict[str, Outcome]], None] = _ignore,
     max_concurrent: int | None = None,
     address: str | None = None,
     gpus_per_run: float = 0.0,
     cpus_per_run: float | None = None,
     log_output: LogOutput | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Outcome]:
     """Train every run whose run directory, ``root/<name>``, does not hold a finished run yet, and
     return the outcome of each run, by name (finished ones marked ``skipped``; see :func:`train_one`).
 
@@ -509,7 +512,7 @@ def train_runs(
     pending = [run for run in runs if run.name in pending_names]
     on_start(outcomes, pending)
 
-    def record(name: str, outcome: dict[str, Any]) -> None:
+    def record(name: str, outcome: Outcome) -> None:
         outcomes[name] = outcome
         on_done(name, outcome, outcomes)
 

@@ -38,7 +38,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from xder_cli.runs import rundir
 from xder_cli.runs._dotted import (
@@ -55,6 +55,7 @@ from xder_cli.runs.defaults import LOGGERS
 from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.plugins import load_recorded
 from xder_cli.runs.presets import choose_preset
+from xder_cli.runs.records import Config, Section
 from xder_data import (
     DEFAULT_PROTOCOL,
     BenchmarkDefaults,
@@ -318,8 +319,12 @@ def resolve_config(
 # The plan
 
 
+MethodConfigT = TypeVar("MethodConfigT")
+"""The config class of a plan's method (:func:`xder_methods.method_config_class`)."""
+
+
 @dataclass(frozen=True)
-class RunPlan:
+class RunPlan(Generic[MethodConfigT]):
     """A run's validated configuration, as typed objects and as the TOML sections.
 
     ``benchmark`` holds the benchmark's options (the ``[benchmark]`` section, its defaults
@@ -328,10 +333,10 @@ class RunPlan:
 
     settings: RunSettings
     schedule: TrainingSchedule
-    method_config: Any
-    backbone: dict[str, Any]
-    config: dict[str, dict[str, Any]]
-    benchmark: dict[str, Any] = field(default_factory=dict)
+    method_config: MethodConfigT
+    backbone: Section
+    config: Config
+    benchmark: Section = field(default_factory=dict)
 
     @property
     def buffer_size(self) -> int:
@@ -348,7 +353,7 @@ class RunPlan:
         return dataclasses.replace(self.schedule, record_every=0)
 
 
-def start_notes(plan: RunPlan, *, preset_named: bool) -> list[str]:
+def start_notes(plan: RunPlan[Any], *, preset_named: bool) -> list[str]:
     """What a new run's first lines say beyond its settings: a replay method with an empty buffer,
     and a default preset that fell back to ``none`` for want of an entry at this buffer size
     (``preset_named``: the user named the preset)."""
@@ -406,7 +411,7 @@ def benchmark_settings(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in defaults.items() if v is not empty}, **given}
 
 
-def build_plan(config: Mapping[str, Mapping[str, Any]]) -> RunPlan:
+def build_plan(config: Mapping[str, Mapping[str, Any]]) -> RunPlan[Any]:
     """Validate every section of a configuration and build the typed objects.
 
     Raises:
@@ -462,7 +467,7 @@ def resolve_run(
     buffer_size: int | None = None,
     overrides: Mapping[str, Any] | None = None,
     **run: Any,
-) -> RunPlan:
+) -> RunPlan[Any]:
     """The plan of a run, as ``xder-run train`` resolves it: the method's defaults, the
     benchmark's ``protocol``, the ``preset`` (default: the method's, ``tuned`` else ``paper``
     else ``none``), then ``buffer_size`` and ``overrides`` (dotted keys:
@@ -482,7 +487,7 @@ def resolve_run(
     return build_plan(resolve_config(method, benchmark, protocol=protocol, preset=preset, settings=settings))
 
 
-def load_plan(run_dir: str | Path) -> RunPlan:
+def load_plan(run_dir: str | Path) -> RunPlan[Any]:
     """The plan a run directory was trained with (its ``config.toml``), the plugins it records
     (``run.plugins``) loaded first.
 

@@ -42,15 +42,16 @@ import hashlib
 import itertools
 import json
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from xder_cli.runs import rundir
 from xder_cli.runs._stats import check_distinct_seeds, fmt_stat, mean_std
 from xder_cli.runs.errors import RunDirError, SettingError, option
 from xder_cli.runs.presets import preset_entry
+from xder_cli.runs.records import Outcome, Settings
 from xder_cli.runs.scheduler import (
     LogOutput,
     PlannedRun,
@@ -102,7 +103,7 @@ class SweepSpec:
     buffer_size: int | None = None
     validation: float = 0.1
     preset: str = "none"
-    fixed: dict[str, Any] = field(default_factory=dict)
+    fixed: Settings = field(default_factory=dict)
     protocol: str = DEFAULT_PROTOCOL
 
 
@@ -224,12 +225,12 @@ def spec_from_preset(text: str, seeds: tuple[int, ...] | None, protocol: str = D
     )
 
 
-def _point_name(index: int, point: dict[str, Any]) -> str:
+def _point_name(index: int, point: Mapping[str, object]) -> str:
     digest = hashlib.sha1(json.dumps(point, sort_keys=True).encode()).hexdigest()[:8]
     return f"p{index:03d}-{digest}"
 
 
-def with_settings(spec: SweepSpec, settings: dict[str, Any], buffer_size: int | None = None) -> SweepSpec:
+def with_settings(spec: SweepSpec, settings: Settings, buffer_size: int | None = None) -> SweepSpec:
     """``spec`` with ``settings`` (dotted keys: the command's flags) fixed for every trial, and
     ``buffer_size`` for every trial where given.
 
@@ -281,21 +282,63 @@ def plan_trials(spec: SweepSpec) -> list[PlannedRun]:
     return trials
 
 
+class _Point(TypedDict):
+    point: dict[str, object]
+    trials: list[str]
+    val: list[float]
+    test: list[float]
+
+
+class SweepRow(TypedDict):
+    """A point of the grid in a sweep's summary: its validation and test FAA over its seeds."""
+
+    name: str
+    point: dict[str, object]
+    val_faa_mean: float | None
+    val_faa_std: float | None
+    test_faa_mean: float | None
+    test_faa_std: float | None
+    seeds_finished: int
+    seeds: int
+
+
+class SweepSummary(TypedDict):
+    """A sweep's summary, ``sweep.json`` (:func:`select`): the sweep, its points ranked by nothing
+    (``points``), the best, and every trial with its outcome (``trials``)."""
+
+    method: str
+    benchmark: str
+    protocol: str
+    buffer_size: int | None
+    seeds: list[int]
+    validation: float
+    grid: dict[str, list[Any]]
+    fixed: Settings
+    selected_on: str
+    best: SweepRow | None
+    points: list[SweepRow]
+    retries: int
+    trials: list[dict[str, object]]
+
+
 UNFINISHED = {"status": "unfinished: resumes from its checkpoint when the sweep runs again"}
 """A trial with no outcome yet whose run directory holds a checkpoint (training, or interrupted)."""
 
 
 def select(
-    spec: SweepSpec, trials: list[PlannedRun], outcomes: dict[str, dict[str, Any]], out: Path | None = None
-) -> dict[str, Any]:
+    spec: SweepSpec,
+    trials: list[PlannedRun],
+    outcomes: Mapping[str, Mapping[str, Any]],
+    out: Path | None = None,
+) -> SweepSummary:
     """The sweep's summary: per point the mean +- std over seeds of validation and test FAA, and
     the best point by mean VALIDATION FAA among points whose every seed finished (ties: the
     earlier point). A trial without an outcome is ``not run``, or :data:`UNFINISHED` where its
     run directory under ``out`` holds a checkpoint."""
     if out is not None:
         started = {t.name for t in trials if (out / TRIALS / t.name / rundir.CHECKPOINT).exists()}
-        outcomes = {name: dict(UNFINISHED) for name in started - set(outcomes)} | outcomes
-    points: dict[str, dict[str, Any]] = {}
+        outcomes = {name: dict(UNFINISHED) for name in started - set(outcomes)} | dict(outcomes)
+    points: dict[str, _Point] = {}
     for trial in trials:
         key = trial.name.rsplit("-s", 1)[0]
         entry = points.setdefault(key, {"point": trial.tags, "trials": [], "val": [], "test": []})
@@ -304,7 +347,7 @@ def select(
         if outcome.get("status") == "finished" and outcome.get("val_faa") is not None:
             entry["val"].append(float(outcome["val_faa"]))
             entry["test"].append(float(outcome["faa"]))
-    rows = []
+    rows: list[SweepRow] = []
     for key, entry in points.items():
         val_mean, val_std = mean_std(entry["val"])
         test_mean, test_std = mean_std(entry["test"])
@@ -321,7 +364,7 @@ def select(
             }
         )
     eligible = [r for r in rows if r["seeds_finished"] == r["seeds"] and r["val_faa_mean"] is not None]
-    best = max(eligible, key=lambda r: r["val_faa_mean"], default=None)
+    best = max(eligible, key=lambda r: cast(float, r["val_faa_mean"]), default=None)
     return {
         "method": spec.method,
         "benchmark": spec.benchmark,
@@ -351,7 +394,7 @@ def select(
     }
 
 
-def sweep_markdown(summary: dict[str, Any]) -> str:
+def sweep_markdown(summary: SweepSummary) -> str:
     """The sweep report: points ranked by validation FAA, the best first, then failed trials."""
     keys = list(summary["grid"])
     lines = [
@@ -402,17 +445,17 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_summary(out: Path, summary: dict[str, Any]) -> None:
+def write_summary(out: Path, summary: SweepSummary) -> None:
     """Write a sweep's summary (:func:`select`) into ``out``: ``sweep.json`` and ``sweep.md``."""
     rundir.write_json(out / SWEEP_JSON, summary)
     rundir.atomic_write_bytes(out / SWEEP_MD, sweep_markdown(summary).encode())
 
 
-def _val_faa(outcome: dict[str, Any]) -> str:
+def _val_faa(outcome: Outcome) -> str:
     return " val FAA " + ("-" if outcome.get("val_faa") is None else f"{outcome['val_faa']:.2f}")
 
 
-def _ignore(*args: Any) -> None:
+def _ignore(*args: object) -> None:
     """The default callback: does nothing."""
 
 
@@ -425,9 +468,9 @@ def run_sweep(
     gpus_per_run: float = 0.0,
     cpus_per_run: float | None = None,
     on_start: Callable[[int, int], None] = _ignore,
-    on_done: Callable[[str, dict[str, Any], str], None] = _ignore,
+    on_done: Callable[[str, Outcome, str], None] = _ignore,
     log_output: LogOutput | None = None,
-) -> dict[str, Any]:
+) -> SweepSummary:
     """Run every unfinished trial on Ray and write ``sweep.json`` and ``sweep.md`` into ``out``
     (before the first trial and after each, so a killed sweep leaves a current summary); returns
     the summary (:func:`select`).
@@ -457,11 +500,11 @@ def run_sweep(
     except OSError as error:
         raise RunDirError(f"cannot create the output folder {out}: {error.strerror}") from error
 
-    def started(outcomes: dict[str, dict[str, Any]], pending: list[PlannedRun]) -> None:
+    def started(outcomes: dict[str, Outcome], pending: list[PlannedRun]) -> None:
         on_start(len(trials), len(trials) - len(pending))
         write_summary(out, select(spec, trials, outcomes, out))
 
-    def done(name: str, outcome: dict[str, Any], outcomes: dict[str, dict[str, Any]]) -> None:
+    def done(name: str, outcome: Outcome, outcomes: dict[str, Outcome]) -> None:
         on_done(name, outcome, _val_faa(outcome))
         write_summary(out, select(spec, trials, outcomes, out))
 

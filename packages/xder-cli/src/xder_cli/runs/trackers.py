@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from xder_cli.runs.errors import SettingError, TrackerError, option
+from xder_cli.runs.records import Settings
 from xder_methods import Callback, EpochRecord, FitState, TaskRecord
 
 __all__ = [
@@ -101,10 +102,10 @@ def check_loggers(names: Sequence[str]) -> None:
             ) from None
 
 
-def flatten_config(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def flatten_config(config: Mapping[str, Mapping[str, Any]]) -> Settings:
     """``{"section.key": value}`` with values a tracker's hyperparameters take: numbers,
     strings and booleans as they are, lists as JSON text; None values left out."""
-    flat: dict[str, Any] = {}
+    flat: Settings = {}
     for section, values in config.items():
         for key, value in values.items():
             if value is None:

@@ -32,7 +32,6 @@ Statistics are over seeds: the mean and the sample standard deviation (None belo
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from xder_cli.runs._stats import check_distinct_seeds
 from xder_cli.runs.errors import SettingError, option
@@ -42,6 +41,7 @@ from xder_cli.runs.experiments.common import (
     EXPERIMENT_JSON,
     EXPERIMENT_MD,
     RUNS,
+    Common,
     Experiment,
     ExperimentOptions,
     PlannedExperiment,
@@ -126,7 +126,7 @@ def plan_experiment(name: str, options: ExperimentOptions, *, notify: Notify = i
                 f"{option(field)} is an option of experiment {' and '.join(owners)}, not of {name}"
             )
     options = dataclasses.replace(options, protocol=canonical_protocol(options.protocol))
-    common: dict[str, Any] = {
+    common: Common = {
         "experiment": name,
         "benchmark": options.benchmark,
         "protocol": options.protocol,

@@ -11,8 +11,10 @@ from typing import Any
 from xder_cli.runs.defaults import CLASS_ORDER_METHODS as DEFAULT_METHODS
 from xder_cli.runs.experiments.common import (
     OWNED_BY_ALL,
+    Common,
     ExperimentOptions,
     PlannedExperiment,
+    Summary,
     cell,
     check_owned,
     describe_faa,
@@ -26,6 +28,7 @@ from xder_cli.runs.experiments.common import (
     run_records,
     with_overrides,
 )
+from xder_cli.runs.records import Outcome
 from xder_cli.runs.scheduler import PlannedRun
 from xder_cli.runs.settings import Notify, ignore
 from xder_data import DEFAULT_PROTOCOL
@@ -67,8 +70,8 @@ def plan_class_order(
 
 
 def summarize_class_order(
-    runs: Sequence[PlannedRun], outcomes: dict[str, dict[str, Any]], root: Path, common: dict[str, Any]
-) -> dict[str, Any]:
+    runs: Sequence[PlannedRun], outcomes: dict[str, Outcome], root: Path, common: Common
+) -> Summary:
     """experiment.json of ``class-order``: per method and order, FAA and FF (mean, std over the
     finished seeds), the FAA difference reversed minus natural, and every run."""
     records = run_records(runs, outcomes, root, faa_metrics)
@@ -95,7 +98,7 @@ def summarize_class_order(
     }
 
 
-def class_order_markdown(summary: dict[str, Any]) -> str:
+def class_order_markdown(summary: Summary) -> str:
     """The table of ``class-order``: one row per method, one column per order."""
     lines = [
         f"# Class order: forward vs backward on {summary['benchmark']} (X-DER paper App. A)",
@@ -120,7 +123,7 @@ def class_order_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(with_overrides(lines, summary) + not_finished(summary["runs"])) + "\n"
 
 
-def plot_class_order(summary: dict[str, Any], path: Path) -> None:
+def plot_class_order(summary: Summary, path: Path) -> None:
     """Grouped bars of FAA (± std) per method, one bar per class order."""
     rows = summary["rows"]
     fig = new_figure(max(5.0, 1.8 + 1.4 * len(rows)), 4)
@@ -152,9 +155,7 @@ class ClassOrder:
     name = "class-order"
     options = frozenset({"methods"})
 
-    def plan(
-        self, options: ExperimentOptions, common: dict[str, Any], notify: Notify = ignore
-    ) -> PlannedExperiment:
+    def plan(self, options: ExperimentOptions, common: Common, notify: Notify = ignore) -> PlannedExperiment:
         """Plan every run (see :class:`~xder_cli.runs.experiments.common.Experiment`)."""
         sets = options.run_sets()
         check_owned(sets, OWNED_BY_ALL | {"run.class_order": "the experiment sets it: natural and reversed"})

@@ -13,13 +13,14 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from xder_cli.runs import rundir
 from xder_cli.runs._stats import fmt, fmt_stat, mean_std
 from xder_cli.runs.defaults import EXPERIMENT_RUNS
 from xder_cli.runs.defaults import EXPERIMENT_SEEDS as DEFAULT_SEEDS
 from xder_cli.runs.errors import RunDirError, SettingError, option
+from xder_cli.runs.records import Config, Outcome, Results, Settings
 from xder_cli.runs.scheduler import LogOutput, PlannedRun, outcome_note, run_retries, train_runs
 from xder_cli.runs.settings import Notify, build_plan, defines, resolve_config, settings_text
 from xder_data import DEFAULT_PROTOCOL, canonical_protocol
@@ -30,9 +31,13 @@ __all__ = [
     "EXPERIMENT_MD",
     "OWNED_BY_ALL",
     "RUNS",
+    "Common",
     "Experiment",
     "ExperimentOptions",
+    "Metric",
     "PlannedExperiment",
+    "RunRecord",
+    "Summary",
     "cell",
     "check_owned",
     "execute",
@@ -52,6 +57,31 @@ __all__ = [
 ]
 
 EXPERIMENT_JSON, EXPERIMENT_MD, RUNS = "experiment.json", "experiment.md", EXPERIMENT_RUNS
+
+
+class Common(TypedDict):
+    """The start of every experiment's summary: what it is, on what, with which seeds and
+    settings (:func:`xder_cli.runs.experiments.plan_experiment`)."""
+
+    experiment: str
+    benchmark: str
+    protocol: str
+    seeds: list[int]
+    sets: Settings
+
+
+Summary = dict[str, Any]
+"""An experiment's summary, ``experiment.json``: :class:`Common`'s keys, the experiment's own
+(its cells, rows, parameters: each experiment's shape), its ``runs`` (:data:`RunRecord`), then
+``files`` and ``retries``."""
+
+RunRecord = dict[str, Any]
+"""``experiment.json``'s record of one run (:func:`run_records`): its name, folder, seed and
+outcome, with the tags and the metrics of its experiment (each experiment's own keys)."""
+
+Metric = Callable[[Results | None], dict[str, float | None]]
+"""The figures an experiment reads from a run's ``results.json`` (None where it has none: each
+figure None)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +117,7 @@ class ExperimentOptions:
     buffer_size: int | None = None
     paper: str | None = None
 
-    def run_sets(self) -> dict[str, Any]:
+    def run_sets(self) -> Settings:
         """The settings of every run: ``sets``, then ``run.loggers`` where there are loggers."""
         return {**self.sets, **({"run.loggers": list(self.loggers)} if self.loggers else {})}
 
@@ -112,13 +142,13 @@ class PlannedExperiment:
     """
 
     runs: list[PlannedRun]
-    summarize: Callable[[dict[str, dict[str, Any]], Path], dict[str, Any]]
-    markdown: Callable[[dict[str, Any]], str]
-    plot: Callable[[dict[str, Any], Path], None]
-    describe: Callable[[dict[str, Any] | None], str]
+    summarize: Callable[[dict[str, Outcome], Path], Summary]
+    markdown: Callable[[Summary], str]
+    plot: Callable[[Summary, Path], None]
+    describe: Callable[[Results | None], str]
     plot_file: str
     markdown_file: str = EXPERIMENT_MD
-    extra_files: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = ()
+    extra_files: tuple[tuple[str, Callable[[Summary], str]], ...] = ()
     on_ray: bool = False
     qualifier: str = ""
 
@@ -143,7 +173,7 @@ class Experiment(Protocol):
     name: str
     options: frozenset[str]
 
-    def plan(self, options: ExperimentOptions, common: dict[str, Any], notify: Notify) -> PlannedExperiment:
+    def plan(self, options: ExperimentOptions, common: Common, notify: Notify) -> PlannedExperiment:
         """Plan every run (nothing trains): ``common`` is the start of its summary (experiment,
         benchmark, protocol, seeds, sets); ``notify`` hears notes for the user.
 
@@ -185,7 +215,7 @@ def run_config(
     protocol: str,
     *,
     preset: str | None = None,
-) -> dict[str, Any]:
+) -> Config:
     """A run's resolved, validated configuration: ``sets`` (dotted keys) over the method's
     ``preset`` (None: its default preset) and the benchmark's ``protocol``."""
     settings = {"run.seed": seed, **sets}
@@ -193,7 +223,7 @@ def run_config(
     return build_plan(config).config
 
 
-def _normalised(config: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _normalised(config: Config) -> Config:
     """A configuration as its config.toml reads back (no None values, lists for tuples), less what
     places or observes the run rather than defines it (:func:`xder_cli.runs.settings.defines`: a
     run moved to another device or data folder is the same run) and empty sections."""
@@ -203,7 +233,8 @@ def _normalised(config: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     }
     if "protocol" in body.get("run", {}):  # recorded under the protocol's former name, perhaps
         body["run"]["protocol"] = canonical_protocol(body["run"]["protocol"])
-    return json.loads(json.dumps({s: values for s, values in body.items() if values}))
+    normalised: Config = json.loads(json.dumps({s: values for s, values in body.items() if values}))
+    return normalised
 
 
 def _check_existing(run: PlannedRun, run_dir: Path) -> None:
@@ -227,7 +258,7 @@ def _check_existing(run: PlannedRun, run_dir: Path) -> None:
     )  # pragma: no cover
 
 
-def _ignore(*args: Any) -> None:
+def _ignore(*args: object) -> None:
     """The default callback: does nothing."""
 
 
@@ -235,16 +266,16 @@ def execute(
     runs: Sequence[PlannedRun],
     root: Path,
     *,
-    describe: Callable[[dict[str, Any] | None], str],
-    on_change: Callable[[dict[str, dict[str, Any]]], object],
+    describe: Callable[[Results | None], str],
+    on_change: Callable[[dict[str, Outcome]], object],
     use_ray: bool,
     max_concurrent: int | None = None,
     address: str | None = None,
     gpus_per_run: float = 0.0,
     on_start: Callable[[int, int], None] = _ignore,
-    on_done: Callable[[str, dict[str, Any], str], None] = _ignore,
+    on_done: Callable[[str, Outcome, str], None] = _ignore,
     log_output: LogOutput | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Outcome]:
     """Train every unfinished run into ``root/<name>`` (resuming from a checkpoint where there is
     one) and return each run's outcome (:func:`xder_cli.runs.scheduler.run_outcome`).
 
@@ -265,11 +296,11 @@ def execute(
     for run in runs:
         _check_existing(run, root / run.name)
 
-    def started(outcomes: dict[str, dict[str, Any]], pending: list[PlannedRun]) -> None:
+    def started(outcomes: dict[str, Outcome], pending: list[PlannedRun]) -> None:
         on_start(len(runs), len(runs) - len(pending))
         on_change(outcomes)
 
-    def done(name: str, outcome: dict[str, Any], outcomes: dict[str, dict[str, Any]]) -> None:
+    def done(name: str, outcome: Outcome, outcomes: dict[str, Outcome]) -> None:
         text = describe(rundir.complete_results(root / name)) if outcome["status"] == "finished" else ""
         on_done(name, outcome, f" | {text}" if text else "")
         on_change(outcomes)
@@ -296,9 +327,9 @@ def run_experiment(
     address: str | None = None,
     gpus_per_run: float = 0.0,
     on_start: Callable[[int, int], None] = _ignore,
-    on_done: Callable[[str, dict[str, Any], str], None] = _ignore,
+    on_done: Callable[[str, Outcome, str], None] = _ignore,
     log_output: LogOutput | None = None,
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+) -> tuple[Summary, dict[str, Outcome]]:
     """Train the planned runs not finished yet into ``out/runs`` (:func:`execute`, which takes
     ``use_ray`` and the rest), writing the summary into ``out`` before the first and after each
     (experiment.json with ``files`` and ``retries``, the Markdown table, the extra files), then
@@ -311,7 +342,7 @@ def run_experiment(
     root.mkdir(parents=True, exist_ok=True)
     texts = ((planned.markdown_file, planned.markdown), *planned.extra_files)
 
-    def write(outcomes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def write(outcomes: dict[str, Outcome]) -> Summary:
         retried = sum(run_retries(outcome) for outcome in outcomes.values())
         summary = planned.summarize(outcomes, root) | {"files": planned.files, "retries": retried}
         rundir.write_json(out / EXPERIMENT_JSON, summary)
@@ -337,13 +368,14 @@ def run_experiment(
     return summary, outcomes
 
 
-def faa_metrics(results: dict[str, Any] | None) -> dict[str, float | None]:
+def faa_metrics(results: Results | None) -> dict[str, float | None]:
     """``faa`` and ``ff`` of a results.json (None where it has none)."""
-    results = results or {}
+    if results is None:
+        return {"faa": None, "ff": None}
     return {"faa": results.get("faa"), "ff": results.get("ff")}
 
 
-def describe_faa(results: dict[str, Any] | None, label: str = "FAA") -> str:
+def describe_faa(results: Results | None, label: str = "FAA") -> str:
     """A finished run's figures on a progress line: ``FAA 12.34, FF 56.78`` (``label`` names the
     FAA: ``test FAA`` where no validation split is held out)."""
     m = faa_metrics(results)
@@ -352,15 +384,15 @@ def describe_faa(results: dict[str, Any] | None, label: str = "FAA") -> str:
 
 def run_records(
     runs: Sequence[PlannedRun],
-    outcomes: dict[str, dict[str, Any]],
+    outcomes: dict[str, Outcome],
     root: Path,
-    metrics: Callable[[dict[str, Any] | None], dict[str, Any]],
-) -> list[dict[str, Any]]:
+    metrics: Metric,
+) -> list[RunRecord]:
     """experiment.json's ``runs``: per run its name, folder, seed, tags, outcome, and the
     ``metrics`` of its results.json (None until it finished)."""
     records = []
     for run in runs:
-        outcome = outcomes.get(run.name, {"status": "not run"})
+        outcome: Mapping[str, Any] = outcomes.get(run.name, {"status": "not run"})
         finished = outcome.get("status") == "finished"
         results = rundir.complete_results(root / run.name) if finished else None
         records.append(
@@ -383,10 +415,10 @@ def run_records(
     return records
 
 
-def cell(records: Sequence[dict[str, Any]], keys: dict[str, str]) -> dict[str, Any]:
+def cell(records: Sequence[RunRecord], keys: dict[str, str]) -> dict[str, float | int | None]:
     """Mean and std over the finished records of each metric; ``keys``: metric -> output name."""
     done = [r for r in records if r["status"] == "finished"]
-    out: dict[str, Any] = {}
+    out: dict[str, float | int | None] = {}
     for metric, name in keys.items():
         mean, std = mean_std([float(r[metric]) for r in done if r[metric] is not None])
         out[f"{name}_mean"], out[f"{name}_std"] = mean, std
@@ -402,7 +434,7 @@ def overrides_text(sets: Mapping[str, Any]) -> str:
     return settings_text({key: value for key, value in sets.items() if defines(key)})
 
 
-def with_overrides(lines: list[str], summary: dict[str, Any]) -> list[str]:
+def with_overrides(lines: list[str], summary: Summary) -> list[str]:
     """An experiment's Markdown lines, its heading marked and its overrides named when ``--set``
     changed every run (the table is then not the protocol's own)."""
     if not overrides_text(summary.get("sets", {})):
@@ -414,13 +446,13 @@ def with_overrides(lines: list[str], summary: dict[str, Any]) -> list[str]:
     return [f"{lines[0]}, with overrides", "", note, *lines[1:]]
 
 
-def overrides_label(summary: dict[str, Any]) -> str | None:
+def overrides_label(summary: Summary) -> str | None:
     """The line a plot carries above its title when ``--set`` changed every run (else None)."""
     text = overrides_text(summary.get("sets", {}))
     return f"with overrides: {text}" if text else None
 
 
-def not_finished(records: Sequence[dict[str, Any]]) -> list[str]:
+def not_finished(records: Sequence[RunRecord]) -> list[str]:
     """The Markdown lines listing the runs not finished, each with its note; none if all did."""
     lines = [
         f"- {r['run_dir']}: {r['status']}{outcome_note(r)}" for r in records if r["status"] != "finished"
@@ -433,7 +465,7 @@ def or_nan(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
-def percent_bars_axis(ax: Any, cells: Sequence[dict[str, Any]], metric: str) -> None:
+def percent_bars_axis(ax: Any, cells: Sequence[Mapping[str, Any]], metric: str) -> None:
     """A 0-100% axis for bars of ``cells``' ``<metric>_mean`` (± ``_std``), room left for the
     tallest error bar; ticks to 100."""
     tops = [

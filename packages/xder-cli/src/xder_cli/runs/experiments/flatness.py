@@ -16,8 +16,10 @@ from typing import Any
 from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.experiments.common import (
     OWNED_BY_ALL,
+    Common,
     ExperimentOptions,
     PlannedExperiment,
+    Summary,
     cell,
     check_owned,
     fmt,
@@ -31,6 +33,7 @@ from xder_cli.runs.experiments.common import (
     run_records,
     with_overrides,
 )
+from xder_cli.runs.records import Outcome, Results
 from xder_cli.runs.scheduler import PlannedRun
 from xder_cli.runs.settings import Notify, ignore
 from xder_data import DEFAULT_PROTOCOL, load_benchmark
@@ -109,10 +112,10 @@ def plan_flatness(
     return runs
 
 
-def flatness_metrics(results: dict[str, Any] | None) -> dict[str, float | None]:
+def flatness_metrics(results: Results | None) -> dict[str, float | None]:
     """From a two-task run's results.json: the final Class-IL accuracy (%) on its first task, and
     that task's forgetting (its best accuracy before the last task minus the final one)."""
-    matrix = (results or {}).get("accuracy_matrix") or []
+    matrix = results["accuracy_matrix"] if results is not None else []
     if len(matrix) < 2 or not matrix[-1] or matrix[-1][0] is None:
         return {"first_task_accuracy": None, "first_task_forgetting": None}
     final = float(matrix[-1][0])
@@ -124,8 +127,8 @@ def flatness_metrics(results: dict[str, Any] | None) -> dict[str, float | None]:
 
 
 def summarize_flatness(
-    runs: Sequence[PlannedRun], outcomes: dict[str, dict[str, Any]], root: Path, common: dict[str, Any]
-) -> dict[str, Any]:
+    runs: Sequence[PlannedRun], outcomes: dict[str, Outcome], root: Path, common: Common
+) -> Summary:
     """experiment.json of ``flatness``: per pair and regulariser, the first task's final accuracy
     and forgetting (mean, std over the finished seeds), their means over pairs, and every run."""
     records = run_records(runs, outcomes, root, flatness_metrics)
@@ -160,7 +163,7 @@ def summarize_flatness(
     }
 
 
-def flatness_markdown(summary: dict[str, Any]) -> str:
+def flatness_markdown(summary: Summary) -> str:
     """The table of ``flatness``: one row per pair, one column per regulariser."""
     lines = [
         f"# Flatness: the stable-regime study on {summary['benchmark']} (X-DER paper Sec. 6.2)",
@@ -196,7 +199,7 @@ def flatness_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(with_overrides(lines, summary) + not_finished(summary["runs"])) + "\n"
 
 
-def plot_flatness(summary: dict[str, Any], path: Path) -> None:
+def plot_flatness(summary: Summary, path: Path) -> None:
     """First-task accuracy per pair, one series per regulariser (plain SGD greyed out, as in the
     paper): a radar plot, the paper's, with three pairs or more; grouped bars with fewer."""
     rows = summary["rows"]
@@ -251,9 +254,7 @@ class Flatness:
     name = "flatness"
     options = frozenset({"pairs"})
 
-    def plan(
-        self, options: ExperimentOptions, common: dict[str, Any], notify: Notify = ignore
-    ) -> PlannedExperiment:
+    def plan(self, options: ExperimentOptions, common: Common, notify: Notify = ignore) -> PlannedExperiment:
         """Plan every run (see :class:`~xder_cli.runs.experiments.common.Experiment`); the
         benchmark is loaded to learn its tasks."""
         sets, seeds = options.run_sets(), options.seeds
@@ -275,7 +276,7 @@ class Flatness:
         pairs = options.pairs if options.pairs is not None else tuple(range(n_tasks - 1))
         runs = plan_flatness(options.benchmark, classes_per_task, pairs, seeds, sets, options.protocol)
 
-        def describe(results: dict[str, Any] | None) -> str:
+        def describe(results: Results | None) -> str:
             m = flatness_metrics(results)
             return (
                 f"first-task accuracy {fmt(m['first_task_accuracy'])}, "

@@ -15,8 +15,10 @@ from xder_cli.runs.defaults import SENSITIVITY_METHOD as DEFAULT_METHOD
 from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.experiments.common import (
     OWNED_BY_ALL,
+    Common,
     ExperimentOptions,
     PlannedExperiment,
+    Summary,
     cell,
     check_owned,
     describe_faa,
@@ -29,6 +31,7 @@ from xder_cli.runs.experiments.common import (
     run_records,
     with_overrides,
 )
+from xder_cli.runs.records import Outcome, Settings
 from xder_cli.runs.scheduler import PlannedRun
 from xder_cli.runs.settings import Notify, ignore
 from xder_cli.runs.sweep import SweepSpec, plan_trials
@@ -54,7 +57,7 @@ def plan_sensitivity(
     seeds: Sequence[int],
     sets: Mapping[str, Any],
     protocol: str = DEFAULT_PROTOCOL,
-) -> tuple[list[PlannedRun], dict[str, Any], str]:
+) -> tuple[list[PlannedRun], Settings, str]:
     """Every (parameter, value, seed), each parameter's values planned as a one-key sweep grid
     around the base configuration (the method's default preset + ``sets``), with no validation
     split (the test FAA is what this study reports).
@@ -91,15 +94,15 @@ def plan_sensitivity(
 
 def summarize_sensitivity(
     runs: Sequence[PlannedRun],
-    outcomes: dict[str, dict[str, Any]],
+    outcomes: dict[str, Outcome],
     root: Path,
-    common: dict[str, Any],
+    common: Common,
     *,
     method: str,
     preset: str,
     params: Sequence[tuple[str, list[Any]]],
-    base_values: dict[str, Any],
-) -> dict[str, Any]:
+    base_values: Settings,
+) -> Summary:
     """experiment.json of ``sensitivity``: per parameter, its base value and per value the test
     FAA and FF (mean, std over the finished seeds), and every run."""
     records = run_records(runs, outcomes, root, faa_metrics)
@@ -130,7 +133,7 @@ def summarize_sensitivity(
     }
 
 
-def sensitivity_markdown(summary: dict[str, Any]) -> str:
+def sensitivity_markdown(summary: Summary) -> str:
     """The table of ``sensitivity``: one row per (parameter, value)."""
     lines = [
         f"# Sensitivity of {summary['method']} on {summary['benchmark']} "
@@ -160,7 +163,7 @@ def _numeric(values: Sequence[Any]) -> bool:
     return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
 
 
-def plot_sensitivity(summary: dict[str, Any], path: Path) -> None:
+def plot_sensitivity(summary: Summary, path: Path) -> None:
     """One panel per parameter: test FAA (mean ± std over seeds) against its value, the base
     value dashed (named "(base)" on a categorical axis); a log axis for positive values spanning
     a factor of 10 or more. The panels share one FAA range, chosen from the data."""
@@ -215,9 +218,7 @@ class Sensitivity:
     name = "sensitivity"
     options = frozenset({"method", "params"})
 
-    def plan(
-        self, options: ExperimentOptions, common: dict[str, Any], notify: Notify = ignore
-    ) -> PlannedExperiment:
+    def plan(self, options: ExperimentOptions, common: Common, notify: Notify = ignore) -> PlannedExperiment:
         """Plan every run (see :class:`~xder_cli.runs.experiments.common.Experiment`).
 
         Raises:

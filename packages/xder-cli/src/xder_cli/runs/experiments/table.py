@@ -32,14 +32,16 @@ import csv
 import io
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from xder_cli.runs.claims import check_table_claims, claims_markdown
 from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.experiments.common import (
     OWNED_BY_ALL,
+    Common,
     ExperimentOptions,
     PlannedExperiment,
+    Summary,
     check_owned,
     describe_faa,
     faa_metrics,
@@ -67,6 +69,7 @@ from xder_cli.runs.published import (
     published_at,
     published_benchmarks,
 )
+from xder_cli.runs.records import Outcome, Results
 from xder_cli.runs.scheduler import PlannedRun
 from xder_cli.runs.settings import Notify, ignore
 from xder_data import DEFAULT_PROTOCOL
@@ -135,51 +138,72 @@ TABLE_CSV_COLUMNS = (
 """The header of ``table.csv``: one line per entry (empty cells where a value is undefined)."""
 
 
-def table_metrics(results: dict[str, Any] | None) -> dict[str, float | None]:
+def table_metrics(results: Results | None) -> dict[str, float | None]:
     """``faa``, ``ff``, ``task_il`` (the Task-IL FAA) and ``wall_time_s`` (the run's training time,
     resumed parts summed) of a results.json (None where it has none)."""
-    results = results or {}
+    if results is None:
+        return faa_metrics(None) | {"task_il": None, "wall_time_s": None}
     extra = {"task_il": results.get("task_il_faa"), "wall_time_s": results.get("wall_time_s")}
     return faa_metrics(results) | extra
 
 
+class MetricCell(TypedDict):
+    """One metric of a table's row (:func:`summarize_table`): ours over the seeds, the published
+    value where there is one, and the 2-SE judgement where the table is judged."""
+
+    mean: float | None
+    std: float | None
+    n: int
+    values: list[float]
+    published: float | None
+    published_std: float | None
+    difference: float | None
+    standard_error: float | None
+    sigma_from: str | None
+    exceeds_two_se: bool | None
+
+
 def _metric_cell(
     values: Sequence[float], published: PublishedResult | None, metric: str, judged: bool
-) -> dict:
+) -> MetricCell:
     """Ours over seeds for one metric; the published value where there is one; the difference
     and the 2-SE judgement (:func:`xder_eval.compare_to_published`) when ``judged``."""
     mean, std = mean_std(values)
-    cell: dict[str, Any] = {"mean": mean, "std": std, "n": len(values), "values": list(values)}
-    cell |= dict.fromkeys(
-        ("published", "published_std", "difference", "standard_error", "sigma_from", "exceeds_two_se")
-    )
+    cell: MetricCell = {
+        "mean": mean,
+        "std": std,
+        "n": len(values),
+        "values": list(values),
+        "published": None,
+        "published_std": None,
+        "difference": None,
+        "standard_error": None,
+        "sigma_from": None,
+        "exceeds_two_se": None,
+    }
     value = None if published is None else getattr(published, metric)
     if published is None or value is None:
         return cell
-    cell |= {"published": value, "published_std": getattr(published, f"{metric}_std")}
+    cell["published"], cell["published_std"] = value, getattr(published, f"{metric}_std")
     if judged:
         c = compare_to_published(
             values, value, published_std=cell["published_std"], published_seeds=published.seeds
         )
-        cell |= {
-            "difference": c.difference,
-            "standard_error": c.standard_error,
-            "sigma_from": c.sigma_from,
-            "exceeds_two_se": c.exceeds_two_se,
-        }
+        cell["difference"], cell["standard_error"] = c.difference, c.standard_error
+        cell["sigma_from"], cell["exceeds_two_se"] = c.sigma_from, c.exceeds_two_se
     return cell
 
 
 def summarize_table(
     runs: Sequence[PlannedRun],
-    outcomes: dict[str, dict[str, Any]],
+    outcomes: dict[str, Outcome],
     root: Path,
-    common: dict[str, Any],
+    common: Common,
     *,
     entries: Sequence[TableEntry],
     buffer_size: int,
     paper: str = XDER_TABLE,
-) -> dict[str, Any]:
+) -> Summary:
     """experiment.json of ``table``: per entry our FAA and FF (mean, std over the finished seeds),
     the published values (None for a row the benchmark's published table lacks), the differences
     and their 2-SE judgement, the papers' claims about the benchmark's table checked on our rows
@@ -205,7 +229,7 @@ def summarize_table(
     for entry in entries:
         chosen = [r for r in records if r["entry"] == entry.name]
         done = [r for r in chosen if r["status"] == "finished"]
-        row: dict[str, Any] = {
+        row: dict[str, object] = {
             "entry": entry.name,
             "method": entry.method,
             "row": entry.published.row if entry.published else entry.name,
@@ -253,7 +277,7 @@ def _minutes(seconds: float | None) -> str:
     return f"{seconds:.0f} s" if seconds < 59.5 else f"{seconds / 60:.1f} min"
 
 
-def table_markdown(summary: dict[str, Any]) -> str:
+def table_markdown(summary: Summary) -> str:
     """``table.md``: one row per entry; which columns depends on the summary's ``mode``."""
     mode, benchmark, protocol = summary["mode"], summary["benchmark"], summary["protocol"]
     on = benchmark if protocol == DEFAULT_PROTOCOL else f"{benchmark}, protocol {protocol} (a quick table)"
@@ -332,7 +356,7 @@ def _csv_value(value: Any) -> str:
     return str(value)
 
 
-def table_csv(summary: dict[str, Any]) -> str:
+def table_csv(summary: Summary) -> str:
     """``table.csv`` under :data:`TABLE_CSV_COLUMNS`: numbers to 4 decimals, ``yes``/``no`` for
     the 2-SE judgement, empty where undefined."""
     out = io.StringIO()
@@ -350,7 +374,7 @@ def table_csv(summary: dict[str, Any]) -> str:
     return out.getvalue()
 
 
-def plot_table(summary: dict[str, Any], path: Path) -> None:
+def plot_table(summary: Summary, path: Path) -> None:
     """Ours against published, one point per entry: our mean ± std over seeds (vertical bars)
     against the published value (± its std where given), the diagonal where they agree; one panel
     per metric that has published values. With nothing published: our FAA per entry as bars."""
@@ -420,9 +444,7 @@ class Table:
     name = "table"
     options = frozenset({"methods", "buffer_size", "paper"})
 
-    def plan(
-        self, options: ExperimentOptions, common: dict[str, Any], notify: Notify = ignore
-    ) -> PlannedExperiment:
+    def plan(self, options: ExperimentOptions, common: Common, notify: Notify = ignore) -> PlannedExperiment:
         """Plan every run (see :class:`~xder_cli.runs.experiments.common.Experiment`);
         ``notify`` hears a note when nothing is published (for any row, or for some), when the
         protocol is not the paper's, and naming the rows that run with preset ``none``.
@@ -461,7 +483,9 @@ class Table:
                     "shown for orientation only (no difference judged)"
                 )
         runs = plan_table(benchmark, buffer_size, entries, options.seeds, sets, protocol)
-        defaults = list(dict.fromkeys(r.tags["entry"] for r in runs if r.config["run"]["preset"] == "none"))
+        defaults = list(
+            dict.fromkeys(str(r.tags["entry"]) for r in runs if r.config["run"]["preset"] == "none")
+        )
         if defaults:
             notify(
                 f"note: no preset has values of {', '.join(defaults)} for {benchmark} at buffer "
