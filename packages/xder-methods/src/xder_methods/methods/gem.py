@@ -195,9 +195,13 @@ class GEM(MethodBase[GEMConfigT]):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
-        self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=self.device)
+        self.buffer = Buffer.for_setting(config.buffer_size, setting, self.device)
         self.memory = TaskMemory(self.buffer)  # blocks: rows [start, end) of each stored task
         self._memory_gradients: Tensor | None = None  # (K, P), from observe to after_backward
+
+    def replay_memory(self) -> Buffer:
+        """The memory it replays from: :attr:`buffer`."""
+        return self.buffer
 
     def trained_parameters(self) -> list[nn.Parameter]:
         """The parameters whose gradients are compared and projected (the optimised ones)."""
