@@ -7,10 +7,7 @@ solver, quadprog, when it first projects): backbones and data reach it through t
 """
 
 from xder_methods import methods as _methods  # noqa: F401  (registers every method)
-from xder_methods.core.base import (
-    ConfigT,
-    MethodBase,
-)
+from xder_methods.core.base import ConfigT, MethodBase
 from xder_methods.core.errors import (
     MethodConfigError,
     MethodError,
@@ -18,13 +15,7 @@ from xder_methods.core.errors import (
     UnknownMethodError,
     check_settings,
 )
-from xder_methods.core.evaluation import (
-    EpochRecord,
-    Evaluation,
-    History,
-    TaskRecord,
-    evaluate,
-)
+from xder_methods.core.evaluation import EpochRecord, Evaluation, History, TaskRecord, evaluate
 from xder_methods.core.graphs import (
     CaptureFailed,
     CudaGraphs,
@@ -43,14 +34,8 @@ from xder_methods.core.loop import (
     run_step,
     train_step,
 )
-from xder_methods.core.passes import (
-    train_passes,
-)
-from xder_methods.core.profiling import (
-    OpCounter,
-    is_host_sync,
-    is_view,
-)
+from xder_methods.core.passes import train_passes
+from xder_methods.core.profiling import OpCounter, is_host_sync, is_view
 from xder_methods.core.protocols import (
     Backbone,
     Batch,
@@ -97,11 +82,7 @@ from xder_methods.core.threads import (
     process_seconds,
     share_dir,
 )
-from xder_methods.methods.agem import (
-    AGEM,
-    AGEMConfig,
-    project_agem,
-)
+from xder_methods.methods.agem import AGEM, AGEMConfig, project_agem
 from xder_methods.methods.bic import (
     BiC,
     BiCConfig,
@@ -113,43 +94,14 @@ from xder_methods.methods.bic import (
     interleaved_order,
     task_balanced_mask,
 )
-from xder_methods.methods.der import (
-    DER,
-    DERConfig,
-)
-from xder_methods.methods.derpp import (
-    DERpp,
-    DERppConfig,
-)
-from xder_methods.methods.derpp_ace import (
-    DERppACE,
-    DERppACEConfig,
-)
-from xder_methods.methods.er import (
-    ER,
-    ReplayConfigT,
-)
-from xder_methods.methods.er_ace import (
-    ERACE,
-    ERACEConfig,
-)
-from xder_methods.methods.ewc_on import (
-    OnlineEWC,
-    OnlineEWCConfig,
-    ewc_penalty,
-    fisher_diagonal,
-)
-from xder_methods.methods.fdr import (
-    FDR,
-    FDRConfig,
-    function_distance,
-)
-from xder_methods.methods.flatness import (
-    ERFlat,
-    ERFlatConfig,
-    local_flatness,
-    local_linearity,
-)
+from xder_methods.methods.der import DER, DERConfig
+from xder_methods.methods.derpp import DERpp, DERppConfig
+from xder_methods.methods.derpp_ace import DERppACE, DERppACEConfig
+from xder_methods.methods.er import ER, ReplayConfigT
+from xder_methods.methods.er_ace import ERACE, ERACEConfig
+from xder_methods.methods.ewc_on import OnlineEWC, OnlineEWCConfig, ewc_penalty, fisher_diagonal
+from xder_methods.methods.fdr import FDR, FDRConfig, function_distance
+from xder_methods.methods.flatness import ERFlat, ERFlatConfig, local_flatness, local_linearity
 from xder_methods.methods.gdumb import (
     GDumb,
     GDumbConfig,
@@ -161,11 +113,7 @@ from xder_methods.methods.gdumb import (
     paste_box,
     sample_symmetric_beta,
 )
-from xder_methods.methods.gem import (
-    GEM,
-    GEMConfig,
-    project_gem,
-)
+from xder_methods.methods.gem import GEM, GEMConfig, project_gem
 from xder_methods.methods.gss import (
     EMPTY_BUFFER_SCORE,
     GSS,
@@ -174,21 +122,9 @@ from xder_methods.methods.gss import (
     gss_replacement,
     gss_scores,
 )
-from xder_methods.methods.hal import (
-    ANCHOR_LR_BEFORE_TRAINING,
-    HAL,
-    HALConfig,
-    anchor_loss,
-    anchor_objective,
-)
-from xder_methods.methods.icarl import (
-    ICaRL,
-    ICaRLConfig,
-)
-from xder_methods.methods.joint import (
-    Joint,
-    JointConfig,
-)
+from xder_methods.methods.hal import ANCHOR_LR_BEFORE_TRAINING, HAL, HALConfig, anchor_loss, anchor_objective
+from xder_methods.methods.icarl import ICaRL, ICaRLConfig
+from xder_methods.methods.joint import Joint, JointConfig
 from xder_methods.methods.lucir import (
     LUCIR,
     LUCIRConfig,
@@ -197,58 +133,26 @@ from xder_methods.methods.lucir import (
     less_forget_distance,
     margin_ranking_loss,
 )
-from xder_methods.methods.lwf import (
-    LwF,
-    LwFConfig,
-    distillation_loss,
-    smooth_probabilities,
-    warm_up_head,
-)
+from xder_methods.methods.lwf import LwF, LwFConfig, distillation_loss, smooth_probabilities, warm_up_head
 from xder_methods.methods.lwf_mc import (
     LwFMC,
     LwFMCConfig,
     binary_cross_entropy_per_item,
     distillation_targets,
 )
-from xder_methods.methods.rpc import (
-    RPC,
-    RPCConfig,
-)
-from xder_methods.methods.sgd import (
-    FineTuning,
-    FineTuningConfig,
-)
-from xder_methods.methods.si import (
-    SI,
-    SIConfig,
-    path_contribution,
-    si_importance,
-    si_penalty,
-)
-from xder_methods.methods.xder import (
-    XDER,
-    XDERConfig,
-)
-from xder_methods.parts.anchoring import (
-    AnchoredFineTuning,
-    quadratic_penalty,
-)
-from xder_methods.parts.buffer import (
-    Buffer,
-    BufferSample,
-    reservoir_slots,
-)
+from xder_methods.methods.rpc import RPC, RPCConfig
+from xder_methods.methods.sgd import FineTuning, FineTuningConfig
+from xder_methods.methods.si import SI, SIConfig, path_contribution, si_importance, si_penalty
+from xder_methods.methods.xder import XDER, XDERConfig
+from xder_methods.parts.anchoring import AnchoredFineTuning, quadratic_penalty
+from xder_methods.parts.buffer import Buffer, BufferSample, reservoir_slots
 from xder_methods.parts.gradients import (
     assign_gradients,
     flat_parameters,
     flatten_gradients,
     per_example_gradients,
 )
-from xder_methods.parts.heads import (
-    CosineHead,
-    polytope_logits,
-    regular_simplex,
-)
+from xder_methods.parts.heads import CosineHead, polytope_logits, regular_simplex
 from xder_methods.parts.losses import (
     at_least_float32,
     future_constraint,
@@ -260,11 +164,7 @@ from xder_methods.parts.losses import (
     separated_cross_entropy,
     violation_mean,
 )
-from xder_methods.parts.networks import (
-    eval_features,
-    frozen_batchnorm_stats,
-    frozen_copy,
-)
+from xder_methods.parts.networks import eval_features, frozen_batchnorm_stats, frozen_copy
 from xder_methods.parts.replay import (
     DarkReplayConfig,
     ExemplarReplay,
@@ -288,15 +188,15 @@ from xder_methods.parts.selection import (
     update_herding_buffer,
 )
 from xder_methods.parts.task_memory import (
+    EpisodicMemory,
+    EpisodicMemoryConfigT,
     TaskMemory,
     kept_rows,
     per_task_share,
     ring_slots,
     task_memory_rows,
 )
-from xder_methods.parts.teacher import (
-    PreviousModelTeacher,
-)
+from xder_methods.parts.teacher import PreviousModelTeacher
 
 __all__ = [
     "AGEM",
@@ -342,6 +242,8 @@ __all__ = [
     "ERACEConfig",
     "ERFlat",
     "ERFlatConfig",
+    "EpisodicMemory",
+    "EpisodicMemoryConfigT",
     "EpochRecord",
     "Evaluation",
     "ExemplarReplay",
