@@ -69,7 +69,7 @@ CONTRACT = {
 def members(protocol: type) -> dict[str, str]:
     """The members a Protocol class declares itself, with their kinds: annotated names are
     attributes, properties properties, functions methods."""
-    found = {name: "attribute" for name in protocol.__dict__.get("__annotations__", {})}
+    found = {name: "attribute" for name in inspect.get_annotations(protocol)}
     for name, value in vars(protocol).items():
         if name.startswith("_"):
             continue
@@ -200,4 +200,3 @@ def test_every_public_name_is_exported_from_the_package() -> None:
     assert missing == []
     for name, module in names.items():
         assert getattr(xder_methods, name) is getattr(importlib.import_module(module), name)
-

@@ -325,7 +325,9 @@ class RunPlan:
 
     @property
     def buffer_size(self) -> int:
-        return int(getattr(self.method_config, "buffer_size", 0))
+        """The method's memory size: its config's ``buffer_size``, 0 for a method that keeps no
+        buffer (:func:`takes_buffer`)."""
+        return int(self.method_config.buffer_size) if takes_buffer(self.settings.method) else 0
 
     @property
     def fit_schedule(self) -> TrainingSchedule:
