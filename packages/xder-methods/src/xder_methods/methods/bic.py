@@ -178,7 +178,8 @@ def bias_correct(logits: Tensor, alpha: Tensor | float, beta: Tensor | float, st
 
     Args:
         logits: (B, C).
-        alpha, beta: scalars (0-dim tensors carry gradient to them).
+        alpha: the scale, a scalar (a 0-dim tensor carries gradient to it).
+        beta: the shift, a scalar (likewise).
 
     Returns:
         A new (B, C) tensor; ``logits`` is not modified.

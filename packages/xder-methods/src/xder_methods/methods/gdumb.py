@@ -287,7 +287,8 @@ def cutmix_box(
 
     Args:
         lam: scalar in [0, 1].
-        center_h, center_w: integer scalars, the box centre.
+        center_h: integer scalar, the box centre's row.
+        center_w: integer scalar, the box centre's column.
 
     Returns:
         ``(top, bottom, left, right)``: int64 scalars, rows ``[top, bottom)``, columns

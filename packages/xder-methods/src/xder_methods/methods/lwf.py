@@ -138,7 +138,10 @@ def warm_up_head(
         data: the task's training rows (examples as stored, labels), on the network's device.
         transform: the training augmentation (``transforms.train``).
         new_classes: ``[start, end)``, the task's classes.
-        epochs, batch_size, lr, drop_last: the warm-up's schedule (mammoth: the task's own).
+        epochs: the warm-up's epochs (mammoth: the task's own, as the next three).
+        batch_size: its batch size.
+        lr: its learning rate.
+        drop_last: whether each epoch drops its last partial batch.
         generator: the source of the batch order and the augmentation.
         policy: the run's step policy (:func:`~xder_methods.core.passes.train_passes`; None:
             fp32, no CUDA graphs).
