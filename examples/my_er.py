@@ -2,16 +2,22 @@
 ``uv run xder-run train --plugin examples/my_er.py --method my_er``."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch.nn.functional as F
 
-from xder_methods import Batch, Buffer, MethodBase, StepOutput, register_method
+from xder_methods import Batch, Buffer, MethodBase, StepOutput, check_protocol_fields, register_method
 
 
 @dataclass(frozen=True)
 class MyERConfig:
-    buffer_size: int = 200  # the field that makes --buffer-size and the protocol's buffer reach it
+    # the fields the benchmark's protocol fills (its buffer and replay batch; --buffer-size too)
+    FILLED_BY_PROTOCOL: ClassVar[tuple[str, ...]] = ("buffer_size", "minibatch_size")
+    buffer_size: int = 200
     minibatch_size: int = 32
+
+    def __post_init__(self) -> None:
+        check_protocol_fields(self)  # buffer_size >= 0, minibatch_size >= 1
 
 
 @register_method("my_er", MyERConfig)

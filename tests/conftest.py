@@ -171,12 +171,19 @@ def readable():
 def _plugin_registries() -> list[dict] | None:
     try:
         import xder_cli.runs.experiments as experiments
+        from xder_cli.runs.analyses import registry as analyses
         from xder_data import benchmark as benchmarks
         from xder_methods.core import registry as methods
         from xder_models import _registry as backbones
     except ImportError:
         return None
-    return [methods._METHODS, benchmarks._REGISTRY, backbones._REGISTRY, experiments._EXPERIMENTS]
+    return [
+        methods._METHODS,
+        benchmarks._REGISTRY,
+        backbones._REGISTRY,
+        experiments._EXPERIMENTS,
+        analyses._ANALYSES,
+    ]
 
 
 _REGISTRIES = _plugin_registries()

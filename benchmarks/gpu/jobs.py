@@ -2,16 +2,18 @@
 
     python3 benchmarks/gpu/jobs.py status                  # each job: done (where) or pending
     python3 benchmarks/gpu/jobs.py run [--seconds 585]     # on the GPU machine: the next jobs that fit
-    python3 benchmarks/gpu/jobs.py collect FOLDER          # here: a call's files into results/
+    python3 benchmarks/gpu/results.py add FOLDER           # here: a call's files into its run's archive
 
 ``run`` takes the pending jobs in the queue's order and runs each that fits the seconds left (a
 job that does not fit is passed over for a later one that does, and stays first for the next
 call): ``run.sh /tmp/xder-gpu/<name> --budget <its minutes> <its args>``, all jobs on one prepared
 copy of the data; each job's figures, logs and small run files go to ``$OUT/gpu/<name>.tar.gz``
 (the lent machine's tool brings back a few files only), with ``$OUT/gpu/queue.json`` saying what
-ran. ``collect`` unpacks them into ``results/<card>-<date>/<name>/``. A job is done when such a
-folder holds a ``summary.json`` with every phase ok and, for a full run, its protocol's every
-epoch and task: a result, not a mark made by hand.
+ran. ``results.py add`` files them as the folders ``<name>/`` of the run's archive,
+``archive/<card>-<date>.tar.xz``, and updates the index, ``index.json``. A job is done when a run
+of the index holds a job of its name marked ``done``: a ``summary.json`` with every phase ok, on a
+CUDA device and, for a full run, at its protocol's every epoch and task (``results.is_done``): a
+result, not a mark made by hand.
 
 The command for a lent machine (with ``benchmarks/gpu/data`` and ``benchmarks/gpu/vendor`` carried;
 docs/development.md)::
@@ -22,7 +24,6 @@ docs/development.md)::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import subprocess
@@ -33,9 +34,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import results  # benchmarks/gpu/results.py: on sys.path, the folder of the script that runs
+
 HERE = Path(__file__).resolve().parent
 QUEUE = HERE / "jobs.toml"
-RESULTS = HERE / "results"
 WORK = Path("/tmp/xder-gpu-queue")
 # the files of a job's folder that come back (not the data, not checkpoints)
 KEPT = (".json", ".txt", ".log", ".csv", ".xml", ".toml", ".jsonl")
@@ -46,32 +48,26 @@ def jobs(path: Path = QUEUE) -> list[dict[str, Any]]:
     return tomllib.loads(path.read_text())["job"]
 
 
-def done(job: dict[str, Any], results: Path = RESULTS) -> Path | None:
-    """The results folder that shows ``job`` done, or None: its ``summary.json`` with every phase
-    ok, on a CUDA device (its ``env.json``; not a smoke run on a CPU) and, where it made a full
-    run, the run complete at its protocol's every epoch."""
-    for summary in sorted(results.glob(f"*/{job['name']}/summary.json")):
-        env = summary.parent / "env.json"
-        if not env.exists() or not json.loads(env.read_text()).get("device", "").startswith("cuda"):
-            continue
-        phases = json.loads(summary.read_text())["phases"]
-        if not phases or any(phase["status"] != "ok" for phase in phases.values()):
-            continue
-        full = summary.parent / "full_run.json"
-        if full.exists():
-            run = json.loads(full.read_text())
-            if not (run["complete"] and run["epochs_per_task"] == run["epochs"]):
-                continue
-        return summary.parent
+def done(job: dict[str, Any], index: dict[str, Any] | None = None) -> str | None:
+    """Where the index (by default ``index.json``) shows ``job`` done, ``<run>/<job>``, or None:
+    the first run, by name, that holds a job of its name marked ``done``."""
+    runs = (results.load_index() if index is None else index)["runs"]
+    for run in sorted(runs):
+        record = runs[run]["jobs"].get(job["name"])
+        if record is not None and record["done"]:
+            return f"{run}/{job['name']}"
     return None
 
 
-def plan(queue: list[dict[str, Any]], seconds: float, results: Path = RESULTS) -> list[dict[str, Any]]:
+def plan(
+    queue: list[dict[str, Any]], seconds: float, index: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """The pending jobs that fit in ``seconds``, in the queue's order (one that does not fit in
     what is left is passed over for a later one that does)."""
+    index = results.load_index() if index is None else index
     chosen = []
     for job in queue:
-        if done(job, results) is None and job["minutes"] * 60 <= seconds:
+        if done(job, index) is None and job["minutes"] * 60 <= seconds:
             chosen.append(job)
             seconds -= job["minutes"] * 60
     return chosen
@@ -134,31 +130,6 @@ def _has(program: str) -> bool:
     return any((Path(folder) / program).exists() for folder in os.environ.get("PATH", "").split(os.pathsep))
 
 
-def card_name(folder: Path) -> str:
-    """``h200``, ``h100``, ... from a job's ``env.json`` (``cpu`` where it ran on none)."""
-    env = json.loads((folder / "env.json").read_text()) if (folder / "env.json").exists() else {}
-    card = str(env.get("card", "cpu")).lower()
-    return next((word for word in card.replace("nvidia", "").split() if word), "cpu")
-
-
-def collect(files: Path, results: Path = RESULTS, date: str | None = None) -> list[Path]:
-    """A call's job archives (``files/gpu/<name>.tar.gz``, or ``files/<name>.tar.gz``) unpacked
-    into ``results/<card>-<date>/<name>/``; returns the folders."""
-    date = date or datetime.datetime.now(datetime.UTC).date().isoformat()
-    archives = sorted((files / "gpu").glob("*.tar.gz")) or sorted(files.glob("*.tar.gz"))
-    folders = []
-    for archive in archives:
-        name = archive.name.removesuffix(".tar.gz")
-        staging = results / f".staging-{name}"
-        with tarfile.open(archive) as tar:
-            tar.extractall(staging, filter="data")
-        target = results / f"{card_name(staging)}-{date}" / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging.rename(target)
-        folders.append(target)
-    return folders
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -169,21 +140,16 @@ def main() -> int:
     )
     running.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")), help="$OUT")
     running.add_argument("extra", nargs=argparse.REMAINDER, help="-- options given to every job")
-    collecting = commands.add_parser("collect", help="a call's job archives into results/")
-    collecting.add_argument("files", type=Path, help="the folder the call's files came back to")
     args = parser.parse_args()
     if args.command == "status":
+        index = results.load_index()
         for job in jobs():
-            where = done(job)
-            state = f"done: {where.relative_to(HERE)}" if where else "pending"
+            where = done(job, index)
+            state = f"done: {where}" if where else "pending"
             print(f"{job['name']:22} {job['minutes']:3} min  {state}")
         return 0
-    if args.command == "run":
-        extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
-        return run(args.seconds, args.out, extra)
-    for folder in collect(args.files):
-        print(folder.relative_to(HERE))
-    return 0
+    extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
+    return run(args.seconds, args.out, extra)
 
 
 if __name__ == "__main__":

@@ -27,12 +27,16 @@ def test_bench_command_writes_json(tmp_path: Path, capsys) -> None:
         "er",
         "--json",
         str(target),
+        "--set",
+        "train.precision=bf16",
     ]
     assert main(argv) == 0
     assert "x floor" in capsys.readouterr().out
     payload = json.loads(target.read_text())
     assert payload["methods"][0]["method"] == "er"
     assert payload["methods"][0]["epoch_seconds"] is None
+    assert payload["settings"]["precision"] == "bf16"
+    assert payload["settings"]["train_settings"] == {"train.precision": "bf16"}
 
 
 @pytest.mark.parametrize(
@@ -41,6 +45,12 @@ def test_bench_command_writes_json(tmp_path: Path, capsys) -> None:
         (["--methods", "er,nope"], "unknown method 'nope'"),
         (["--benchmark", "seq-ntu60"], "bench shapes exist for"),
         (["--task", "9"], "--task must be in"),
+        (["--set", "train.precision=fp16"], "train.precision"),
+        (["--set", "train.nope=1"], "train.nope is not a setting"),
+        (["--set", "run.seed=1"], "training and method settings only"),
+        (["--set", "method.buffer_size=-5"], "--buffer-size must be >= 0, got -5"),
+        (["--buffer-size", "-5"], "--buffer-size must be >= 0, got -5"),
+        (["--precision", "bf16"], "unrecognized arguments: --precision"),  # one spelling: --set
     ],
 )
 def test_bench_mistakes_exit_2(argv, message, capsys) -> None:

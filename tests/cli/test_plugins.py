@@ -305,3 +305,73 @@ def test_the_method_on_the_plugins_page_trains_and_resumes_as_written(tmp_path: 
     assert results["buffer_size"] == 50
     assert len(results["accuracy_matrix"]) == 5
     assert "training my_er on seq-digits (buffer 50" in capsys.readouterr().out
+
+
+def analysis_plugin(folder: Path) -> Path:
+    """docs/plugins.md's "An analysis of your own" example, as a plugin file in ``folder``."""
+    page = (Path(__file__).parents[2] / "docs" / "plugins.md").read_text()
+    section = page.split("## An analysis of your own", 1)[1]
+    plugin = folder / "weight_norm.py"
+    plugin.write_text(section.split("```python\n", 1)[1].split("```", 1)[0])
+    return plugin
+
+
+def test_the_analysis_on_the_plugins_page_records_and_analyses_as_written(
+    tmp_path: Path, capsys, fresh_registries
+) -> None:
+    """docs/plugins.md's "An analysis of your own": registered by a plugin file, recorded while
+    training, then run by xder-run analyze (the run's recorded plugin loaded again by itself)."""
+    plugin = analysis_plugin(tmp_path)
+    runs = tmp_path / "runs"
+    tiny = [*FAST, "--set", "backbone.width=4", "--set", "run.threads=1", "--out", str(runs)]
+    assert main(["train", "--plugin", str(plugin), "--method", "derpp", "--record-analyses", *tiny]) == 0
+    (run,) = runs.iterdir()
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    recorded = [e for e in events if e["event"] == "analysis"]
+    # the built-ins' keys where they always were; the plugin's after those that need the records
+    assert list(recorded[0]) == [
+        "event",
+        "task",
+        "fewshot",
+        "weight_norm",
+        "buffer_class_logits",
+        "peak_memory_mb",
+        "seconds",
+    ]
+    norms = [e["weight_norm"] for e in recorded]
+    assert len(norms) == 5
+    assert len(set(norms)) == 5  # each after its own task's training
+    assert main(["analyze", "--plugin", str(plugin), "--help"]) == 0
+    assert "weight_norm" in capsys.readouterr().out
+    fresh_registries()
+    assert main(["analyze", str(run), "--only", "ece,weight_norm"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("ece: ECE ")
+    assert out[1] == "weight_norm: weight norm after each task: " + " ".join(f"{v:.2f}" for v in norms)
+    report = json.loads((run / "analysis" / "analysis.json").read_text())
+    assert list(report["analyses"]) == ["ece", "weight_norm"]
+    value = report["analyses"]["weight_norm"]
+    assert value["after_task"] == norms
+    assert value["plot"] == "weight_norm.png"
+    assert value["seconds"] >= 0
+    assert (run / "analysis" / "weight_norm.png").read_bytes().startswith(b"\x89PNG")
+    fresh_registries()
+    assert main(["analyze", str(run), "--only", "weight_norm", "--plugin", str(plugin)]) == 0
+    capsys.readouterr()
+
+
+def test_an_analysis_that_needs_records_is_refused_on_a_run_without_them(tmp_path: Path, capsys) -> None:
+    plugin = analysis_plugin(tmp_path)
+    runs = tmp_path / "runs"
+    argv = ["train", "--plugin", str(plugin), "--method", "sgd", *FAST, "--set", "backbone.width=4"]
+    assert main([*argv, "--set", "train.tasks=2", "--out", str(runs)]) == 0
+    (run,) = runs.iterdir()
+    assert all(
+        "weight_norm" not in json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()
+    )
+    capsys.readouterr()
+    assert main(["analyze", str(run), "--only", "weight_norm"]) == 2
+    assert one_line_error(capsys).endswith(
+        "was trained without recording what weight_norm reads: "
+        "train it with --record-analyses (run.record_analyses = true)"
+    )

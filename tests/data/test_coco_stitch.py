@@ -37,6 +37,8 @@ from xder_data import (
     benchmark_defaults,
     load_benchmark,
 )
+from xder_data import _coco_format as coco_format  # the COCO reader the generator uses
+from xder_data import _coco_stitch_generation as generation
 from xder_data import coco_stitch as cs  # registers coco-stitch
 
 # CIFAR-100's fine_label_names, alphabetical (docs/data-formats.md, "CIFAR-10 and CIFAR-100").
@@ -353,7 +355,7 @@ def test_the_converter_cuts_each_eligible_instance_by_its_mask(prepared) -> None
     coco_root = prepared[0]
     path = coco_root / "annotations" / "instances_train2017.json"
     coco = COCO(str(path))
-    parsed = cs._read_coco(path, coco_root / "train2017", cs.DEFAULT_MIN_AREA)
+    parsed = coco_format.read_coco(path, coco_root / "train2017", cs.DEFAULT_MIN_AREA)
     forms = set()
     for pool in parsed.pools:
         for instance in pool:
@@ -363,7 +365,7 @@ def test_the_converter_cuts_each_eligible_instance_by_its_mask(prepared) -> None
             rows, cols = np.flatnonzero(full.any(1)), np.flatnonzero(full.any(0))
             crop = (slice(rows[0], rows[-1] + 1), slice(cols[0], cols[-1] + 1))
             photo = np.asarray(Image.open(coco_root / "train2017" / coco.imgs[ann["image_id"]]["file_name"]))
-            pixels, mask = cs._cut(parsed, instance)
+            pixels, mask = coco_format.cut_instance(parsed, instance)
             np.testing.assert_array_equal(mask, full[crop])
             np.testing.assert_array_equal(pixels, photo[crop])
     assert forms == {"list", "dict"}
@@ -429,9 +431,9 @@ def test_paste_refuses_a_box_outside_the_image(top: int, left: int, height: int,
 
 
 def test_scaled_size_keeps_the_aspect_ratio() -> None:
-    assert cs._scaled_size(30, 60, 0.5, 64) == (16, 32)
-    assert cs._scaled_size(60, 30, 0.5, 64) == (32, 16)
-    assert cs._scaled_size(100, 1, 0.35, 64) == (22, 1)
+    assert generation._scaled_size(30, 60, 0.5, 64) == (16, 32)
+    assert generation._scaled_size(60, 30, 0.5, 64) == (32, 16)
+    assert generation._scaled_size(100, 1, 0.35, 64) == (22, 1)
 
 
 # ---------------------------------------------------------------------------------------------

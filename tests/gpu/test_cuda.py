@@ -45,7 +45,7 @@ def options(name: str, device: torch.device, width: int, precision: str = "fp32"
     buffer 200), method ``name`` at task 1."""
     bench = BenchOptions(
         methods=(name,), benchmark="seq-cifar10", protocol="full", width=width, buffer_size=200,
-        device=str(device), precision=precision,
+        device=str(device), settings=(("train.precision", precision),),
     )  # fmt: skip
     return with_protocol(bench, benchmark_defaults("seq-cifar10", "full"))
 

@@ -34,7 +34,7 @@ from xder_methods import (
     run_step,
     train_step,
 )
-from xder_methods.core.loop import _evaluate_all, _group_grad_norms, _make_optimizer
+from xder_methods.core.loop import _evaluate_all, _group_grad_norms, make_optimizer
 
 
 def as_float(x: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -286,7 +286,7 @@ def test_sgd_takes_the_schedules_lr_momentum_and_weight_decay() -> None:
     buffer b = d, then b = m b + d, w -= lr b (lr 0.1, momentum 0.5, weight decay 0.01)."""
     method = Linear(torch.tensor([[1.0, -2.0]]))
     schedule = TrainingSchedule(lr=0.1, momentum=0.5, weight_decay=0.01)
-    optimizer = _make_optimizer(method, schedule)
+    optimizer = make_optimizer(method.optimizer_parameters(), schedule)
     assert isinstance(optimizer, torch.optim.SGD)
     g = torch.tensor([3.0, 4.0], dtype=torch.float64)
     w = torch.tensor([1.0, -2.0], dtype=torch.float64)
@@ -305,7 +305,9 @@ def test_radam_takes_the_schedules_lr_and_weight_decay() -> None:
     """RAdam's first step is plain (its variance is not yet tractable, rho_1 = 1 <= 5): w -= lr
     times the bias-corrected first moment, i.e. the gradient plus wd w (lr 0.1, wd 0.01)."""
     method = Linear(torch.tensor([[1.0, -2.0]]))
-    optimizer = _make_optimizer(method, TrainingSchedule(lr=0.1, weight_decay=0.01, optimizer="radam"))
+    optimizer = make_optimizer(
+        method.optimizer_parameters(), TrainingSchedule(lr=0.1, weight_decay=0.01, optimizer="radam")
+    )
     assert isinstance(optimizer, torch.optim.RAdam)
     (method.weight[0] * torch.tensor([3.0, 4.0])).sum().backward()
     optimizer.step()

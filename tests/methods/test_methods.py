@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from typing import ClassVar
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from torch import Tensor, nn
 
 from xder_methods import (
     ER,
+    PROTOCOL_METHOD_FIELDS,
     Batch,
     Callback,
     ContinualSetting,
@@ -23,10 +25,13 @@ from xder_methods import (
     TrainingSchedule,
     Transforms,
     UnknownMethodError,
+    check_protocol_fields,
     create_method,
     fit,
     list_methods,
     method_config_class,
+    protocol_fields,
+    protocol_values,
     register_method,
 )
 
@@ -140,9 +145,59 @@ def test_every_config_documents_paper_defaults_and_is_frozen(name) -> None:
     config = cls()
     assert dataclasses.is_dataclass(config)
     assert cls.__dataclass_params__.frozen
-    if "buffer_size" in {f.name for f in dataclasses.fields(cls)}:
-        with pytest.raises(MethodConfigError, match=r"^method\.buffer_size must be >= 0, got -1"):
+    if "buffer_size" in protocol_fields(cls):
+        message = r"^method\.buffer_size must be >= 0, got -1 \(e\.g\. 200\)$"
+        with pytest.raises(MethodConfigError, match=message):
             cls(buffer_size=-1)
+    if "minibatch_size" in protocol_fields(cls):
+        with pytest.raises(MethodConfigError, match=r"^method\.minibatch_size must be >= 1, got 0$"):
+            cls(minibatch_size=0)
+
+
+REPLAY = ("buffer_size", "minibatch_size")
+PROTOCOL_FILLED = {
+    "agem": REPLAY, "bic": REPLAY, "der": REPLAY, "derpp": REPLAY, "derpp_ace": REPLAY, "er": REPLAY,
+    "er_ace": REPLAY, "er_flat": REPLAY, "fdr": REPLAY, "gem": REPLAY, "gss": REPLAY, "hal": REPLAY,
+    "icarl": REPLAY, "lucir": REPLAY, "rpc": REPLAY, "xder": REPLAY,
+    "gdumb": ("buffer_size",),  # its own fitting batch is not the protocol's replay batch
+    "ewc_on": (), "joint": (), "lwf": (), "lwf_mc": (), "sgd": (), "si": (),
+}  # fmt: skip
+"""Which method fields a benchmark's protocol fills, per method, pinned: a change to a config's
+declaration (``FILLED_BY_PROTOCOL``) is a visible change here."""
+
+
+def test_each_config_declares_the_fields_the_protocol_fills() -> None:
+    assert {name: protocol_fields(method_config_class(name)) for name in list_methods()} == PROTOCOL_FILLED
+    for name, filled in PROTOCOL_FILLED.items():
+        config = method_config_class(name)()
+        assert protocol_fields(config) == filled  # an instance reads as its class
+        assert set(protocol_values(config)) == set(filled)
+    assert protocol_values(method_config_class("er")(buffer_size=7, minibatch_size=3)) == {
+        "buffer_size": 7,
+        "minibatch_size": 3,
+    }
+
+
+def test_a_wrong_declaration_is_refused() -> None:
+    """A declared name the protocol does not fill, or one the config has no field of, is a
+    mistake in the method's code: TypeError, whatever the values."""
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Unfillable:
+        FILLED_BY_PROTOCOL: ClassVar[tuple[str, ...]] = ("buffer_size", "alpha")
+        buffer_size: int = 10
+        alpha: float = 0.1
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Missing:
+        FILLED_BY_PROTOCOL: ClassVar[tuple[str, ...]] = ("minibatch_size",)
+        buffer_size: int = 10
+
+    with pytest.raises(TypeError, match=r"Unfillable\.FILLED_BY_PROTOCOL names 'alpha'"):
+        protocol_fields(Unfillable)
+    with pytest.raises(TypeError, match=r"Missing\.FILLED_BY_PROTOCOL names 'minibatch_size'"):
+        check_protocol_fields(Missing())
+    assert set(PROTOCOL_METHOD_FIELDS) == {"buffer_size", "minibatch_size"}
 
 
 def test_a_new_method_is_at_task_zero_without_an_optimiser(stream, transforms, tiny_net, setting_of) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from xder_cli.runs.analyses import AnalysisOptions, analyse_pointing, load_trained_run
+from xder_cli.runs.analyses import AnalysisOptions, load_trained_run
+from xder_cli.runs.analyses.pointing import analyse_pointing
 from xder_cli.runs.lifecycle import live
 from xder_cli.runs.settings import resolve_run
 
@@ -64,3 +65,34 @@ def test_the_secondary_targets_probe_trains_with_the_coco_stitch_protocol() -> N
     )
     assert batch == protocol.batch_size == 32
     assert (protocol.lr, protocol.momentum) == (0.1, 0.0)  # the protocol's own choice, stated there
+
+
+def test_a_registered_analysis_runs_through_analyze_run_filed_as_it_says(
+    derpp_run: Path, fresh_registries
+) -> None:
+    """A plugin's analysis beside a built-in one: run in the order asked, its fields filed each
+    under its own name where it says so, its seconds measured, its summary its own."""
+    from xder_cli.runs.analyses import register_analysis
+    from xder_cli.runs.run_analysis import analyze_run, read_analysis, summary_line
+
+    @register_analysis(
+        "toy_pair", summary=lambda v: f"{v['toy_a']} and {v['toy_b']}", filed_as=("toy_a", "toy_b")
+    )
+    def toy_pair(run, out, options):
+        return {"toy_a": len(run.events), "toy_b": options.max_items}
+
+    heard = []
+    report = analyze_run(
+        derpp_run,
+        ["toy_pair", "resources"],
+        options=AnalysisOptions(max_items=3),
+        on_result=lambda *a: heard.append(a),
+    )
+    events = len((derpp_run / "events.jsonl").read_text().splitlines())
+    assert list(report["analyses"]) == ["toy_a", "toy_b", "resources"]
+    assert (report["analyses"]["toy_a"], report["analyses"]["toy_b"]) == (events, 3)
+    assert read_analysis(derpp_run) == report["analyses"]
+    (name, value, skipped), _ = heard
+    assert (name, skipped) == ("toy_pair", None)
+    assert value["seconds"] >= 0
+    assert summary_line("toy_pair", value) == f"{events} and 3"

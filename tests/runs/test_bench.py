@@ -11,7 +11,8 @@ from xder_cli.runs import bench
 from xder_cli.runs.bench import BenchOptions, run_bench, with_protocol
 
 
-def _options(**overrides) -> BenchOptions:
+def _options(*train: tuple[str, object], **overrides) -> BenchOptions:
+    """The tiny bench, ``train``'s ``("train.KEY", value)`` settings first in its settings."""
     base = {
         "methods": ("er", "derpp", "xder"),
         "benchmark": "seq-digits",
@@ -23,13 +24,11 @@ def _options(**overrides) -> BenchOptions:
         "device": "cpu",
         "steps": 2,
         "warmup": 1,
-        "precision": "fp32",
-        "channels_last": False,
-        "compile": False,
-        "compile_mode": "default",
         "epoch": True,
     }
-    return BenchOptions(**(base | overrides))
+    options = base | overrides
+    options["settings"] = (*train, *options.get("settings", ()))
+    return BenchOptions(**options)
 
 
 class ScriptedClock:
@@ -137,9 +136,6 @@ def test_bench_takes_width_batch_and_buffer_from_the_protocol(benchmark: str, bu
         device="cpu",
         steps=1,
         warmup=0,
-        precision="fp32",
-        channels_last=False,
-        compile=False,
         epoch=False,
     )
     payload = run_bench(options)
@@ -173,7 +169,7 @@ def test_the_backbone_is_compiled_in_the_asked_mode(compile: bool, mode: str, mo
         self._compiled_call_impl = self._call_impl
 
     monkeypatch.setattr(torch.nn.Module, "compile", compile_)
-    plan = bench.bench_plan("derpp", _options(compile=compile, compile_mode=mode))
+    plan = bench.bench_plan("derpp", _options(("train.compile", compile), ("train.compile_mode", mode)))
     assert (plan.schedule.compile, plan.schedule.compile_mode) == (compile, mode)
     build_network(plan, 10, torch.device("cpu"))
     assert modes == ([mode] if compile else [])
@@ -189,7 +185,8 @@ def test_a_network_run_as_cuda_graphs_hands_out_copies_of_outputs_made_without_g
     monkeypatch.setattr(
         torch.nn.Module, "compile", lambda self, **kw: setattr(self, "_compiled_call_impl", lambda *a: static)
     )
-    plan = bench.bench_plan("derpp", _options(compile=True, compile_mode="reduce-overhead"))
+    graphs = (("train.compile", True), ("train.compile_mode", "reduce-overhead"))
+    plan = bench.bench_plan("derpp", _options(*graphs))
     net = build_network(plan, 10, torch.device("cpu"))
     x = torch.zeros(2, 3, 32, 32)
     with torch.no_grad():
@@ -198,7 +195,8 @@ def test_a_network_run_as_cuda_graphs_hands_out_copies_of_outputs_made_without_g
     assert torch.equal(second, static)
     assert len({t.data_ptr() for t in (first, second, static)}) == 3
     assert net(x) is static
-    plan = bench.bench_plan("derpp", _options(compile=True))  # default mode: torch's outputs as they are
+    # default mode: torch's outputs as they are
+    plan = bench.bench_plan("derpp", _options(("train.compile", True)))
     net = build_network(plan, 10, torch.device("cpu"))
     with torch.no_grad():
         assert net(x) is static
@@ -216,9 +214,6 @@ def test_timing_order_interleaves_rounds_or_blocks_each_network() -> None:
         (True, "er", "step"), (True, "er", "step"), (True, "er", "floor"), (True, "er", "floor"),
         (True, "xder", "step"), (True, "xder", "step"), (True, "xder", "floor"), (True, "xder", "floor"),
     ]  # fmt: skip
-    assert bench.graphs(_options(compile=True, compile_mode="reduce-overhead"))
-    assert not bench.graphs(_options(compile=True))
-    assert not bench.graphs(_options(compile_mode="reduce-overhead"))
 
 
 def test_a_compiled_step_is_counted_on_an_eager_twin_and_runs_under_no_op_counter(monkeypatch) -> None:
@@ -239,7 +234,9 @@ def test_a_compiled_step_is_counted_on_an_eager_twin_and_runs_under_no_op_counte
 
     monkeypatch.setattr(torch.nn.Module, "compile", compile_)
     eager = run_bench(_options(methods=("derpp",), epoch=False))
-    graphs = _options(methods=("derpp",), epoch=False, compile=True, compile_mode="reduce-overhead")
+    graphs = _options(
+        ("train.compile", True), ("train.compile_mode", "reduce-overhead"), methods=("derpp",), epoch=False
+    )
     compiled = run_bench(graphs)
     assert calls  # the compiled call was timed
     keys = ("images_per_step", "ops_per_step", "launches_per_step", "host_syncs_per_step")
@@ -280,14 +277,15 @@ def test_steps_are_the_loops_own_and_replayed_with_step_graph(monkeypatch) -> No
     monkeypatch.setattr(bench, "StepGraphs", Recorded)
     plain = run_bench(_options(methods=("derpp", "xder", "er_ace"), steps=4, warmup=1))
     assert floors == []
-    replayed = run_bench(_options(methods=("derpp", "xder", "er_ace"), steps=4, warmup=1, step_graph=True))
+    methods = ("derpp", "xder", "er_ace")
+    replayed = run_bench(_options(("train.step_graph", True), methods=methods, steps=4, warmup=1))
     # 5 rounds of each floor: 3 warm-up, 1 recorded, 1 replayed
     assert [(f.records, f.replays) for f in floors] == [(1, 1)] * 3
     assert replayed["settings"]["step_graph"] is True
     # Two steps counted (images, then ops) and 5 rounds: 3 warm-up steps of the key, 1 recorded,
-    # 3 replayed; then the epoch's 36 steps (a new key: the epoch's lr): 3 warm-up, 1 recorded,
-    # 32 replayed. ER-ACE does not declare its step replayable.
-    assert [r["replayed_steps"] for r in replayed["methods"]] == [3 + 32, 3 + 32, 0]
+    # 3 replayed; then the epoch's 36 steps, all replayed: the same key, as the steps run at the
+    # epoch's lr (the plan's, the loop's optimiser's). ER-ACE does not declare its step replayable.
+    assert [r["replayed_steps"] for r in replayed["methods"]] == [3 + 36, 3 + 36, 0]
     assert [r["replayed_steps"] for r in plain["methods"]] == [None, None, None]
     for key in ("ops_per_step", "launches_per_step", "images_per_step", "host_syncs_per_step"):
         assert [r[key] for r in replayed["methods"]] == [r[key] for r in plain["methods"]]
@@ -320,7 +318,7 @@ def test_a_method_setting_reaches_the_methods_that_have_it() -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ((("train.lr", 0.1),), "method settings only"),
+        ((("run.seed", 1),), "training and method settings only"),
         ((("method.replay_forward", "joint"),), "none of the measured methods (er)"),
     ],
 )
@@ -329,3 +327,61 @@ def test_a_setting_no_measured_method_takes_is_an_error(settings, message: str) 
 
     with pytest.raises(SettingError, match=message.replace("(", r"\(").replace(")", r"\)")):
         run_bench(_options(methods=("er",), settings=settings))
+
+
+def test_the_steps_are_the_loops_optimiser_at_the_plans_lr() -> None:
+    """The bench's method steps by the loop's own optimiser (xder_methods.make_optimizer) with the
+    plan's settings: the protocol's lr, or what ``--set train.*`` gives."""
+    from xder_data import benchmark_defaults
+
+    def optimiser(*train: tuple[str, object]) -> torch.optim.Optimizer:
+        options = with_protocol(_options(*train), benchmark_defaults("seq-digits", bench.DEFAULT_PROTOCOL))
+        at = bench.method_at_task("derpp", options, torch.device("cpu"))
+        assert at.loop.optimizer is not None
+        return at.loop.optimizer
+
+    protocol_lr = benchmark_defaults("seq-digits", bench.DEFAULT_PROTOCOL).lr
+    plain = optimiser()
+    assert isinstance(plain, torch.optim.SGD)
+    assert [g["lr"] for g in plain.param_groups] == [protocol_lr]
+    assert protocol_lr != 0.2
+    faster = optimiser(("train.lr", 0.2), ("train.momentum", 0.5))
+    assert [(g["lr"], g["momentum"]) for g in faster.param_groups] == [(0.2, 0.5)]
+    assert isinstance(optimiser(("train.optimizer", "radam")), torch.optim.RAdam)
+
+
+def test_train_settings_reach_every_measured_methods_plan() -> None:
+    """``--set train.KEY=VALUE``, as ``xder-run train`` takes it, reaches every method's plan."""
+    options = _options(("train.precision", "bf16"), ("train.channels_last", True), ("train.step_graph", True))
+    for name in ("sgd", "er", "xder"):
+        schedule = bench.bench_plan(name, options).schedule
+        assert (schedule.precision, schedule.channels_last, schedule.step_graph) == ("bf16", True, True)
+    plain = bench.bench_plan("er", _options()).schedule
+    assert (plain.precision, plain.channels_last, plain.step_graph) == ("fp32", False, False)
+
+
+def test_the_fields_the_protocol_fills_are_the_declared_ones() -> None:
+    """The bench's buffer and batch fill the method fields the method's config declares the
+    protocol fills: ER's buffer and replay batch; GDumb's buffer, not its fitting batch (a field
+    of its own that the stream's batch size is not); nothing for FT."""
+    options = _options(buffer_size=40, batch_size=8)
+    er = bench.bench_plan("er", options).method_config
+    assert (er.buffer_size, er.minibatch_size) == (40, 8)
+    gdumb = bench.bench_plan("gdumb", options).method_config
+    assert (gdumb.buffer_size, gdumb.batch_size) == (40, type(gdumb)().batch_size)
+    assert bench.bench_plan("sgd", options).config["method"] == {}
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        (("train.nope", 1), "train.nope is not a setting"),
+        (("train.precision", "fp16"), "train.precision"),
+        (("train.step_graph", "often"), "train.step_graph"),
+    ],
+)
+def test_a_bad_training_setting_is_refused_before_anything_is_measured(setting, message: str) -> None:
+    from xder_cli.runs.errors import SettingError
+
+    with pytest.raises(SettingError, match=message):
+        run_bench(_options(setting, methods=("sgd", "er")))

@@ -13,14 +13,12 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from xder_cli.runs.analyses import (
-    analyse_buffer_logits,
-    analyse_ece,
-    analyse_fewshot,
-    analyse_flatness,
-    analyse_grad_norms,
-    analyse_head_bias,
-)
+from xder_cli.runs.analyses.buffer_logits import analyse_buffer_logits
+from xder_cli.runs.analyses.ece import analyse_ece
+from xder_cli.runs.analyses.flatness import analyse_flatness
+from xder_cli.runs.analyses.future_fewshot_auc import analyse_fewshot
+from xder_cli.runs.analyses.grad_norms import analyse_grad_norms
+from xder_cli.runs.analyses.head_bias import analyse_head_bias
 from xder_cli.runs.experiments.class_order import plot_class_order
 from xder_cli.runs.experiments.flatness import REGULARISERS, plot_flatness
 from xder_cli.runs.experiments.sensitivity import plot_sensitivity

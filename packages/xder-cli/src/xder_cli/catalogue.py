@@ -16,11 +16,9 @@ import sys
 from dataclasses import dataclass
 
 from xder_cli.runs.defaults import (
-    ANALYSES,
     CLASS_ORDER_METHODS,
     EXPERIMENT_SEEDS,
     LOGGERS,
-    RECORDED_ANALYSES,
     REPORT_OUT,
     SENSITIVITY_METHOD,
 )
@@ -133,6 +131,25 @@ DOWNLOADS = Registry("xder_data.list_downloads", ("cifar10", "cifar100"))
 EXPERIMENTS = Registry(
     "xder_cli.runs.experiments.list_experiments", ("flatness", "class-order", "sensitivity", "table")
 )
+ANALYSES = Registry(
+    "xder_cli.runs.analyses.list_analyses",
+    (
+        "ece",
+        "ss",
+        "head_bias",
+        "grad_norms",
+        "buffer_logits",
+        "future_fewshot_auc",
+        "resources",
+        "flatness",
+        "fisher_trace",
+        "buffer_informativeness",
+        "pointing",
+        "secondary_targets",
+    ),
+)
+RECORDED_ANALYSES = Registry("xder_cli.runs.analyses.recorded_analyses", ("grad_norms", "future_fewshot_auc"))
+"""The analyses that read what only a run trained with ``run.record_analyses`` records."""
 TABLE_PAPERS = Registry("xder_cli.runs.published.table_papers", ("x-der", "der"))
 
 PROTOCOL_ALIASES = {"paper": "full"}
@@ -146,8 +163,6 @@ COPIES = {
 
 OWNED = (
     "LOGGERS",
-    "ANALYSES",
-    "RECORDED_ANALYSES",
     "EXPERIMENT_SEEDS",
     "CLASS_ORDER_METHODS",
     "SENSITIVITY_METHOD",

@@ -1,5 +1,6 @@
-"""NTU RGB+D on-disk machinery: the raw ``.skeleton`` parser, body selection, time resampling and
-the project's HDF5 layout (writer and validator). Public names are re-exported by
+"""NTU RGB+D on-disk machinery: the raw ``.skeleton`` parser, body selection, time resampling, the
+project's HDF5 layout (where it lives, writer and validator) and the arrays and label pickles of
+the two preprocessed distributions (ST-GCN's, EfficientGCN's). Public names are re-exported by
 :mod:`xder_data.ntu60`; see docs/data-formats.md, "NTU RGB+D 60", for the formats.
 """
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -15,7 +16,8 @@ from typing import Literal
 import h5py
 import numpy as np
 
-from xder_data.errors import BenchmarkFormatError, DataNotFoundError
+from xder_data._pickle import load_data_pickle
+from xder_data.errors import BenchmarkFormatError, DataNotFoundError, UnsafePickleError
 
 NUM_JOINTS = 25
 MAX_BODIES = 2
@@ -316,6 +318,11 @@ def valid_frames(x: np.ndarray) -> np.ndarray:
 SPLITS = ("train", "test")
 
 
+def ntu60_path(root: str | Path) -> Path:
+    """Where the converted X-sub file lives under a data root: ``<root>/ntu60/xsub.h5``."""
+    return Path(root) / "ntu60" / "xsub.h5"
+
+
 class H5Writer:
     """Writes ``<path>`` atomically (a temporary file renamed on success) in the project layout:
     groups ``train``/``test`` with ``data`` float32 (N, 3, T, 25, 2) chunked per sample, ``label``
@@ -455,3 +462,60 @@ def unique_names(paths: Iterable[Path]) -> dict[str, Path]:
             raise BenchmarkFormatError(f"{path}: sample {stem} also found at {found[stem]}")
         found[stem] = path
     return found
+
+
+# ---------------------------------------------------------------------------------------------
+# The preprocessed distributions (ST-GCN's and EfficientGCN's arrays and label pickles)
+
+
+def find_part_folder(source: Path, subfolders: Sequence[str], parts: Sequence[str]) -> Path:
+    for folder in (source, *(source / sub for sub in subfolders)):
+        if all((folder / f"{part}_label.pkl").is_file() for part in parts):
+            return folder
+    names = ", ".join(f"{part}_data.npy + {part}_label.pkl" for part in parts)
+    raise DataNotFoundError(f"{source}: expected {names} there or in {' or '.join(subfolders)}/")
+
+
+def part_files(folder: Path, part: str) -> tuple[Path, Path]:
+    data = folder / f"{part}_data.npy"
+    if not data.is_file() and (folder / f"{part}_data_joint.npy").is_file():
+        data = folder / f"{part}_data_joint.npy"
+    if not data.is_file():
+        raise DataNotFoundError(f"{data} does not exist")
+    return data, folder / f"{part}_label.pkl"
+
+
+def read_label_pickle(path: Path) -> tuple[list[str], list[int], list[int] | None]:
+    """``(names, labels)`` or ``(paths, labels, lengths)``."""
+    try:
+        content = load_data_pickle(path, encoding="utf-8")
+    except UnsafePickleError:
+        raise
+    except Exception as error:  # any unpickling failure is a format problem of this file
+        raise BenchmarkFormatError(f"{path}: not a readable label pickle ({type(error).__name__})") from None
+    if not isinstance(content, tuple | list) or len(content) not in (2, 3):
+        raise BenchmarkFormatError(
+            f"{path}: expected a 2-tuple (names, labels) or a 3-tuple (paths, labels, lengths)"
+        )
+    names = [str(n.decode() if isinstance(n, bytes) else n) for n in content[0]]
+    try:
+        labels = [int(v) for v in content[1]]
+        lengths = None if len(content) == 2 else [int(v) for v in content[2]]
+    except (TypeError, ValueError):
+        raise BenchmarkFormatError(f"{path}: labels and lengths must be integers") from None
+    if len(labels) != len(names) or (lengths is not None and len(lengths) != len(names)):
+        raise BenchmarkFormatError(f"{path}: names, labels and lengths differ in length")
+    return names, labels, lengths
+
+
+def load_part_array(path: Path, count: int, label_path: Path) -> np.ndarray:
+    try:
+        data: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as error:
+        raise BenchmarkFormatError(f"{path}: not a .npy array ({error})".split("\n")[0]) from None
+    shape = data.shape
+    if len(shape) != 5 or shape[1] != 3 or shape[3] != 25 or shape[4] != 2:
+        raise BenchmarkFormatError(f"{path}: shape {shape}, expected (N, 3, T, 25, 2)")
+    if shape[0] != count:
+        raise BenchmarkFormatError(f"{path}: {shape[0]} samples but {label_path.name} lists {count}")
+    return data

@@ -275,7 +275,12 @@ class StrongAugment:
         self.normalize = Normalize(mean, std)
 
     def crop_boxes(
-        self, batch: int, height: int, width: int, generator: torch.Generator | None, device
+        self,
+        batch: int,
+        height: int,
+        width: int,
+        generator: torch.Generator | None,
+        device: torch.device | str,
     ) -> Tensor:
         """Per-sample crop boxes ``(B, 4)`` as (top, left, h, w), following torchvision's
         ``RandomResizedCrop.get_params`` (ten attempts, then a central crop)."""

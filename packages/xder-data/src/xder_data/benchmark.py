@@ -1,4 +1,5 @@
-"""The benchmark type, its registry, and the pure functions that shape a benchmark.
+"""The benchmark type, its registry, and the pure functions that shape a benchmark (those live in
+:mod:`xder_data._shaping` and are re-exported here).
 
 A :class:`Benchmark` holds a whole class-incremental benchmark as tensors (images stay uint8,
 labels already mapped through the class order) plus the protocol the paper trains it with.
@@ -10,19 +11,27 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch import Tensor
 
+from xder_data._shaping import (
+    VALIDATION_SEED,
+    ClassOrderSpec,
+    remap_labels,
+    resolve_class_order,
+    task_indices,
+    validation_split,
+    with_class_order,
+    with_validation,
+)
 from xder_data.augment import Transform
 from xder_data.errors import (
     BenchmarkOptionError,
-    ClassOrderError,
     UnknownBenchmarkError,
     UnknownProtocolError,
 )
@@ -30,8 +39,10 @@ from xder_data.errors import (
 __all__ = [
     "DEFAULT_PROTOCOL",
     "PROTOCOL_ALIASES",
+    "VALIDATION_SEED",
     "Benchmark",
     "BenchmarkDefaults",
+    "ClassOrderSpec",
     "Progress",
     "TaskSplit",
     "benchmark_defaults",
@@ -50,8 +61,6 @@ __all__ = [
     "with_class_order",
     "with_validation",
 ]
-
-ClassOrderSpec = Literal["natural", "reversed", "random"] | Sequence[int]
 DEFAULT_PROTOCOL = "full"
 """The protocol a benchmark is run with unless another is named: its full protocol, the one its
 paper (or, for a benchmark without one, its fixed definition) prescribes; its variants are sized
@@ -59,8 +68,6 @@ otherwise (e.g. ``laptop``)."""
 PROTOCOL_ALIASES = {"paper": DEFAULT_PROTOCOL}
 """Former names of protocols: ``paper`` is what :data:`DEFAULT_PROTOCOL` was called until it
 became ``full`` (a preset is called ``paper`` too). Runs recorded under it read as ``full``."""
-VALIDATION_SEED = 0
-"""Seed of the validation split: fixed, so that every trial of a grid search sees the same split."""
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
 """Wraps the iterable a reader walks through (e.g. ``tqdm``) to show its progress."""
 
@@ -267,10 +274,6 @@ class Benchmark:
         return dataclasses.replace(self, **pinned)
 
 
-# ---------------------------------------------------------------------------------------------
-# Pure functions
-
-
 def _row_major_strides(shape: torch.Size) -> tuple[int, ...]:
     """The strides of a freshly allocated row-major tensor of ``shape``."""
     strides, step = [], 1
@@ -278,117 +281,6 @@ def _row_major_strides(shape: torch.Size) -> tuple[int, ...]:
         strides.append(step)
         step *= max(size, 1)
     return tuple(reversed(strides))
-
-
-def resolve_class_order(spec: ClassOrderSpec, n_classes: int, seed: int = 0) -> tuple[int, ...]:
-    """Turn a class-order spec into an explicit permutation.
-
-    Args:
-        spec: ``"natural"`` (0..C-1), ``"reversed"``, ``"random"`` (a permutation drawn from
-            ``numpy.random.default_rng(seed)``), or an explicit permutation of ``range(C)``.
-        n_classes: C.
-        seed: used by ``"random"`` only.
-
-    Returns:
-        ``order`` with ``order[i]`` = the original class that becomes label i.
-    """
-    if isinstance(spec, str):
-        if spec == "natural":
-            return tuple(range(n_classes))
-        if spec == "reversed":
-            return tuple(range(n_classes - 1, -1, -1))
-        if spec == "random":
-            return tuple(int(c) for c in np.random.default_rng(seed).permutation(n_classes))
-        raise ClassOrderError(
-            f"unknown class order {spec!r}: use natural, reversed, random or a permutation "
-            f"such as [{', '.join(map(str, range(min(n_classes, 3))))}, ...]"
-        )
-    order = tuple(int(c) for c in spec)
-    if sorted(order) != list(range(n_classes)):
-        raise ClassOrderError(
-            f"class order {list(order)} is not a permutation of 0..{n_classes - 1}: "
-            f"list each of the {n_classes} classes exactly once"
-        )
-    return order
-
-
-def remap_labels(labels: Tensor, class_order: Sequence[int]) -> Tensor:
-    """Map original labels to positions in ``class_order`` (label ``class_order[i]`` -> i)."""
-    inverse = torch.empty(len(class_order), dtype=torch.int64)
-    inverse[torch.as_tensor(class_order, dtype=torch.int64)] = torch.arange(len(class_order))
-    return inverse.to(labels.device)[labels.long()]
-
-
-def task_indices(labels: Tensor, class_start: int, class_end: int) -> Tensor:
-    """Row indices (ascending) whose label lies in ``[class_start, class_end)``."""
-    mask = (labels >= class_start) & (labels < class_end)
-    return torch.nonzero(mask, as_tuple=False).flatten()
-
-
-def validation_split(labels: Tensor, fraction: float, seed: int = VALIDATION_SEED) -> tuple[Tensor, Tensor]:
-    """Stratified hold-out: for each class, ``round(fraction * n_c)`` of its rows go to validation.
-
-    Per class (ascending label), the class's row indices in ascending order are permuted by one
-    ``numpy.random.default_rng(seed)``; the first ``round(fraction * n_c)`` are validation.
-
-    Returns:
-        ``(train_rows, val_rows)``, each sorted ascending.
-    """
-    if not 0.0 < fraction < 1.0:
-        raise ValueError(f"validation fraction must be in (0, 1), got {fraction}")
-    labels_np = labels.cpu().numpy()
-    rng = np.random.default_rng(seed)
-    train_rows, val_rows = [], []
-    for c in np.unique(labels_np):
-        rows = rng.permutation(np.flatnonzero(labels_np == c))
-        n_val = round(fraction * len(rows))
-        val_rows.append(rows[:n_val])
-        train_rows.append(rows[n_val:])
-    train = torch.from_numpy(np.sort(np.concatenate(train_rows))).to(labels.device)
-    val = torch.from_numpy(np.sort(np.concatenate(val_rows))).to(labels.device)
-    return train, val
-
-
-def with_class_order(bench: Benchmark, spec: ClassOrderSpec, seed: int = 0) -> Benchmark:
-    """The benchmark relabelled so that new label i is the current label ``order[i]``: task t
-    then holds the current classes ``order[start_t:end_t]``.
-
-    Orders are relative to the reader's own numbering ("natural"), and ``class_order`` composes:
-    it keeps naming the class of the data's original ids that each label stands for (the
-    identity for most readers; ``seq-ntu60`` numbers its classes in the paper's task order).
-    """
-    order = resolve_class_order(spec, bench.num_classes, seed)
-    if order == tuple(range(bench.num_classes)):
-        return bench
-    changes: dict[str, Any] = {
-        "class_order": tuple(bench.class_order[c] for c in order),
-        "train_y": remap_labels(bench.train_y, order),
-        "test_y": remap_labels(bench.test_y, order),
-    }
-    for name in ("val_y", "train_secondary_y", "test_secondary_y", "val_secondary_y"):
-        labels = getattr(bench, name)
-        if labels is not None:
-            changes[name] = remap_labels(labels, order)
-    if bench.coarse_labels is not None:
-        changes["coarse_labels"] = bench.coarse_labels[torch.as_tensor(order)]
-    if bench.class_names is not None:
-        changes["class_names"] = tuple(bench.class_names[c] for c in order)
-    return dataclasses.replace(bench, **changes)
-
-
-def with_validation(bench: Benchmark, fraction: float = 0.1) -> Benchmark:
-    """Hold out a stratified ``fraction`` of the training rows as the validation split."""
-    train_rows, val_rows = validation_split(bench.train_y, fraction)
-    secondary = bench.train_secondary_y
-    return dataclasses.replace(
-        bench,
-        train_x=bench.train_x[train_rows],
-        train_y=bench.train_y[train_rows],
-        val_x=bench.train_x[val_rows],
-        val_y=bench.train_y[val_rows],
-        train_secondary_y=None if secondary is None else secondary[train_rows],
-        val_secondary_y=None if secondary is None else secondary[val_rows],
-    )
 
 
 # ---------------------------------------------------------------------------------------------

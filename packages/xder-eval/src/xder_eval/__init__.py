@@ -69,6 +69,7 @@ from xder_eval.report import (
     SeedStats,
     SettingSummary,
     build_report,
+    columnwise_mean_std,
     count_each_seed_once,
     file_token,
     group_runs,
@@ -79,7 +80,9 @@ from xder_eval.report import (
     report_dict,
     report_markdown,
     report_problems,
+    seed_stats,
     summarize_group,
+    summarize_setting,
 )
 from xder_eval.secondary import secondary_superclass_log_probs, superclass_error, superclass_nll
 
@@ -124,6 +127,7 @@ __all__ = [
     "build_report",
     "check_claim",
     "class_mean_logits",
+    "columnwise_mean_std",
     "compare_rows",
     "compare_to_published",
     "count_each_seed_once",
@@ -158,7 +162,9 @@ __all__ = [
     "report_problems",
     "secondary_superclass_log_probs",
     "secondary_target_f1",
+    "seed_stats",
     "summarize_group",
+    "summarize_setting",
     "superclass_error",
     "superclass_nll",
     "train_on_buffer",

@@ -120,7 +120,8 @@ def head_bias_fractions(head_counts: Sequence[Sequence[int]] | np.ndarray) -> li
     counts = np.asarray(head_counts, dtype=np.float64)
     totals = counts.sum(axis=1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (counts / totals).tolist()
+        fractions: list[list[float]] = (counts / totals).tolist()
+    return fractions
 
 
 def class_mean_logits(logits: ArrayLike, labels: ArrayLike, num_classes: int) -> list[list[float]]:
@@ -137,7 +138,8 @@ def class_mean_logits(logits: ArrayLike, labels: ArrayLike, num_classes: int) ->
     np.add.at(sums, y, z)
     counts = np.bincount(y, minlength=num_classes)[:, None].astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (sums / counts).tolist()
+        means: list[list[float]] = (sums / counts).tolist()
+    return means
 
 
 # ------------------------------------------------------------------------- flatness (Sec. 6.2)

@@ -44,7 +44,7 @@ import numpy as np
 from xder_eval.claims import compare_rows
 from xder_eval.plots import legend_outside, new_figure, save_figure
 from xder_eval.published import preset_entry_name
-from xder_eval.report import GroupSummary, Report, ReportColumn, SeedStats, _stat  # the report's statistics
+from xder_eval.report import GroupSummary, Report, ReportColumn, SeedStats, seed_stats
 
 __all__ = [
     "ANALYSIS_METRICS",
@@ -190,7 +190,7 @@ def analysis_rows(
         values = [analysis_values(a) for a in per_run]
         if not any(values):
             continue
-        stats = {m: _stat([v[m] for v in values if m in v]) for m in ANALYSIS_METRICS}
+        stats = {m: seed_stats([v[m] for v in values if m in v]) for m in ANALYSIS_METRICS}
         curves = [newest_head_curve(a) for a in per_run]
         tasks = sorted({t for c in curves for t in c})
         curve = {t: float(np.mean([c[t] for c in curves if t in c])) for t in tasks}

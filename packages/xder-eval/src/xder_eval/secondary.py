@@ -115,7 +115,8 @@ def _true_superclass_log_probs(
     if n == 0:
         raise ValueError("no items to evaluate")
     y = check_labels(to_numpy(labels, "labels", ndim=1), n, z.shape[1])
-    return _log_probs(z, coarse, exclude_max)[np.arange(n), coarse[y]]
+    picked: np.ndarray = _log_probs(z, coarse, exclude_max)[np.arange(n), coarse[y]]
+    return picked
 
 
 def superclass_error(logits: ArrayLike, labels: ArrayLike, coarse_of_class: ArrayLike) -> float:

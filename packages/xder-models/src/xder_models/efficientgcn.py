@@ -124,7 +124,8 @@ def _graph_utils() -> ModuleType:
             "efficientgcn backbones build their skeleton graph with torch-geometric: "
             "pip install 'xder-models[gcn]'"
         ) from error
-    return utils
+    found: ModuleType = utils  # torch-geometric has no type information here
+    return found
 
 
 def ntu_hop_adjacency(num_partitions: int = MAX_GRAPH_DISTANCE + 1, *, max_hop: int = MAX_HOP) -> Tensor:
@@ -240,7 +241,8 @@ class SpatialGraphLayer(nn.Module):
         self.act = nn.SiLU()
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.act(self.bn(self.conv(x)) + self.residual(x))
+        out: Tensor = self.act(self.bn(self.conv(x)) + self.residual(x))
+        return out
 
 
 class TemporalBasicLayer(nn.Module):
@@ -256,7 +258,8 @@ class TemporalBasicLayer(nn.Module):
         self.act = nn.SiLU()
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.act(self.bn(self.conv(x)) + x)
+        out: Tensor = self.act(self.bn(self.conv(x)) + x)
+        return out
 
 
 class TemporalSepLayer(nn.Module):
@@ -289,7 +292,8 @@ class TemporalSepLayer(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         y = self.act(self.depth_conv(self.act(self.expand_conv(x))))
-        return self.point_conv(y) + self.residual(x)
+        out: Tensor = self.point_conv(y) + self.residual(x)
+        return out
 
 
 class STJointAttention(nn.Module):
@@ -313,7 +317,8 @@ class STJointAttention(nn.Module):
         profile_t = x.mean(3, keepdim=True)  # (B, C, T, 1)
         profile_v = x.mean(2, keepdim=True).transpose(2, 3)  # (B, C, V, 1)
         hidden_t, hidden_v = self.fcn(torch.cat([profile_t, profile_v], dim=2)).split([t, v], dim=2)
-        return self.conv_t(hidden_t).sigmoid() * self.conv_v(hidden_v.transpose(2, 3)).sigmoid()
+        weights: Tensor = self.conv_t(hidden_t).sigmoid() * self.conv_v(hidden_v.transpose(2, 3)).sigmoid()
+        return weights
 
 
 class AttentionLayer(nn.Module):
@@ -329,7 +334,8 @@ class AttentionLayer(nn.Module):
         self.act = nn.SiLU()
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.act(self.bn(x * self.att(x)) + x)
+        out: Tensor = self.act(self.bn(x * self.att(x)) + x)
+        return out
 
 
 class EfficientGCNBlock(nn.Module):
@@ -352,7 +358,8 @@ class EfficientGCNBlock(nn.Module):
         self.att = AttentionLayer(out_channels)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.att(self.tcn(self.scn(x)))
+        out: Tensor = self.att(self.tcn(self.scn(x)))
+        return out
 
 
 class _InputBranch(nn.Module):
@@ -370,7 +377,8 @@ class _InputBranch(nn.Module):
         self.blocks = nn.Sequential(*blocks)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.blocks(self.stem_tcn(self.stem_scn(self.init_bn(x))))
+        out: Tensor = self.blocks(self.stem_tcn(self.stem_scn(self.init_bn(x))))
+        return out
 
 
 class EfficientGCN(nn.Module):
@@ -447,12 +455,13 @@ class EfficientGCN(nn.Module):
         bodies = x.permute(0, 4, 1, 2, 3).reshape(n * m, 3, t, v)
         streams = skeleton_streams(bodies)
         fused = torch.cat([branch(s) for branch, s in zip(self.input_branches, streams, strict=True)], dim=1)
-        out = self.main_stream(fused)
+        out: Tensor = self.main_stream(fused)
         return out.view(n, m, *out.shape[1:]).mean(dim=(1, 3, 4))
 
     def forward_head(self, features: Tensor) -> Tensor:
         """``features: (N, C)`` -> logits ``(N, num_classes)`` (dropout, then linear)."""
-        return self.classifier(features)
+        logits: Tensor = self.classifier(features)
+        return logits
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))

@@ -83,15 +83,18 @@ class EfficientNetB2(nn.Module):
     @property
     def gradcam_layer(self) -> nn.Module:
         """The head conv block (1x1 conv 352 -> 1408, BN, SiLU): 1408 x 3 x 3 at 84 px."""
-        return self.features[-1]
+        block: nn.Module = self.features[-1]
+        return block
 
     def forward_features(self, x: Tensor) -> Tensor:
         """``x: (B, 3, H, W)`` -> pooled features ``(B, 1408)``."""
-        return self.avgpool(self.features(x)).flatten(1)
+        pooled: Tensor = self.avgpool(self.features(x))
+        return pooled.flatten(1)
 
     def forward_head(self, features: Tensor) -> Tensor:
         """``features: (B, 1408)`` -> logits ``(B, num_classes)`` (dropout, then linear)."""
-        return self.classifier(features)
+        logits: Tensor = self.classifier(features)
+        return logits
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))

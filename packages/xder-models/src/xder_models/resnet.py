@@ -81,7 +81,8 @@ class ResNet18CIFAR(nn.Module):
         return F.adaptive_avg_pool2d(out, 1).flatten(1)
 
     def forward_head(self, features: Tensor) -> Tensor:
-        return self.classifier(features)
+        logits: Tensor = self.classifier(features)
+        return logits
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))

@@ -56,17 +56,20 @@ class ResNet18(nn.Module):
     @property
     def gradcam_layer(self) -> nn.Module:
         """The last residual block: Grad-CAM's recommended target for ResNets."""
-        return self.layer4[-1]
+        block: nn.Module = self.layer4[-1]
+        return block
 
     def forward_features(self, x: Tensor) -> Tensor:
         """``x: (B, 3, H, W)`` -> pooled features ``(B, 512)``."""
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.avgpool(x).flatten(1)
+        pooled: Tensor = self.avgpool(x)
+        return pooled.flatten(1)
 
     def forward_head(self, features: Tensor) -> Tensor:
         """``features: (B, 512)`` -> logits ``(B, num_classes)``."""
-        return self.fc(features)
+        logits: Tensor = self.fc(features)
+        return logits
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))

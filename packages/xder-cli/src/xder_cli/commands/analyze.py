@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from xder_cli import catalogue
@@ -24,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
     names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
 
-    def show(name: str, value: dict[str, Any] | None, skipped: str | None) -> None:
+    def show(name: str, value: Mapping[str, Any] | None, skipped: str | None) -> None:
         if not args.json:
             # A skip's reason may name a library call that makes files: printed as its command.
             if value is None:
@@ -59,9 +60,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "analyze",
         help="the paper's analyses of a trained run, into RUN_DIR/analysis/",
         description="Analyses of a trained run (X-DER paper Sec. 6): "
-        + ", ".join(catalogue.ANALYSES)
+        + ", ".join(catalogue.ANALYSES.names())
         + ". Those that do not apply (no super-classes, no masks, no buffer...) are skipped with the reason; "
-        + " and ".join(catalogue.RECORDED_ANALYSES)
+        + " and ".join(catalogue.RECORDED_ANALYSES.names())
         + " need a run trained with --record-analyses (asked for with --only on a run without, they are "
         "an error). "
         "Results: RUN_DIR/analysis/analysis.json and PNG plots. Refused while another process writes "

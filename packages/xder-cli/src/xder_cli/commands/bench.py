@@ -66,15 +66,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--device", default="auto", metavar="DEV", help="auto (default), cpu, cuda, cuda:N")
     bench.add_argument("--steps", type=int, default=20, metavar="N", help="timed rounds (20)")
     bench.add_argument("--warmup", type=int, default=5, metavar="N", help="untimed rounds first (5)")
-    bench.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="autocast (fp32)")
-    bench.add_argument("--channels-last", action="store_true", help="channels-last memory format")
-    bench.add_argument("--compile", action="store_true", help="nn.Module.compile the backbone")
-    h = "torch.compile mode with --compile (reduce-overhead: CUDA graphs)"
-    bench.add_argument("--compile-mode", choices=("default", "reduce-overhead"), default="default", help=h)
-    bench.add_argument("--step-graph", action="store_true", help="whole steps replayed as CUDA graphs")
     bench.add_argument(
-        "--set", dest="settings", action="append", type=assignment, metavar="method.KEY=VALUE",
-        help="a method setting for each measured method that has it, e.g. method.replay_forward=joint",
+        "--set", dest="settings", action="append", type=assignment, metavar="KEY=VALUE",
+        help="a training setting for every measured method, as train takes it: e.g. train.precision=bf16, "
+        "train.channels_last=true, train.compile=true, train.compile_mode=reduce-overhead (CUDA graphs), "
+        "train.step_graph=true (whole steps replayed as CUDA graphs); or a method setting for each measured "
+        "method that has it, e.g. method.replay_forward=joint (repeatable; sections train and method)",
     )  # fmt: skip
     bench.add_argument("--no-epoch", dest="epoch", action="store_false", help="skip the synthetic epoch")
     bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
@@ -165,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         )
     for name, value in payload["ratios"].items():
         print(f"{name}: {value:.2f}")
-    if options.step_graph:
+    if payload["settings"]["step_graph"]:
         replayed = ", ".join(f"{r['method']} {r['replayed_steps']}" for r in payload["methods"])
         print(f"steps replayed from CUDA graphs (on a CPU: checked): {replayed}")
     return _write(args, payload)

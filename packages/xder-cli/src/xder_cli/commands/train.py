@@ -48,9 +48,7 @@ def run_settings(args: argparse.Namespace) -> dict[str, Any]:
     settings = run_flag_settings(args) | {
         key: getattr(args, name) for name, key in TRAIN_FLAGS.items() if getattr(args, name) is not None
     }
-    if args.buffer_size is not None:
-        if args.buffer_size < 0:
-            raise UsageError(f"--buffer-size must be >= 0, got {args.buffer_size}")
+    if args.buffer_size is not None:  # its range is the method config's to check
         if takes_buffer(args.method):
             settings["method.buffer_size"] = args.buffer_size
         else:

@@ -3,7 +3,7 @@ one owner of settings, with :mod:`~xder_cli.runs.presets`), built (:mod:`~xder_c
 and trained into a run directory with resume and a lock through the one run life
 (:mod:`~xder_cli.runs.lifecycle`, :mod:`~xder_cli.runs.recorder`, :mod:`~xder_cli.runs.rundir`),
 logged to trackers (:mod:`~xder_cli.runs.trackers`), loaded back (:mod:`~xder_cli.runs.loaded`)
-and analysed (:mod:`~xder_cli.runs.analyses`, :mod:`~xder_cli.runs.analysis_records`), and set beside
+and analysed (:mod:`~xder_cli.runs.analyses`, one module per analysis in a registry), and set beside
 the papers' tables and claims (:mod:`~xder_cli.runs.published`, :mod:`~xder_cli.runs.claims`).
 Many runs at once: trained in this process or as Ray tasks, each under its lock, retried on a
 lost Ray node (:mod:`~xder_cli.runs.scheduler`), for a grid search selected on validation

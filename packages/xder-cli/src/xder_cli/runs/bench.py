@@ -11,8 +11,9 @@ like the benchmark (its buffer full), then:
   backward, optimizer step) after warm-up;
 * ``images_per_step``: images the backbone forwards in one step (counted by a forward hook);
 * ``floor_seconds``: median time of ONE forward+backward+step of the same backbone over that many
-  images (the step's arithmetic in one batch), timed in the same rounds (with ``step_graph``
-  replayed as a CUDA graph too, so that the ratio compares like with like);
+  images (the step's arithmetic in one batch, the step by the loop's optimiser), timed in the same
+  rounds (with ``train.step_graph`` replayed as a CUDA graph too, so that the ratio compares like
+  with like);
 * ``host_syncs_per_step``, ``ops_per_step`` and ``launches_per_step``: dispatched ATen ops of one
   step, those that make the host wait, and those that are not views (about one kernel launch
   each on a GPU) (:class:`xder_methods.OpCounter`; exact on any hardware); with a compiled
@@ -29,11 +30,15 @@ like the benchmark (its buffer full), then:
   end-of-task work left out);
 * ``cudagraph_counters`` (backbones compiled into CUDA graphs): torch's counters of the graphs it
   did not run as CUDA graphs (``cudagraph_skips``; the reason goes to its ``cudagraphs`` log);
-* ``replayed_steps`` (``step_graph``: whole steps recorded as CUDA graphs, :func:`xder_methods.run_step`):
-  the method's steps replayed, timed rounds and epoch together (none for a method that does not
-  declare its step replayable). The counts above are then of the first steps, which run eagerly
-  (a recorded step's warm-up); on a CPU every replay is checked op by op instead, so the times
-  there are the check's.
+* ``replayed_steps`` (``train.step_graph``: whole steps recorded as CUDA graphs,
+  :func:`xder_methods.run_step`): the method's steps replayed, timed rounds and epoch together
+  (none for a method that does not declare its step replayable). The counts above are then of the
+  first steps, which run eagerly (a recorded step's warm-up); on a CPU every replay is checked op
+  by op instead, so the times there are the check's.
+
+Each method trains as its plan says (:func:`bench_plan`: the protocol, the method's own defaults,
+the options' ``train.*`` settings such as ``train.precision`` and ``train.step_graph``), its steps
+taken by the loop's own optimiser (:func:`xder_methods.make_optimizer`) at the plan's lr.
 
 The process takes its CPU threads as a training run does (:mod:`xder_methods.core.threads`: the
 cores other programs leave free, shared with other runs, or a fixed ``OMP_NUM_THREADS``);
@@ -51,7 +56,7 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -82,7 +87,9 @@ from xder_methods import (
     Transforms,
     autocast,
     batch_bounds,
+    make_optimizer,
     method_config_class,
+    protocol_fields,
     run_epoch,
     run_step,
 )
@@ -121,13 +128,6 @@ class BenchOptions:
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         steps: the timed rounds (each method's step and floor once a round).
         warmup: the untimed rounds before them.
-        precision: the autocast precision, ``fp32`` or ``bf16``.
-        channels_last: the backbones in the channels-last memory format.
-        compile: the backbones ``nn.Module.compile``-d.
-        compile_mode: their ``torch.compile`` mode, ``default`` or ``reduce-overhead`` (CUDA
-            graphs).
-        step_graph: whole training steps recorded as CUDA graphs and replayed
-            (``train.step_graph``); not with ``compile``.
         epoch: also time one synthetic epoch of task ``task`` per method.
         rounds: the fair-share benchmark (:func:`~xder_cli.runs.bench_share.run_share_bench`):
             its rounds, medians taken.
@@ -135,10 +135,14 @@ class BenchOptions:
             warm-up, wait there for the other processes); None alone.
         plugins: modules or ``.py`` files a fair-share child process loads first (for the methods,
             benchmarks and backbones they register).
-        settings: method settings, ``("method.KEY", value)`` pairs (``--set``), each given to
-            every measured method whose config has ``KEY`` (e.g. ``method.replay_forward`` =
-            ``joint``: DER's, DER++'s and X-DER's one forward pass of the stream and buffer
-            batches); a key no measured method has is an error.
+        settings: ``("section.KEY", value)`` pairs (``--set``), in their order, above the
+            protocol and the options above: ``train.KEY`` for every measured method, as
+            ``xder-run train --set`` takes it (``train.precision`` = ``bf16``,
+            ``train.channels_last``, ``train.compile`` and ``train.compile_mode``,
+            ``train.step_graph``: whole steps recorded as CUDA graphs and replayed);
+            ``method.KEY`` for every measured method whose config has ``KEY`` (e.g.
+            ``method.replay_forward`` = ``joint``: DER's, DER++'s and X-DER's one forward pass of
+            the stream and buffer batches), a key no measured method has being an error.
     """
 
     methods: tuple[str, ...] = ("er", "derpp", "xder")
@@ -152,11 +156,6 @@ class BenchOptions:
     device: str = "auto"
     steps: int = 20
     warmup: int = 5
-    precision: str = "fp32"
-    channels_last: bool = False
-    compile: bool = False
-    compile_mode: str = "default"
-    step_graph: bool = False
     epoch: bool = True
     rounds: int = 3
     start_after: Path | None = None
@@ -203,28 +202,28 @@ class _Floor(nn.Module):
 
 def bench_plan(name: str, options: BenchOptions) -> RunPlan:
     """The plan of method ``name`` as the bench measures it: the benchmark's protocol, the method's
-    own defaults (no preset), and ``options``' backbone, width, batch size, buffer size, precision,
-    memory format and compilation (``options`` with the protocol's values filled in:
-    :func:`with_protocol`)."""
+    own defaults (no preset), ``options``' backbone, width, batch size (the replay batch too) and
+    buffer size where the protocol fills them in the method's config
+    (:func:`xder_methods.protocol_fields`), then ``options.settings``: every ``train.*`` one, the
+    ``method.*`` ones the method has (``options`` with the protocol's values filled in:
+    :func:`with_protocol`).
+
+    Raises:
+        SettingError, MethodConfigError: a setting that is not one, or a value out of its range.
+    """
     overrides: dict[str, Any] = {
         "run.device": options.device,
         "backbone.name": options.backbone or "",
         "train.batch_size": options.batch_size,
-        "train.precision": options.precision,
-        "train.channels_last": options.channels_last,
-        "train.compile": options.compile,
-        "train.compile_mode": options.compile_mode,
-        "train.step_graph": options.step_graph,
     }
     if options.backbone == "resnet18-cifar":
         overrides["backbone.width"] = options.width
-    fields = _config_fields(name)
-    if "buffer_size" in fields:
-        overrides["method.buffer_size"] = options.buffer_size
-    if "minibatch_size" in fields:
-        overrides["method.minibatch_size"] = options.batch_size
+    filled = {"buffer_size": options.buffer_size, "minibatch_size": options.batch_size}
+    config_cls = method_config_class(name)
+    overrides |= {f"method.{key}": filled[key] for key in protocol_fields(config_cls) if key in filled}
+    fields = {f.name for f in dataclasses.fields(config_cls)}
     for key, value in options.settings:
-        if key.removeprefix("method.") in fields:
+        if key.startswith("train.") or key.removeprefix("method.") in fields:
             overrides[key] = value
     protocol = options.protocol or DEFAULT_PROTOCOL
     return resolve_run(name, options.benchmark, preset="none", protocol=protocol, overrides=overrides)
@@ -268,7 +267,8 @@ def method_at_task(name: str, options: BenchOptions, device: torch.device) -> Me
     """Method ``name`` at task ``options.task`` of ``options.benchmark``'s shapes
     (:data:`BENCH_SHAPES`), built from its plan (:func:`bench_plan`; ``options`` with the
     protocol's values filled in: :func:`with_protocol`) as training builds it; every earlier task
-    seen through ``prefill`` (its memory full), an SGD optimiser of lr 0.01. The network's weights
+    seen through ``prefill`` (its memory full), the loop's optimiser (:func:`xder_methods.make_optimizer`:
+    the plan's optimiser and lr, as task ``options.task`` of a run begins). The network's weights
     come from the plan's seed and the data from a CPU generator of seed 1, then move to
     ``device``: the same on every device (the method's own draws come from the run's generator on
     ``device``)."""
@@ -302,7 +302,7 @@ def method_at_task(name: str, options: BenchOptions, device: torch.device) -> Me
     # The steps and the epoch are the training loop's own (xder_methods.run_step, run_epoch).
     stream = _SyntheticTask(task_x, task_y, (per_task,) * n_tasks)
     loop = FitState(method, cast(TaskStream, stream), plan.fit_schedule, generator)
-    loop.optimizer = torch.optim.SGD(list(method.optimizer_parameters()), lr=0.01)
+    loop.optimizer = make_optimizer(method.optimizer_parameters(), plan.fit_schedule)
     return MethodAtTask(plan, net, method, loop, task_x, task_y, options.task, n_tasks)
 
 
@@ -319,10 +319,11 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
     def step(rows: torch.Tensor = batch_rows) -> None:
         at.step(rows)
 
-    if options.compile:
+    if plan.schedule.compile:
         # Counted on an eager twin: a compiled network is neither hooked nor run under the op
         # counter (a dispatch mode), so that what is timed is torch's compiled code alone.
-        twin = _subject(name, replace(options, compile=False), device, defaults)
+        eager = replace(options, settings=(*options.settings, ("train.compile", False)))
+        twin = _subject(name, eager, device, defaults)
         images, ops, launches = twin.images, twin.ops, twin.launches
         syncs, sync_names = twin.syncs, twin.sync_names
         del twin
@@ -337,7 +338,7 @@ def _subject(name: str, options: BenchOptions, device: torch.device, defaults: B
         ops, launches = counter.total, counter.launches
         syncs, sync_names = counter.host_syncs, dict(counter.syncs)
     floor_net = build_network(plan, num_classes, device)
-    floor_opt = torch.optim.SGD(floor_net.parameters(), lr=0.01)
+    floor_opt = make_optimizer(floor_net.parameters(), plan.fit_schedule)
     floor_x = torch.randn(images, *shape, device=device)
     no_labels = torch.zeros(0, dtype=torch.int64, device=device)
 
@@ -385,10 +386,11 @@ def wait_for_start(folder: Path, timeout: float = 600.0) -> None:
 def with_protocol(options: BenchOptions, defaults: BenchmarkDefaults) -> BenchOptions:
     """``options`` with ``backbone``, ``width``, ``batch_size`` and ``buffer_size`` left None
     taken from the protocol's ``defaults`` (EfficientNet-B2 on ``seq-miniimg``, the CIFAR
-    ResNet18 on the others); ``options`` itself is left as it is.
+    ResNet18 on the others); ``options`` itself is left as it is. (The buffer size's range is the
+    method config's to check, as a run's: :func:`bench_plan`.)
 
     Raises:
-        SettingError: a width or batch size below 1, a negative buffer size.
+        SettingError: a width or batch size below 1.
     """
     options = replace(
         options,
@@ -400,16 +402,7 @@ def with_protocol(options: BenchOptions, defaults: BenchmarkDefaults) -> BenchOp
     for name, value in (("width", options.width), ("batch_size", options.batch_size)):
         if value is not None and value < 1:
             raise SettingError(f"{option(name)} must be >= 1, got {value}")
-    if options.buffer_size is not None and options.buffer_size < 0:
-        raise SettingError(f"{option('buffer_size')} must be >= 0, got {options.buffer_size}")
     return options
-
-
-def graphs(options: BenchOptions) -> bool:
-    """Whether the bench's networks run as CUDA graphs (:attr:`TrainingSchedule.cuda_graphs` of
-    its options)."""
-    mode = cast(Literal["default", "reduce-overhead"], options.compile_mode)
-    return TrainingSchedule(compile=options.compile, compile_mode=mode).cuda_graphs
 
 
 def timing_order(names: list[str], warmup: int, steps: int, *, blocked: bool) -> list[tuple[bool, str, str]]:
@@ -454,6 +447,11 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
     for name in names:
         method_config_class(name)  # UnknownMethodError names the choices
     _check_settings(options.settings, names)
+    # Every method's plan before any is built: a setting that is not one, or a value out of range,
+    # is said at once. The train settings are every method's: the first plan's schedule stands
+    # for them all (the payload's settings).
+    plans = [bench_plan(name, options) for name in names]
+    schedule = plans[0].schedule
     with ThreadPolicy() as threads:
         subjects = [_subject(name, options, device, defaults) for name in names]
         by_name = {s.name: s for s in subjects}
@@ -461,7 +459,7 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
         floors: dict[str, list[float]] = {s.name: [] for s in subjects}
         timed_from = 0.0
         for timed, subject, kind in timing_order(
-            [s.name for s in subjects], options.warmup, options.steps, blocked=graphs(options)
+            [s.name for s in subjects], options.warmup, options.steps, blocked=schedule.cuda_graphs
         ):
             if timed and not timed_from:
                 if options.start_after is not None:  # a fair-share child: start with the others
@@ -476,37 +474,38 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
             if timed:
                 store[subject].append(time.perf_counter() - started)
         timed_seconds = time.perf_counter() - timed_from
-        return _payload(
-            options, subjects, steps, floors, timed_seconds, threads.used, device, defaults, protocol
-        )
-
-
-def _config_fields(name: str) -> set[str]:
-    """The setting names of method ``name``'s config (``method.<name>``)."""
-    return {f.name for f in dataclasses.fields(method_config_class(name))}
+        timing = (steps, floors, timed_seconds, threads.used)
+        return _payload(options, subjects, timing, device, defaults, protocol, schedule)
 
 
 def _check_settings(settings: tuple[tuple[str, Any], ...], names: list[str]) -> None:
-    """Every setting is a method's (``method.KEY``) and some measured method has its key."""
+    """Every setting is a training one (``train.KEY``, checked with the plans) or a method's
+    (``method.KEY``) that some measured method has."""
     for key, _ in settings:
-        field = key.removeprefix("method.")
-        if field == key:
-            raise SettingError(f"bench takes method settings only (method.KEY=VALUE), not {key!r}")
-        if not any(field in _config_fields(n) for n in names):
+        section, _, field = key.partition(".")
+        if section == "train":
+            continue
+        if section != "method":
+            raise SettingError(
+                "bench takes training and method settings only (train.KEY=VALUE, method.KEY=VALUE), "
+                f"not {key!r}"
+            )
+        if not any(field in {f.name for f in dataclasses.fields(method_config_class(n))} for n in names):
             raise SettingError(f"none of the measured methods ({', '.join(names)}) has a setting {key!r}")
 
 
 def _payload(
     options: BenchOptions,
     subjects: list[_Subject],
-    steps: dict[str, list[float]],
-    floors: dict[str, list[float]],
-    timed_seconds: float,
-    threads: list[int],
+    timing: tuple[dict[str, list[float]], dict[str, list[float]], float, list[int]],
     device: torch.device,
     defaults: BenchmarkDefaults,
     protocol: str,
+    schedule: TrainingSchedule,
 ) -> dict[str, Any]:
+    """The figures: ``timing`` holds each method's step and floor times, the timed rounds'
+    seconds and the threads used."""
+    steps, floors, timed_seconds, threads = timing
     _, _, n_tasks, _ = BENCH_SHAPES[options.benchmark]
     rows: list[dict[str, Any]] = []
     for subject in subjects:
@@ -564,19 +563,22 @@ def _payload(
             "batch_size": options.batch_size,
             "buffer_size": options.buffer_size,
             "task": options.task,
-            "precision": options.precision,
-            "channels_last": options.channels_last,
-            "compile": options.compile,
-            "compile_mode": options.compile_mode,
-            "step_graph": options.step_graph,
-            "method_settings": dict(options.settings),
+            "lr": schedule.lr,
+            "optimizer": schedule.optimizer,
+            "precision": schedule.precision,
+            "channels_last": schedule.channels_last,
+            "compile": schedule.compile,
+            "compile_mode": schedule.compile_mode,
+            "step_graph": schedule.step_graph,
+            "train_settings": {k: v for k, v in options.settings if k.startswith("train.")},
+            "method_settings": {k: v for k, v in options.settings if k.startswith("method.")},
             "steps": options.steps,
             "warmup": options.warmup,
             "protocol_epochs": defaults.epochs,
         },
         "methods": rows,
         "ratios": ratios,
-        "cudagraph_counters": _cudagraph_counters() if graphs(options) else None,
+        "cudagraph_counters": _cudagraph_counters() if schedule.cuda_graphs else None,
     }
 
 

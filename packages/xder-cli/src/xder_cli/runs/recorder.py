@@ -17,7 +17,7 @@ from typing import Any, Literal
 import torch
 
 from xder_cli.runs import rundir
-from xder_cli.runs.analysis_records import task_end_analysis
+from xder_cli.runs.analyses import task_end_analysis
 from xder_cli.runs.settings import RunPlan
 from xder_eval import (
     average_accuracy_curve,

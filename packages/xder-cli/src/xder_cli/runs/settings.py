@@ -63,7 +63,15 @@ from xder_data import (
     canonical_protocol,
 )
 from xder_data import benchmark_options as benchmark_option_defaults
-from xder_methods import TrainingProtocol, TrainingSchedule, check_schedule, list_methods, method_config_class
+from xder_methods import (
+    TrainingProtocol,
+    TrainingSchedule,
+    check_schedule,
+    list_methods,
+    method_config_class,
+    protocol_fields,
+    protocol_values,
+)
 from xder_models import backbone_factory, backbone_options
 
 __all__ = [
@@ -220,12 +228,13 @@ def defines(dotted: str) -> bool:
 
 
 def takes_buffer(method: str) -> bool:
-    """Whether ``method`` keeps a replay buffer (its config has ``buffer_size``).
+    """Whether ``method`` keeps a replay buffer: the protocol fills its ``buffer_size``, as its
+    config declares (:func:`xder_methods.protocol_fields`).
 
     Raises:
         UnknownMethodError: no method of that name.
     """
-    return "buffer_size" in {f.name for f in dataclasses.fields(method_config_class(method))}
+    return "buffer_size" in protocol_fields(method_config_class(method))
 
 
 PROTOCOL_KEYS = tuple(f.name for f in dataclasses.fields(TrainingProtocol))
@@ -233,16 +242,15 @@ PROTOCOL_KEYS = tuple(f.name for f in dataclasses.fields(TrainingProtocol))
 :class:`xder_data.BenchmarkDefaults` carries too."""
 
 
-def _protocol_layer(protocol: BenchmarkDefaults, method_fields: set[str]) -> dict[str, Any]:
+def _protocol_layer(protocol: BenchmarkDefaults, filled: tuple[str, ...]) -> dict[str, Any]:
     """The settings a benchmark's protocol gives a run: the training protocol's fields
     (:data:`PROTOCOL_KEYS`) of its :class:`xder_data.BenchmarkDefaults`, its backbone, and the
-    buffer and replay batch of a method that has them."""
+    method fields it fills (``filled``, as the method's config declares them:
+    :func:`xder_methods.protocol_fields`; e.g. the buffer and replay batch sizes)."""
     layer = {f"train.{key}": getattr(protocol, key) for key in PROTOCOL_KEYS}
     layer |= {"backbone.name": protocol.backbone}
     layer |= {f"backbone.{k}": v for k, v in protocol.backbone_options.items()}
-    layer |= {
-        f"method.{k}": getattr(protocol, k) for k in ("buffer_size", "minibatch_size") if k in method_fields
-    }
+    layer |= {f"method.{k}": getattr(protocol, k) for k in filled}
     return layer
 
 
@@ -272,14 +280,16 @@ def resolve_config(
     """
     settings = dict(settings or {})
     protocol = canonical_protocol(protocol)
-    fields = {f.name for f in dataclasses.fields(method_config_class(method))}
+    config_cls = method_config_class(method)
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    filled = protocol_fields(config_cls)
     defaults = benchmark_defaults(benchmark, protocol)
     for dotted in settings:
         section, key = split_key(dotted)
         if section == "run" and key in LAYER_KEYS:
             raise SettingError(f"run.{key} cannot be set with {option('overrides')}: use {option(key)}")
     buffer_size: int | None = None
-    if "buffer_size" in fields:
+    if "buffer_size" in filled:
         size = settings.get("method.buffer_size", defaults.buffer_size)
         buffer_size = size if isinstance(size, int) and not isinstance(size, bool) else None
     preset, values = choose_preset(preset or None, benchmark, method, buffer_size, protocol)
@@ -289,7 +299,7 @@ def resolve_config(
         # the protocol's replay batch, in a preset's protocol table: replay methods only
         if not dotted.startswith("method.") or split_key(dotted)[1] in fields
     }
-    layers = {**_protocol_layer(defaults, fields), **chosen, **settings}
+    layers = {**_protocol_layer(defaults, filled), **chosen, **settings}
     config: dict[str, dict[str, Any]] = {
         "run": {"method": method, "benchmark": benchmark, "preset": preset, "protocol": protocol},
         **{section: {} for section in SECTIONS if section != "run"},
@@ -325,9 +335,8 @@ class RunPlan:
 
     @property
     def buffer_size(self) -> int:
-        """The method's memory size: its config's ``buffer_size``, 0 for a method that keeps no
-        buffer (:func:`takes_buffer`)."""
-        return int(self.method_config.buffer_size) if takes_buffer(self.settings.method) else 0
+        """The method's buffer size (0 for a method that keeps none: :func:`takes_buffer`)."""
+        return protocol_values(self.method_config).get("buffer_size", 0)
 
     @property
     def fit_schedule(self) -> TrainingSchedule:

@@ -162,8 +162,9 @@ def load_spec(path: Path, *, seeds: tuple[int, ...] | None = None, protocol: str
     for key in fixed:
         split_key(key)
     buffer_size = data.get("buffer_size")
-    if buffer_size is not None and (not isinstance(buffer_size, int) or buffer_size < 0):
-        raise SettingError(f"{path}: buffer_size must be an integer >= 0, got {buffer_size!r}")
+    if buffer_size is not None and (isinstance(buffer_size, bool) or not isinstance(buffer_size, int)):
+        # its range is the method config's to check, when the trials are planned
+        raise SettingError(f"{path}: buffer_size must be an integer, got {buffer_size!r}")
     validation = data.get("validation", 0.1)
     if not isinstance(validation, int | float) or not 0 < validation < 1:
         raise SettingError(f"{path}: validation must be in (0, 1): selection needs a validation split")

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from xder_methods.core.errors import MethodConfigError, NonFiniteLossError
 from xder_methods.core.evaluation import EpochRecord, Evaluation, History, TaskRecord, evaluate
@@ -47,6 +47,7 @@ __all__ = [
     "FitState",
     "apply_step",
     "fit",
+    "make_optimizer",
     "run_epoch",
     "run_step",
     "train_step",
@@ -136,12 +137,16 @@ def _training_rows(stream: TaskStream, task: int, mode: str) -> Tensor:
     return rows[:0] if mode == "none" else rows
 
 
-def _make_optimizer(method: ContinualMethod, schedule: TrainingSchedule) -> torch.optim.Optimizer:
-    parameters = list(method.optimizer_parameters())
+def make_optimizer(parameters: Iterable[nn.Parameter], schedule: TrainingSchedule) -> torch.optim.Optimizer:
+    """The optimiser the loop trains with, a fresh one per task (over the method's
+    ``optimizer_parameters()``): ``schedule.optimizer`` (SGD with ``momentum``, or RAdam) at
+    ``schedule.lr`` (:func:`run_epoch` sets each epoch's rate on it:
+    :func:`~xder_methods.core.schedule.learning_rate`) with ``weight_decay``."""
+    params = list(parameters)
     if schedule.optimizer == "radam":
-        return torch.optim.RAdam(parameters, lr=schedule.lr, weight_decay=schedule.weight_decay)
+        return torch.optim.RAdam(params, lr=schedule.lr, weight_decay=schedule.weight_decay)
     return torch.optim.SGD(
-        parameters, lr=schedule.lr, momentum=schedule.momentum, weight_decay=schedule.weight_decay
+        params, lr=schedule.lr, momentum=schedule.momentum, weight_decay=schedule.weight_decay
     )
 
 
@@ -291,7 +296,7 @@ def _fit(
             method.begin_task(task)
             loop.withheld = method.prepare_task(task, data, schedule.budget)
             loop.task, loop.epoch = task, 0
-        loop.optimizer = _make_optimizer(method, schedule)
+        loop.optimizer = make_optimizer(method.optimizer_parameters(), schedule)
         if resumed_mid_task and resume is not None and resume["optimizer"] is not None:
             loop.optimizer.load_state_dict(resume["optimizer"])
         rows = _training_rows(stream, task, method.training_data)

@@ -4,6 +4,7 @@ rate at each step, autocast, and the batches of an epoch."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,12 +18,16 @@ from xder_methods.core.errors import check_settings
 from xder_methods.core.protocols import StepPolicy, TaskBudget
 
 __all__ = [
+    "PROTOCOL_METHOD_FIELDS",
     "TrainingProtocol",
     "TrainingSchedule",
     "autocast",
     "batch_bounds",
     "begin_step",
+    "check_protocol_fields",
     "learning_rate",
+    "protocol_fields",
+    "protocol_values",
     "shuffled_batches",
 ]
 
@@ -89,6 +94,73 @@ class TrainingProtocol:
             (list(self.milestones) == sorted(self.milestones), "milestones must be increasing"),
         ]
         check_settings(checks, prefix="train: ")
+
+
+PROTOCOL_METHOD_FIELDS: dict[str, tuple[int, int | None]] = {
+    "buffer_size": (0, 200),
+    "minibatch_size": (1, None),
+}
+"""The method settings a benchmark's protocol can fill (``xder_data.BenchmarkDefaults`` holds
+each), with the least value each takes and a value its message suggests: a method's config
+declares which of them it takes (:func:`protocol_fields`)."""
+
+
+def protocol_fields(config: Any) -> tuple[str, ...]:
+    """The fields a benchmark's protocol fills in a method's config (a config dataclass or one of
+    its instances), as the config declares them, in its ``FILLED_BY_PROTOCOL`` class variable
+    (names of :data:`PROTOCOL_METHOD_FIELDS`): a run's layers give each the protocol's value of
+    the same name above the config's default, as ``xder-run train`` and ``bench`` do; a config
+    that declares none takes nothing from the protocol. Subclasses inherit the declaration::
+
+        @dataclass(frozen=True, kw_only=True)
+        class MyReplayConfig:
+            FILLED_BY_PROTOCOL: ClassVar[tuple[str, ...]] = ("buffer_size", "minibatch_size")
+            buffer_size: int = 500
+            minibatch_size: int = 32
+
+            def __post_init__(self) -> None:
+                check_protocol_fields(self)
+
+    >>> from xder_methods import ReplayConfig, GDumbConfig, LwFConfig
+    >>> protocol_fields(ReplayConfig), protocol_fields(GDumbConfig), protocol_fields(LwFConfig)
+    (('buffer_size', 'minibatch_size'), ('buffer_size',), ())
+
+    Raises:
+        TypeError: a declared name the protocol does not fill, or that is not a field of the
+            config (a mistake in the method's code).
+    """
+    declared = tuple(getattr(config, "FILLED_BY_PROTOCOL", ()))
+    names = {f.name for f in dataclasses.fields(config)}
+    wrong = [name for name in declared if name not in PROTOCOL_METHOD_FIELDS or name not in names]
+    if wrong:
+        raise TypeError(
+            f"{getattr(config, '__name__', type(config).__name__)}.FILLED_BY_PROTOCOL names {wrong[0]!r}: "
+            f"a protocol fills {', '.join(PROTOCOL_METHOD_FIELDS)} only, each a field of the config"
+        )
+    return declared
+
+
+def protocol_values(config: Any) -> dict[str, int]:
+    """A method config's values of its :func:`protocol_fields` (``{"buffer_size": 200, ...}``;
+    ``{}`` for a method that takes none)."""
+    values = dataclasses.asdict(config)
+    return {name: int(values[name]) for name in protocol_fields(config)}
+
+
+def check_protocol_fields(config: Any) -> None:
+    """A method config's protocol-filled fields (:func:`protocol_fields`) against their least
+    values (:data:`PROTOCOL_METHOD_FIELDS`), the one check of those rules:
+    ``method.buffer_size must be >= 0, got -1 (e.g. 200)``. A config's ``__post_init__`` calls it.
+
+    Raises:
+        MethodConfigError: a value below its least.
+    """
+    checks = []
+    for name, value in protocol_values(config).items():
+        minimum, example = PROTOCOL_METHOD_FIELDS[name]
+        hint = "" if example is None else f" (e.g. {example})"
+        checks.append((value >= minimum, f"{name} must be >= {minimum}, got {value}{hint}"))
+    check_settings(checks, prefix="method.")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -53,7 +53,7 @@ import bisect
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -71,7 +71,7 @@ from xder_methods.core.protocols import (
     Transforms,
 )
 from xder_methods.core.registry import register_method
-from xder_methods.core.schedule import TrainingSchedule, shuffled_batches
+from xder_methods.core.schedule import TrainingSchedule, check_protocol_fields, shuffled_batches
 from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.replay import prefill_reservoir
 
@@ -94,7 +94,8 @@ class GDumbConfig(MethodConfig):
     M = 500, unless noted).
 
     Attributes:
-        buffer_size: memory size M, 500.
+        buffer_size: memory size M, 500 (a benchmark's protocol fills it, ``FILLED_BY_PROTOCOL``:
+            :func:`~xder_methods.core.schedule.protocol_fields`; its replay batch GDumb has not).
         epochs_fitting: epochs of each fit on the memory, 250.
         batch_size: fitting batch size, 32 (the benchmark's; GDumb's paper used 16).
         lr_max: SGDR's maximum learning rate, 0.05.
@@ -109,6 +110,7 @@ class GDumbConfig(MethodConfig):
             ``last_task`` (mammoth: only after the last task).
     """
 
+    FILLED_BY_PROTOCOL: ClassVar[tuple[str, ...]] = ("buffer_size",)
     buffer_size: int = 500
     epochs_fitting: int = 250
     batch_size: int = 32
@@ -122,8 +124,7 @@ class GDumbConfig(MethodConfig):
     fit_after: Literal["every_task", "last_task"] = "every_task"
 
     def __post_init__(self) -> None:
-        if self.buffer_size < 0:
-            raise MethodConfigError(f"method.buffer_size must be >= 0, got {self.buffer_size} (e.g. 200)")
+        check_protocol_fields(self)
         checks = [
             (self.epochs_fitting >= 0, f"method.epochs_fitting must be >= 0, got {self.epochs_fitting}"),
             (self.batch_size >= 1, f"method.batch_size must be >= 1, got {self.batch_size}"),

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
 from xder_methods.core.errors import MethodConfigError
 from xder_methods.core.protocols import Batch, TaskData, Transform
-from xder_methods.core.schedule import batch_bounds
+from xder_methods.core.schedule import batch_bounds, check_protocol_fields
 from xder_methods.parts.buffer import Buffer, BufferSample
 
 __all__ = [
@@ -38,16 +38,17 @@ class ReplayConfig:
     Attributes:
         buffer_size: memory size M (the paper evaluates 500 and 2000 on Split CIFAR-100).
         minibatch_size: items drawn from the buffer per step (32 on Split CIFAR-100).
+
+    A benchmark's protocol fills both (``FILLED_BY_PROTOCOL``:
+    :func:`~xder_methods.core.schedule.protocol_fields`), in every subclass.
     """
 
+    FILLED_BY_PROTOCOL: ClassVar[tuple[str, ...]] = ("buffer_size", "minibatch_size")
     buffer_size: int = 500
     minibatch_size: int = 32
 
     def __post_init__(self) -> None:
-        if self.buffer_size < 0:
-            raise MethodConfigError(f"method.buffer_size must be >= 0, got {self.buffer_size} (e.g. 200)")
-        if self.minibatch_size < 1:
-            raise MethodConfigError(f"method.minibatch_size must be >= 1, got {self.minibatch_size}")
+        check_protocol_fields(self)
 
 
 ReplayForward = Literal["separate", "joint"]

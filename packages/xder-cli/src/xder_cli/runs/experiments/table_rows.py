@@ -6,7 +6,6 @@ as a run (:func:`plan_table`) with its method's default preset, or a variant's p
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +22,10 @@ from xder_cli.runs.published import (
     published_table,
 )
 from xder_cli.runs.scheduler import PlannedRun
+from xder_cli.runs.settings import takes_buffer
 from xder_data import DEFAULT_PROTOCOL, list_benchmarks
 from xder_eval import PublishedResult
-from xder_methods import list_methods, method_config_class
+from xder_methods import list_methods
 
 __all__ = ["TableEntry", "plan_table", "rows_text", "table_entries", "table_paper"]
 
@@ -140,9 +140,8 @@ def table_entries(
     entries = []
     for name in names:
         method = kinds.get(name, name)
-        fields = {f.name for f in dataclasses.fields(method_config_class(method))}
         preset = None if name == method else _variant_preset(benchmark, buffer_size, name, method, protocol)
-        entries.append(TableEntry(name, method, preset, "buffer_size" in fields, cells.get(name)))
+        entries.append(TableEntry(name, method, preset, takes_buffer(method), cells.get(name)))
     return entries
 
 
