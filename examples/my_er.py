@@ -24,7 +24,10 @@ class MyERConfig:
 class MyER(MethodBase):
     def __init__(self, net, setting, transforms, config, generator=None):
         super().__init__(net, setting, transforms, config, generator)
-        self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=self.device)
+        self.buffer = Buffer.for_setting(config.buffer_size, setting, self.device)
+
+    def replay_memory(self) -> Buffer:
+        return self.buffer
 
     def observe(self, batch: Batch) -> StepOutput:
         loss = F.cross_entropy(self.net(batch.x), batch.y)

@@ -314,8 +314,10 @@ def test_the_loop_never_trains_on_the_withheld_rows(stream, transforms, tiny_net
     prepare, observe = method.prepare_task, method.observe
 
     def spy_prepare(task, data, schedule):
-        prepare(task, data, schedule)
+        rows = prepare(task, data, schedule)
         withheld[task] = data.x_raw[method.withheld].clone()
+        assert rows is None if task == 0 else torch.equal(rows, method.withheld)
+        return rows
 
     def spy_observe(b):
         observed[b.task].append(b.x_raw.clone())

@@ -13,8 +13,10 @@ from torch.nn import functional as F
 import xder_methods.core.loop as loop_module
 from xder_methods import (
     Callback,
+    ContinualMethod,
     MethodConfigError,
     StepOutput,
+    StepPolicy,
     TrainingSchedule,
     create_method,
     fit,
@@ -125,7 +127,7 @@ def _recording(method):
 
     def prepare_task(task, data, budget):
         calls.append(("prepare", task, data, budget))
-        prepare(task, data, budget)
+        return prepare(task, data, budget)
 
     def observed(batch):
         if not calls or calls[-1][0] != "observe":
@@ -291,9 +293,21 @@ def _observed_rows(method) -> list[list[int]]:
     return seen
 
 
+def _withholding(method, withheld) -> None:
+    """Make ``method.prepare_task`` return ``withheld(task)`` after doing what it did."""
+    prepare = method.prepare_task
+
+    def prepare_task(task, data, budget):
+        assert prepare(task, data, budget) is None
+        return withheld(task)
+
+    method.prepare_task = prepare_task
+
+
 def test_withheld_rows_are_left_out_of_the_task(make_stream, transforms, tiny_net, setting_of) -> None:
-    """A method's withheld_rows(t) are positions among task t's training rows: the task's epoch
-    runs on the others (24 rows, 3 withheld per task, batch 7 without drop_last: 21 rows)."""
+    """The rows prepare_task(t, ...) returns are positions among task t's training rows: the
+    task's epoch runs on the others (24 rows, 3 withheld per task, batch 7 without drop_last: 21
+    rows)."""
     stream = _indexed(make_stream)
     method, g = _sgd(stream, transforms, tiny_net, setting_of)
     positions = {0: [0, 5, 23], 1: [1, 2, 3], 2: [10, 11, 20]}
@@ -303,7 +317,7 @@ def test_withheld_rows_are_left_out_of_the_task(make_stream, transforms, tiny_ne
         asked.append(task)
         return torch.tensor(positions[task])
 
-    method.withheld_rows = withheld_rows
+    _withholding(method, withheld_rows)
     seen = _observed_rows(method)
     fit(method, stream, TrainingSchedule(batch_size=7, lr=0.1, drop_last=False), generator=g, threads=1)
     assert asked == [0, 1, 2]
@@ -313,15 +327,50 @@ def test_withheld_rows_are_left_out_of_the_task(make_stream, transforms, tiny_ne
         assert sorted(seen[t]) == kept
 
 
+def test_a_run_resumed_mid_task_withholds_the_rows_prepare_task_returned(
+    make_stream, transforms, tiny_net, setting_of
+) -> None:
+    """The loop keeps the rows prepare_task withheld in its checkpoint: resumed after task 1's
+    first of two epochs (prepare_task is not called again), its second epoch still leaves them
+    out; the checkpoint taken at a task's end holds none."""
+    stream = _indexed(make_stream)
+    schedule = TrainingSchedule(epochs=2, batch_size=7, lr=0.1, drop_last=False)
+    positions = {0: [0, 5, 23], 1: [1, 2, 3], 2: [10, 11, 20]}
+    method, g = _sgd(stream, transforms, tiny_net, setting_of)
+    _withholding(method, lambda task: torch.tensor(positions[task]))
+    stopper = _Snapshot(3)  # after task 1's first epoch
+    with pytest.raises(KeyboardInterrupt):
+        fit(method, stream, schedule, generator=g, callbacks=[stopper], threads=1)
+    assert stopper.snapshot is not None
+    assert stopper.snapshot["withheld"].tolist() == positions[1]
+    method, g = _sgd(stream, transforms, tiny_net, setting_of)
+    asked: list[int] = []
+    _withholding(method, lambda task: asked.append(task) or torch.tensor(positions[task]))
+    seen = _observed_rows(method)
+    fit(method, stream, schedule, generator=g, resume=stopper.snapshot, threads=1)
+    assert asked == [2]
+    for t in (1, 2):
+        rows = list(range(24 * t, 24 * (t + 1)))
+        kept = [r for i, r in enumerate(rows) if i not in positions[t]]
+        assert sorted(seen[t]) == sorted(kept * (1 if t == 1 else 2))
+    ended = _Snapshot(None)
+    method, g = _sgd(stream, transforms, tiny_net, setting_of)
+    _withholding(method, lambda task: torch.tensor(positions[task]))
+    with pytest.raises(KeyboardInterrupt):
+        fit(method, stream, schedule, generator=g, callbacks=[ended], threads=1)
+    assert ended.snapshot is not None
+    assert ended.snapshot["withheld"] is None
+
+
 def test_cumulative_training_takes_every_task_so_far_and_withholds_nothing(
     make_stream, transforms, tiny_net, setting_of
 ) -> None:
     """``training_data = "cumulative"``: task t trains on the rows of tasks 0..t, whatever
-    withheld_rows says (it applies to a task's own rows only); ``"none"``: no step at all."""
+    prepare_task withholds (it applies to a task's own rows only); ``"none"``: no step at all."""
     stream = _indexed(make_stream)
     method, g = _sgd(stream, transforms, tiny_net, setting_of)
     method.training_data = "cumulative"
-    method.withheld_rows = lambda task: torch.tensor([0, 1])
+    _withholding(method, lambda task: torch.tensor([0, 1]))
     seen = _observed_rows(method)
     spy = _Spy()
     fit(method, stream, TrainingSchedule(batch_size=8, lr=0.1), generator=g, callbacks=[spy], threads=1)
@@ -339,20 +388,33 @@ def test_cumulative_training_takes_every_task_so_far_and_withholds_nothing(
 
 
 class Plugin(nn.Module):
-    """A method written against the protocol alone, not on MethodBase: it has no withheld_rows."""
+    """A method written against the protocol alone, not on MethodBase: each member of the
+    contract written out; ``prepare_task`` returns ``withheld(task)`` (default: None)."""
 
     training_data = "task"
     manual_optimization = False
+    step_policy = StepPolicy()
 
-    def __init__(self, net: nn.Module, transforms) -> None:
+    def __init__(self, net: nn.Module, transforms, withheld=lambda task: None) -> None:
         super().__init__()
         self.net = net
         self.transforms = transforms
+        self.withheld = withheld
+        self.optimizer = None
         self.seen: dict[int, list[int]] = {}
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.net.parameters()).device
+
+    @property
+    def forgetting_defined(self) -> bool:
+        return True
 
     def begin_task(self, task: int) -> None: ...
 
-    def prepare_task(self, task, data, budget) -> None: ...
+    def prepare_task(self, task, data, budget) -> Tensor | None:
+        return self.withheld(task)
 
     def observe(self, batch) -> StepOutput:
         self.seen.setdefault(batch.task, []).extend(batch.x_raw[:, 0, 0, 0].tolist())
@@ -373,12 +435,18 @@ class Plugin(nn.Module):
     def optimizer_parameters(self):
         return self.net.parameters()
 
+    def graph_key(self) -> None:
+        return None
 
-def test_a_plugin_without_withheld_rows_trains_on_every_row(make_stream, transforms, tiny_net) -> None:
+    def replay_memory(self) -> None:
+        return None
+
+
+def test_a_plugin_that_withholds_nothing_trains_on_every_row(make_stream, transforms, tiny_net) -> None:
     stream = _indexed(make_stream)
     torch.manual_seed(0)
     method = Plugin(tiny_net(6), transforms)
-    assert not hasattr(method, "withheld_rows")
+    assert isinstance(method, ContinualMethod)
     schedule = TrainingSchedule(batch_size=8, lr=0.1)
     fit(method, stream, schedule, generator=torch.Generator().manual_seed(0), threads=1)
     assert {t: sorted(rows) for t, rows in method.seen.items()} == {
@@ -398,10 +466,9 @@ def test_data_held_in_host_memory_train_on_the_generators_device_less_the_withhe
     The step and the evaluations are stood in for (they would compute on the emulated device)."""
     elsewhere = second_device.Elsewhere
     stream = _indexed(make_stream, classes_per_task=(2, 2), per_class=3)
-    method = Plugin(tiny_net(4), transforms)
     positions = {0: [1, 4], 1: [0, 5]}
     held = {t: elsewhere(torch.tensor(p)) for t, p in positions.items()}
-    method.withheld_rows = lambda task: held[task]
+    method = Plugin(tiny_net(4), transforms, withheld=lambda task: held[task])
     calls = _recording(method)
     steps: list[tuple[int, Tensor, Tensor]] = []
 
@@ -539,7 +606,7 @@ def test_the_withheld_mask_is_made_on_the_rows_device(make_stream, transforms, t
     a run under ``torch.set_default_device("cuda")`` with the stream in host memory."""
     stream = _indexed(make_stream)
     method, g = _sgd(stream, transforms, tiny_net, setting_of)
-    method.withheld_rows = lambda task: torch.tensor([2, 3], device=stream.train_y.device)
+    _withholding(method, lambda task: torch.tensor([2, 3], device=stream.train_y.device))
     seen = _observed_rows(method)
 
     class MetaWhileSettingUp(Callback):

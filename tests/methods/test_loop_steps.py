@@ -18,11 +18,13 @@ import xder_methods.core.threads as threads_module
 from xder_methods import (
     Batch,
     Callback,
+    ContinualMethod,
     ContinualSetting,
     CpuShare,
     FitState,
     StepNotReplayable,
     StepOutput,
+    StepPolicy,
     TrainingSchedule,
     Transforms,
     apply_step,
@@ -40,7 +42,7 @@ def as_float(x: Tensor, generator: torch.Generator | None = None) -> Tensor:
 
 
 class Linear(nn.Module):
-    """A learner written against the protocol alone (no MethodBase, so no
+    """A learner written against the protocol alone (no MethodBase; its own network, without
     ``manual_optimization``): logits ``x.flatten(1) @ weight.T``; its loss is the batch mean of the
     logit of the batch's task (its gradient: the batch's mean input, in that row of the weight),
     logged doubled as the term "logit" and given as the one group "stream"; its steps are declared
@@ -48,9 +50,13 @@ class Linear(nn.Module):
     lists, which a replayed step may change), and after_step returns ``_after_step``."""
 
     training_data = "task"
+    manual_optimization = False
+    step_policy = StepPolicy()
+    forgetting_defined = True
 
     def __init__(self, weight: Tensor) -> None:
         super().__init__()
+        self.optimizer: torch.optim.Optimizer | None = None
         self.weight = nn.Parameter(weight.clone())
         self.transforms = Transforms(train=as_float, test=self._test_transform)
         self._observed: list[dict] = []
@@ -62,8 +68,15 @@ class Linear(nn.Module):
     def device(self) -> torch.device:
         return self.weight.device
 
+    @property
+    def net(self) -> nn.Module:
+        return self  # its own network
+
     def graph_key(self):
         return "always the same step"
+
+    def replay_memory(self) -> None:
+        return None
 
     def _test_transform(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
         self._test_storages.append(x.untyped_storage().data_ptr())
@@ -144,13 +157,13 @@ LOGIT0 = ((1.0 * 1 - 2.0 * 2) + (1.0 * 3 - 2.0 * -1)) / 2  # mean of row 0 of th
 # A step.
 
 
-def test_train_step_steps_a_plugin_that_has_no_manual_optimization_and_returns_its_loss_and_terms() -> None:
+def test_train_step_steps_a_plugin_without_manual_optimization_and_returns_its_loss_and_terms() -> None:
     """A learner without ``manual_optimization`` is stepped by the loop: SGD (lr 0.5) moves row 0
     of the weight by -lr times the batch's mean input; the step returns observe's loss (the mean
     logit 0, 1.0), its terms and those after_step returns, and no gradient norms unless asked."""
     method = Linear(W0)
     method._after_step = {"extra": torch.tensor(3.0)}
-    assert not hasattr(method, "manual_optimization")
+    assert isinstance(method, ContinualMethod)
     loop = loop_of(method, two_inputs(), TrainingSchedule(lr=0.5))
     result = train_step(loop, X, torch.tensor([0, 1]), task=0)
     assert LOGIT0 == 1.0
@@ -164,7 +177,7 @@ def test_train_step_steps_a_plugin_that_has_no_manual_optimization_and_returns_i
     expected = W0.clone()
     expected[0] -= 0.5 * torch.tensor([2.0, 0.5])
     torch.testing.assert_close(method.weight.detach(), expected)
-    assert not hasattr(method, "optimizer")  # handed its optimiser only with manual_optimization
+    assert method.optimizer is None  # handed its optimiser only with manual_optimization
 
 
 def test_train_step_probes_the_groups_only_when_asked() -> None:

@@ -159,7 +159,7 @@ class RunRecorder(Callback):
             "buffer_size": self.plan.buffer_size,
             "n_tasks": loop.n_tasks,
             "complete": complete,
-            **summarize(loop.history, forgetting_defined=getattr(loop.method, "forgetting_defined", True)),
+            **summarize(loop.history, forgetting_defined=loop.method.forgetting_defined),
             "wall_time_s": self.elapsed(),
             "environment": {
                 "device": str(self.device),

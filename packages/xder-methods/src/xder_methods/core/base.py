@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import torch
 from torch import Tensor, nn
 
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskBudget, TaskData, Transforms
+from xder_methods.core.protocols import (
+    Batch,
+    ContinualSetting,
+    StepOutput,
+    StepPolicy,
+    TaskBudget,
+    TaskData,
+    Transforms,
+)
+
+if TYPE_CHECKING:
+    from xder_methods.parts.buffer import Buffer
 
 __all__ = ["ConfigT", "MethodBase"]
 
@@ -32,7 +43,7 @@ class MethodBase(nn.Module, Generic[ConfigT]):
     buffer, teacher, counters), so checkpoints and resume work for every method alike: keep state
     in parameters, buffers or modules, or add it to :meth:`get_extra_state`.
 
-    A whole method, experience replay in 25 lines registered with :func:`register_method`, is on
+    A whole method, experience replay in 36 lines registered with :func:`register_method`, is on
     the documentation's Plugins page ("A method: what it implements"; the tests train it).
     """
 
@@ -46,6 +57,11 @@ class MethodBase(nn.Module, Generic[ConfigT]):
     (FDR's function-space step, HAL's anchor step, GSS's ``batch_num`` steps). The whole of such
     an ``observe`` runs under the run's precision (with ``bf16``, the extra steps' forward passes
     too)."""
+
+    step_policy: StepPolicy = StepPolicy()
+    """The run's precision and CUDA-graph marking (the loop sets it before the first task; fp32
+    until then): a method's own training passes follow it through
+    :func:`~xder_methods.core.passes.train_passes`."""
 
     def __init__(
         self,
@@ -80,21 +96,21 @@ class MethodBase(nn.Module, Generic[ConfigT]):
         ``super().begin_task(task)``."""
         self.current_task = task
 
-    def prepare_task(self, task: int, data: TaskData, budget: TaskBudget) -> None:
+    def prepare_task(self, task: int, data: TaskData, budget: TaskBudget) -> Tensor | None:
         """Called once per task after :meth:`begin_task` and before the task's first epoch, with
         the task's training rows (``data``: as :meth:`end_task` receives them) and the task's
-        budget (epochs, batch size, lr, ``drop_last``); nothing by default. A method that trains on the task's
-        data before the loop does (LwF's warm-up of the new head) overrides it; its random draws
-        go through ``self.generator``. A run resumed in the middle of the task does not call it
+        budget (epochs, batch size, lr, ``drop_last``). A method that trains on the task's data
+        before the loop does (LwF's warm-up of the new head) overrides it; its random draws go
+        through ``self.generator``. A run resumed in the middle of the task does not call it
         again (what it did is in the checkpoint); one resumed at the task's start does, from the
-        same random state, so resuming gives the uninterrupted run's numbers."""
+        same random state, so resuming gives the uninterrupted run's numbers.
 
-    def withheld_rows(self, task: int) -> Tensor | None:
-        """Positions among ``task``'s training rows (those :meth:`prepare_task` received, in that
-        order) that the loop must leave out of the task's epochs, as a validation set the method
-        keeps (BiC's); None (the default): train on every row. Read after :meth:`prepare_task`;
-        a method returning rows keeps them in its state, so that a resumed run withholds the
-        same ones."""
+        Returns:
+            The rows the loop must leave out of the task's epochs: a (K,) int64 tensor of
+            positions among ``data``'s rows, kept as a validation set the method keeps (BiC's);
+            None (the default): train on every row. The loop keeps them in its checkpoint, so
+            that a run resumed in the middle of the task withholds the same ones.
+        """
         return None
 
     def observe(self, batch: Batch) -> StepOutput:
@@ -136,14 +152,16 @@ class MethodBase(nn.Module, Generic[ConfigT]):
         detached scalar terms to log with the step's (None: none)."""
         return None
 
-    def step(self, loss: Tensor) -> None:
+    def step(self, loss: Tensor, *, accumulate: bool = False) -> None:
         """One optimiser step on ``loss`` for a method with :attr:`manual_optimization`, as the
         loop takes one: zero the gradients, back-propagate, :meth:`after_backward`, step
-        :attr:`optimizer`."""
+        :attr:`optimizer`. ``accumulate``: do not zero the gradients first, so that ``loss``'s add
+        to those the parameters hold (HAL's anchor step, onto its cross-entropy step's)."""
         optimizer = self.optimizer
         if optimizer is None:
             raise RuntimeError("step() before the loop set the optimiser (manual_optimization methods only)")
-        optimizer.zero_grad(set_to_none=True)
+        if not accumulate:
+            optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.after_backward()
         optimizer.step()
@@ -168,6 +186,18 @@ class MethodBase(nn.Module, Generic[ConfigT]):
     def optimizer_parameters(self) -> Iterator[nn.Parameter]:
         """What the loop's per-task SGD optimises (the network by default)."""
         return self.net.parameters()
+
+    def replay_memory(self) -> Buffer | None:
+        """The memory the method replays from (the analyses read its stored items and logits);
+        None (the default): it keeps none. A method with a buffer returns it."""
+        return None
+
+    @property
+    def forgetting_defined(self) -> bool:
+        """Whether forgetting means anything for the method's accuracy matrix: True by default;
+        False where the rows before the last are no trained model's (JT in ``final`` mode, GDumb
+        fitted after the last task only), so that the run's results leave it out."""
+        return True
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"current_task": self.current_task}

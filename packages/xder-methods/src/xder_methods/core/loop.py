@@ -98,6 +98,8 @@ class FitState:
         self.optimizer: torch.optim.Optimizer | None = None
         self.graphs: StepGraphs | None = None
         """The task's recorded steps (``step_graph``), made by :func:`run_step`."""
+        self.withheld: Tensor | None = None
+        """The current task's rows left out of its epochs (what ``prepare_task`` returned)."""
 
     @property
     def n_tasks(self) -> int:
@@ -111,6 +113,7 @@ class FitState:
             "position": {"task": self.task, "epoch": self.epoch},
             "method": self.method.state_dict(),
             "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
+            "withheld": self.withheld,
             "generator": self.generator.get_state(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],
@@ -259,6 +262,7 @@ def _fit(
             f"give 1..{stream.n_tasks}, or leave it unset for all of them"
         )
     loop = FitState(method, stream, schedule, generator)
+    method.step_policy = schedule.step_policy
     calls: Iterable[Callback] = tuple(callbacks)
     start_task, start_epoch = 0, 0
     if resume is not None:
@@ -269,6 +273,7 @@ def _fit(
             method.begin_task(start_task)  # set up the task as the original run did, then restore
         method.load_state_dict(resume["method"])
         loop.history = History.from_state_dict(resume["history"])
+        loop.withheld = resume.get("withheld")
         loop.restore_rng(resume)
         loop.task, loop.epoch = start_task, start_epoch
     else:
@@ -289,14 +294,13 @@ def _fit(
         )
         if not resumed_mid_task:
             method.begin_task(task)
-            method.prepare_task(task, data, schedule.budget)
+            loop.withheld = method.prepare_task(task, data, schedule.budget)
             loop.task, loop.epoch = task, 0
         loop.optimizer = make_optimizer(method.optimizer_parameters(), schedule)
         if resumed_mid_task and resume is not None and resume["optimizer"] is not None:
             loop.optimizer.load_state_dict(resume["optimizer"])
         rows = _training_rows(stream, task, method.training_data)
-        withheld_rows = getattr(method, "withheld_rows", None)  # MethodBase's; plugins may lack it
-        withheld = withheld_rows(task) if withheld_rows is not None else None
+        withheld = loop.withheld
         if withheld is not None and method.training_data == "task":
             keep = torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device)
             keep[withheld.to(rows.device)] = False
@@ -322,7 +326,7 @@ def _fit(
         if val is not None:
             history.val_class_il.append(val.class_il)
             history.val_task_il.append(val.task_il)
-        loop.task, loop.epoch, loop.optimizer = task + 1, 0, None
+        loop.task, loop.epoch, loop.optimizer, loop.withheld = task + 1, 0, None, None
         seconds = time.perf_counter() - task_started
         record = TaskRecord(
             task,
@@ -364,9 +368,9 @@ def train_step(loop: FitState, x_raw: Tensor, y: Tensor, *, task: int, probe: bo
     be set."""
     method, schedule, generator, optimizer = loop.method, loop.schedule, loop.generator, loop.optimizer
     assert optimizer is not None
-    manual = getattr(method, "manual_optimization", False)  # MethodBase's; plugins may lack it
+    manual = method.manual_optimization
     if manual:
-        method.optimizer = optimizer  # type: ignore[attr-defined]
+        method.optimizer = optimizer
     begin_step(schedule)
     with autocast(schedule.precision, generator.device, cache=not schedule.step_graph):
         out = method.observe(Batch(method.transforms.train(x_raw, generator), y, x_raw, task))

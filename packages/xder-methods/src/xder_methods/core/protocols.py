@@ -6,19 +6,25 @@ data through plain tensors (:class:`TaskStream`) and to augmentation through :cl
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from xder_methods.core.schedule import TrainingSchedule
+    from xder_methods.parts.buffer import Buffer
 
 __all__ = [
     "Backbone",
     "Batch",
     "ContinualMethod",
     "ContinualSetting",
+    "MethodConfig",
     "StepOutput",
+    "StepPolicy",
     "TaskBudget",
     "TaskData",
     "TaskStream",
@@ -133,6 +139,29 @@ class TaskBudget:
     drop_last: bool = True
 
 
+@dataclass(frozen=True)
+class StepPolicy:
+    """How the loop runs a training step, which a method's own training passes follow too
+    (:func:`~xder_methods.core.passes.train_passes`): ``precision`` (``fp32``, or ``bf16``: the
+    forward passes under autocast) and ``cuda_graphs`` (the network is compiled into CUDA graphs,
+    so each step's start is marked). The loop sets :attr:`ContinualMethod.step_policy` to the
+    schedule's before the first task."""
+
+    precision: Literal["fp32", "bf16"] = "fp32"
+    cuda_graphs: bool = False
+
+
+class MethodConfig:
+    """What a method's config may declare besides its fields (a config is a dataclass; subclassing
+    this is optional and adds no field): its rules on the training schedule.
+    :func:`~xder_methods.check_schedule` applies them."""
+
+    def check_schedule(self, schedule: TrainingSchedule) -> None:
+        """Raise :class:`~xder_methods.MethodConfigError` for a schedule the method cannot train
+        with (e.g. JT in ``final`` mode with a stream shortened by ``tasks``); every schedule is
+        accepted by default."""
+
+
 @dataclass
 class StepOutput:
     """What ``observe`` returns.
@@ -205,29 +234,46 @@ class TaskStream(Protocol):
 
 @runtime_checkable
 class ContinualMethod(Protocol):
-    """A continual learner, driven by :func:`xder_methods.fit` (the contract, whole; the
-    documentation's Plugins page says it in words).
+    """A continual learner, driven by :func:`xder_methods.fit`: the contract, whole. Every member
+    below is what the loop, the step graphs, ``xder-run bench``, the run's recorder and the
+    analyses use of a method; :class:`~xder_methods.MethodBase` gives each a default, and the
+    documentation's Plugins page lists them (a test holds the list).
 
     For each task ``t`` the loop calls ``begin_task(t)``, then ``prepare_task(t, data, budget)``
-    with the task's training rows, then ``observe(batch)`` for every stream batch, then
-    ``end_task(t, data)``, then evaluates ``predict``. ``observe`` returns the step's loss and
-    its detached terms (:class:`StepOutput`); the loop zeroes the gradients, back-propagates the
-    loss, calls ``after_backward()`` (gradients in place), steps its optimiser and calls
+    with the task's training rows (it returns the positions of rows to leave out of the task's
+    epochs, or None), then ``observe(batch)`` for every stream batch, then ``end_task(t, data)``,
+    then evaluates ``predict``. ``observe`` returns the step's loss and its detached terms
+    (:class:`StepOutput`); the loop zeroes the gradients, back-propagates the loss, calls
+    ``after_backward()`` (gradients in place), steps its optimiser and calls
     ``after_step(optimizer)``, whose returned terms (or None) it logs with the step's. A method
-    with ``manual_optimization`` takes its own steps inside ``observe`` with the loop's optimiser
-    (``MethodBase.step``) and the loop does nothing around it. ``prefill(t, data)`` brings the
-    method to the end of task ``t`` without training (a benchmark of a later task's step).
-    ``training_data`` says whether a task's batches come from that task only (``"task"``),
-    from every task so far (``"cumulative"``, joint training) or from none (``"none"``).
+    with ``manual_optimization`` takes its own steps inside ``observe`` with the loop's optimiser,
+    which the loop sets as ``optimizer`` first, and the loop does nothing around it.
+    ``prefill(t, data)`` brings the method to the end of task ``t`` without training (a benchmark
+    of a later task's step). ``training_data`` says whether a task's batches come from that task
+    only (``"task"``), from every task so far (``"cumulative"``, joint training) or from none
+    (``"none"``). ``step_policy`` is the run's (set by the loop before the first task), which a
+    method's own training passes follow. ``graph_key()`` declares a step replayable as a CUDA
+    graph (None: not). ``replay_memory()`` is the memory the method replays from (None: none),
+    ``forgetting_defined`` whether forgetting means anything for its accuracy matrix.
     """
 
     training_data: Literal["task", "cumulative", "none"]
     manual_optimization: bool
+    optimizer: torch.optim.Optimizer | None
+    step_policy: StepPolicy
     transforms: Transforms
+    net: nn.Module
+    training: bool
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def forgetting_defined(self) -> bool: ...
 
     def begin_task(self, task: int) -> None: ...
 
-    def prepare_task(self, task: int, data: TaskData, budget: TaskBudget) -> None: ...
+    def prepare_task(self, task: int, data: TaskData, budget: TaskBudget) -> Tensor | None: ...
 
     def observe(self, batch: Batch) -> StepOutput: ...
 
@@ -242,6 +288,10 @@ class ContinualMethod(Protocol):
     def predict(self, x: Tensor) -> Tensor: ...
 
     def optimizer_parameters(self) -> Iterator[nn.Parameter]: ...
+
+    def graph_key(self) -> Hashable | None: ...
+
+    def replay_memory(self) -> Buffer | None: ...
 
     def train(self, mode: bool = True) -> Any: ...
 

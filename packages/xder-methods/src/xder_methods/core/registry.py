@@ -10,12 +10,19 @@ import torch
 from torch import nn
 
 from xder_methods.core.errors import UnknownMethodError
-from xder_methods.core.protocols import ContinualMethod, ContinualSetting, Transforms
+from xder_methods.core.protocols import ContinualMethod, ContinualSetting, MethodConfig, Transforms
 
 if TYPE_CHECKING:
     from xder_methods.core.schedule import TrainingSchedule
 
-__all__ = ["create_method", "list_methods", "method_class", "method_config_class", "register_method"]
+__all__ = [
+    "check_schedule",
+    "create_method",
+    "list_methods",
+    "method_class",
+    "method_config_class",
+    "register_method",
+]
 
 _METHODS: dict[str, tuple[type, type]] = {}
 M = TypeVar("M", bound=type)
@@ -24,9 +31,10 @@ M = TypeVar("M", bound=type)
 def register_method(name: str, config: type) -> Callable[[M], M]:
     """Register a method class and its frozen config dataclass under ``name``.
 
-    The config may define ``check_schedule(self, schedule)``: the method's rules on the loop's
-    :class:`~xder_methods.TrainingSchedule`, raising :class:`~xder_methods.MethodConfigError` for
-    one it cannot train with (:func:`check_schedule` calls it).
+    A config with rules on the loop's :class:`~xder_methods.TrainingSchedule` subclasses
+    :class:`~xder_methods.MethodConfig` and overrides its ``check_schedule``, raising
+    :class:`~xder_methods.MethodConfigError` for a schedule it cannot train with
+    (:func:`check_schedule` calls it).
     """
     if not dataclasses.is_dataclass(config):
         raise TypeError(f"the config of method {name!r} must be a dataclass")
@@ -41,16 +49,16 @@ def register_method(name: str, config: type) -> Callable[[M], M]:
 
 
 def check_schedule(config: object, schedule: TrainingSchedule) -> None:
-    """Apply a method config's own rules on the training schedule (its ``check_schedule``, where
-    it has one): e.g. JT in ``final`` mode trains only at the benchmark's last task, so a schedule
-    shortened by ``tasks`` would train nothing.
+    """Apply a method config's own rules on the training schedule
+    (:meth:`MethodConfig.check_schedule <xder_methods.MethodConfig.check_schedule>`; a config that
+    is no :class:`~xder_methods.MethodConfig` has none): e.g. JT in ``final`` mode trains only at
+    the benchmark's last task, so a schedule shortened by ``tasks`` would train nothing.
 
     Raises:
         MethodConfigError: the method cannot train with ``schedule``.
     """
-    check = getattr(config, "check_schedule", None)
-    if check is not None:
-        check(schedule)
+    if isinstance(config, MethodConfig):
+        config.check_schedule(schedule)
 
 
 def list_methods() -> list[str]:

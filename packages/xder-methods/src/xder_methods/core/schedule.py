@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from xder_methods.core.errors import check_settings
-from xder_methods.core.protocols import TaskBudget
+from xder_methods.core.protocols import StepPolicy, TaskBudget
 
 __all__ = [
     "PROTOCOL_METHOD_FIELDS",
@@ -242,6 +242,12 @@ class TrainingSchedule(TrainingProtocol):
         return TaskBudget(self.epochs, self.batch_size, self.lr, self.drop_last)
 
     @property
+    def step_policy(self) -> StepPolicy:
+        """How each training step runs (precision, CUDA-graph marking), as a method's own
+        training passes follow it."""
+        return StepPolicy(self.precision, self.cuda_graphs)
+
+    @property
     def cuda_graphs(self) -> bool:
         """Whether the network is compiled into CUDA graphs (``compile`` in ``reduce-overhead``
         mode; on a CPU that mode compiles as ``default``)."""
@@ -323,10 +329,11 @@ def autocast(
     return contextlib.nullcontext()
 
 
-def begin_step(schedule: TrainingSchedule) -> None:
+def begin_step(schedule: TrainingSchedule | StepPolicy) -> None:
     """Mark the start of a training step for a network compiled into CUDA graphs
-    (``compile_mode = "reduce-overhead"``): torch may then reuse the previous step's graph outputs'
-    memory. Nothing (no tensor op, no host sync) otherwise."""
+    (``compile_mode = "reduce-overhead"``, ``cuda_graphs`` of a schedule or a step policy): torch
+    may then reuse the previous step's graph outputs' memory. Nothing (no tensor op, no host
+    sync) otherwise."""
     if schedule.cuda_graphs:
         torch.compiler.cudagraph_mark_step_begin()
 
@@ -363,7 +370,8 @@ def shuffled_batches(
     The permutation is drawn when the first batch is asked for, so a caller that draws from the
     same generator inside its loop (augmentation) keeps the order of draws: permutation, then
     the batches' own. Used by the methods' extra passes over a task or a buffer (LwF's warm-up,
-    GDumb's and LUCIR's fitting); the main loop keeps its own (it indexes rows held elsewhere).
+    GDumb's and LUCIR's fitting, through :func:`~xder_methods.core.passes.train_passes`); the
+    main loop keeps its own (it indexes rows held elsewhere).
     """
     order = torch.randperm(n, generator=generator, device=device)
     for start, end in batch_bounds(n, batch_size, drop_last=drop_last):

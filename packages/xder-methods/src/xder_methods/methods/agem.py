@@ -16,9 +16,9 @@ from torch import Tensor, nn
 
 from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, Transforms
 from xder_methods.core.registry import register_method
-from xder_methods.methods.gem import GEM
 from xder_methods.parts.gradients import assign_gradients, flatten_gradients
 from xder_methods.parts.replay import ReplayConfig
+from xder_methods.parts.task_memory import EpisodicMemory
 
 __all__ = ["AGEM", "AGEMConfig", "project_agem"]
 
@@ -58,7 +58,7 @@ def project_agem(gradient: Tensor, reference: Tensor) -> Tensor:
 
 
 @register_method("agem", AGEMConfig)
-class AGEM(GEM[AGEMConfig]):
+class AGEM(EpisodicMemory[AGEMConfig]):
     """Averaged Gradient Episodic Memory (Chaudhry et al., ICLR 2019).
 
     Update, with ``g`` the gradient of the stream loss and ``g_ref`` the gradient of the loss on
@@ -71,9 +71,9 @@ class AGEM(GEM[AGEMConfig]):
     :meth:`after_backward` projects the gradient the loop has just computed, in place.
     No host synchronisation: the branch is a ``torch.where`` on the device.
 
-    The episodic memory is GEM's (:class:`~xder_methods.methods.gem.GEM`, whose storage this class
-    inherits): at each task's end, ``buffer_size // n_tasks`` examples drawn uniformly from the
-    task's training set, unaugmented, in rows of their own.
+    The episodic memory is GEM's (:class:`~xder_methods.parts.task_memory.EpisodicMemory`, the
+    base of both): at each task's end, ``buffer_size // n_tasks`` examples drawn uniformly from
+    the task's training set, unaugmented, in rows of their own.
 
     Checked against the paper and the DER paper's code (mammoth ``models/agem.py``,
     ``utils/buffer.py``); where they differ:

@@ -43,7 +43,7 @@ memory and as many random rows of the new task, withheld from the task's trainin
   order whose every prefix is class-balanced, :func:`interleaved_order`); items are chosen at
   random (mammoth's BiC also picks its exemplars without herding);
 - from task 1 on, :meth:`BiC.prepare_task` withholds ``len(holdout)`` random rows of the task
-  (:meth:`BiC.withheld_rows`: the loop never trains on them), and the validation set of task t
+  (what it returns: the loop never trains on them), and the validation set of task t
   is the held-out part (old classes, replayed in none of the tasks since their own) plus those
   rows: about as many new-class items as old ones, as mammoth's.
 
@@ -79,6 +79,7 @@ X-DER tables):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -87,6 +88,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from xder_methods.core.errors import check_settings
+from xder_methods.core.passes import train_passes
 from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskBudget, TaskData, Transforms
 from xder_methods.core.registry import register_method
 from xder_methods.parts.buffer import Buffer
@@ -176,7 +178,8 @@ def bias_correct(logits: Tensor, alpha: Tensor | float, beta: Tensor | float, st
 
     Args:
         logits: (B, C).
-        alpha, beta: scalars (0-dim tensors carry gradient to them).
+        alpha: the scale, a scalar (a 0-dim tensor carries gradient to it).
+        beta: the shift, a scalar (likewise).
 
     Returns:
         A new (B, C) tensor; ``logits`` is not modified.
@@ -279,15 +282,17 @@ class BiC(PreviousModelTeacher[BiCConfig]):
         super().__init__(net, setting, transforms, config, generator)
         device = self.device
         held_out = holdout_size(config.buffer_size, config.holdout_fraction)
-        self.buffer = Buffer(
-            config.buffer_size - held_out, setting.input_shape, setting.input_dtype, device=device
-        )
-        self.holdout = Buffer(held_out, setting.input_shape, setting.input_dtype, device=device)
+        self.buffer = Buffer.for_setting(config.buffer_size - held_out, setting, device)
+        self.holdout = Buffer.for_setting(held_out, setting, device)
         self.merged = MergedReplay()
         # Positions of the current task's rows withheld from training (prepare_task), in the state.
         self.withheld = torch.zeros(0, dtype=torch.int64, device=device)
         self.register_buffer("bias_alpha", torch.ones(setting.n_tasks, device=device))
         self.register_buffer("bias_beta", torch.zeros(setting.n_tasks, device=device))
+
+    def replay_memory(self) -> Buffer:
+        """The memory it replays from: :attr:`buffer`."""
+        return self.buffer
 
     # ---------------------------------------------------------------------------------- step
 
@@ -299,17 +304,15 @@ class BiC(PreviousModelTeacher[BiCConfig]):
     def predict(self, x: Tensor) -> Tensor:
         return self.corrected(self.net(x), self.current_task)
 
-    def prepare_task(self, task: int, data: TaskData, budget: TaskBudget) -> None:
+    def prepare_task(self, task: int, data: TaskData, budget: TaskBudget) -> Tensor | None:
         """From task 1 on, withhold as many random rows of the task as the memory holds out
-        (:meth:`withheld_rows`: the new part of stage 2's validation set, never trained on);
-        spread the replayed items over the rest's epoch (:class:`~xder_methods.parts.replay.MergedReplay`)."""
+        (returned, positions in its ``TaskData``: the new part of stage 2's validation set, never
+        trained on); spread the replayed items over the rest's epoch
+        (:class:`~xder_methods.parts.replay.MergedReplay`)."""
         n = data.y.shape[0]
         count = min(len(self.holdout), n - 1) if task >= 1 else 0
         self.withheld = torch.randperm(n, generator=self.generator, device=data.y.device)[:count]
         self.merged.plan(n - count, budget.batch_size, budget.drop_last)
-
-    def withheld_rows(self, task: int) -> Tensor | None:
-        """The task's rows kept out of training for stage 2 (positions in its ``TaskData``)."""
         return self.withheld if self.withheld.numel() else None
 
     def prefill(self, task: int, data: TaskData) -> None:
@@ -352,17 +355,19 @@ class BiC(PreviousModelTeacher[BiCConfig]):
         was_training = self.training
         self.train(False)
         n = labels.shape[0]
-        with torch.enable_grad():
+
+        def batches() -> Iterator[Tensor]:
             for _ in range(cfg.epochs_bic):
                 order = torch.randperm(n, generator=self.generator, device=labels.device)
                 for first in range(0, n, cfg.bias_batch_size):
-                    rows = order[first : first + cfg.bias_batch_size]
-                    with torch.no_grad():
-                        logits = self.net(self.transforms.train(examples[rows], self.generator))[:, :end]
-                    loss = F.cross_entropy(bias_correct(logits, alpha, beta, start, end), labels[rows])
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
+                    yield order[first : first + cfg.bias_batch_size]
+
+        def loss(rows: Tensor) -> Tensor:
+            with torch.no_grad():
+                logits = self.net(self.transforms.train(examples[rows], self.generator))[:, :end]
+            return F.cross_entropy(bias_correct(logits, alpha, beta, start, end), labels[rows])
+
+        train_passes(batches(), loss, optimizer, policy=self.step_policy, device=self.device)
         with torch.no_grad():
             self.bias_alpha[task] = alpha.detach()
             self.bias_beta[task] = beta.detach()

@@ -45,13 +45,13 @@ class ER(MethodBase[ReplayConfigT]):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
-        self.buffer = Buffer(
-            config.buffer_size,
-            setting.input_shape,
-            setting.input_dtype,
-            num_logits=self.stored_logits,
-            device=self.device,
+        self.buffer = Buffer.for_setting(
+            config.buffer_size, setting, self.device, num_logits=self.stored_logits
         )
+
+    def replay_memory(self) -> Buffer:
+        """The memory it replays from: :attr:`buffer`."""
+        return self.buffer
 
     stored_logits = 0
     """Width of the logits the buffer keeps (0 for ER; DER stores every class's logit)."""

@@ -116,14 +116,14 @@ class FDR(MethodBase[FDRConfig]):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
-        self.buffer = Buffer(
-            config.buffer_size,
-            setting.input_shape,
-            setting.input_dtype,
-            num_logits=setting.num_classes,
-            device=self.device,
+        self.buffer = Buffer.for_setting(
+            config.buffer_size, setting, self.device, num_logits=setting.num_classes
         )
         self.memory = TaskMemory(self.buffer)  # blocks: the rows of each ended task, in task order
+
+    def replay_memory(self) -> Buffer:
+        """The memory it replays from: :attr:`buffer`."""
+        return self.buffer
 
     def observe(self, batch: Batch) -> StepOutput:
         """Two optimiser steps (:attr:`manual_optimization`): the cross-entropy on the stream

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -61,7 +61,15 @@ from torch import Tensor, nn
 
 from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import MethodConfigError, check_settings
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
+from xder_methods.core.passes import train_passes
+from xder_methods.core.protocols import (
+    Batch,
+    ContinualSetting,
+    MethodConfig,
+    StepOutput,
+    TaskData,
+    Transforms,
+)
 from xder_methods.core.registry import register_method
 from xder_methods.core.schedule import TrainingSchedule, check_protocol_fields, shuffled_batches
 from xder_methods.parts.buffer import Buffer
@@ -81,7 +89,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, kw_only=True)
-class GDumbConfig:
+class GDumbConfig(MethodConfig):
     """GDumb's settings (defaults: X-DER paper App. "Hyperparameter Choice", Split CIFAR-100,
     M = 500, unless noted).
 
@@ -280,7 +288,8 @@ def cutmix_box(
 
     Args:
         lam: scalar in [0, 1].
-        center_h, center_w: integer scalars, the box centre.
+        center_h: integer scalar, the box centre's row.
+        center_w: integer scalar, the box centre's column.
 
     Returns:
         ``(top, bottom, left, right)``: int64 scalars, rows ``[top, bottom)``, columns
@@ -392,9 +401,13 @@ class GDumb(MethodBase[GDumbConfig]):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
-        self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=self.device)
+        self.buffer = Buffer.for_setting(config.buffer_size, setting, self.device)
         self.register_buffer("seen", torch.zeros(setting.num_classes, dtype=torch.bool, device=self.device))
         self.initial_state = _StateSnapshot(net.state_dict())
+
+    def replay_memory(self) -> Buffer:
+        """The memory it replays from: :attr:`buffer`."""
+        return self.buffer
 
     @property
     def forgetting_defined(self) -> bool:
@@ -446,28 +459,35 @@ class GDumb(MethodBase[GDumbConfig]):
         optimizer = torch.optim.SGD(
             self.net.parameters(), lr=cfg.lr_max, momentum=cfg.momentum, weight_decay=cfg.weight_decay
         )
-        was_training = self.net.training
-        self.net.train(True)
-        with torch.enable_grad():
+
+        def batches() -> Iterator[Tensor]:
+            """Each epoch's batches, its lr set before its first."""
             for epoch in range(cfg.epochs_fitting):
                 for group in optimizer.param_groups:
                     group["lr"] = gdumb_learning_rate(epoch, cfg.lr_max, cfg.lr_min)
-                for index in shuffled_batches(
+                yield from shuffled_batches(
                     n, cfg.batch_size, drop_last=False, generator=self.generator, device=labels.device
-                ):
-                    x = self.transforms.train(examples[index], self.generator)
-                    x, y, y_partner, weight = cutmix(
-                        x,
-                        labels[index],
-                        alpha=cfg.cutmix_alpha,
-                        probability=cfg.cutmix_probability,
-                        generator=self.generator,
-                    )
-                    loss = cutmix_cross_entropy(self.net(x), y, y_partner, weight)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    if cfg.clip_grad_norm is not None:
-                        nn.utils.clip_grad_norm_(self.net.parameters(), cfg.clip_grad_norm)
-                    optimizer.step()
+                )
+
+        def loss(index: Tensor) -> Tensor:
+            x = self.transforms.train(examples[index], self.generator)
+            x, y, y_partner, weight = cutmix(
+                x,
+                labels[index],
+                alpha=cfg.cutmix_alpha,
+                probability=cfg.cutmix_probability,
+                generator=self.generator,
+            )
+            return cutmix_cross_entropy(self.net(x), y, y_partner, weight)
+
+        def clip() -> None:
+            if cfg.clip_grad_norm is not None:
+                nn.utils.clip_grad_norm_(self.net.parameters(), cfg.clip_grad_norm)
+
+        was_training = self.net.training
+        self.net.train(True)
+        train_passes(
+            batches(), loss, optimizer, policy=self.step_policy, device=self.device, before_step=clip
+        )
         optimizer.zero_grad(set_to_none=True)
         self.net.train(was_training)

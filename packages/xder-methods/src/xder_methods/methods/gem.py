@@ -10,20 +10,18 @@ found through the dual quadratic program (Eq. 10-11), solved on the CPU with ``q
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import MethodConfigError
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
+from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, Transforms
 from xder_methods.core.registry import register_method
-from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.gradients import assign_gradients, flatten_gradients
 from xder_methods.parts.replay import ReplayConfig
-from xder_methods.parts.task_memory import TaskMemory, per_task_share, task_memory_rows
+from xder_methods.parts.task_memory import EpisodicMemory
 
 if TYPE_CHECKING:
     import numpy as np
@@ -132,11 +130,8 @@ def project_gem(gradient: Tensor, memory_gradients: Tensor, margin: float, *, ep
 # The method
 
 
-GEMConfigT = TypeVar("GEMConfigT", bound=ReplayConfig)
-
-
 @register_method("gem", GEMConfig)
-class GEM(MethodBase[GEMConfigT]):
+class GEM(EpisodicMemory[GEMConfig]):
     """Gradient Episodic Memory (Lopez-Paz & Ranzato, NeurIPS 2017).
 
     Update, with ``g`` the gradient of the stream loss and ``G = [g_0; ...; g_{t-1}]`` the
@@ -191,26 +186,11 @@ class GEM(MethodBase[GEMConfigT]):
         net: nn.Module,
         setting: ContinualSetting,
         transforms: Transforms,
-        config: GEMConfigT,
+        config: GEMConfig,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
-        self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=self.device)
-        self.memory = TaskMemory(self.buffer)  # blocks: rows [start, end) of each stored task
         self._memory_gradients: Tensor | None = None  # (K, P), from observe to after_backward
-
-    def trained_parameters(self) -> list[nn.Parameter]:
-        """The parameters whose gradients are compared and projected (the optimised ones)."""
-        return [p for p in self.optimizer_parameters() if p.requires_grad]
-
-    def end_task(self, task: int, data: TaskData) -> None:
-        """Store ``buffer_size // n_tasks`` uniformly drawn examples of ``task`` (unaugmented) in
-        the next free rows of the buffer."""
-        if task < len(self.memory.blocks):
-            return  # already stored (the loop ends each task once; this keeps it idempotent)
-        share = per_task_share(self.config.buffer_size, self.setting.n_tasks)
-        rows = task_memory_rows(data.y.shape[0], share, self.generator, data.y.device)
-        self.memory.add_block(data.x_raw[rows], data.y[rows], task)
 
     def memory_losses(self) -> list[Tensor]:
         """The cross-entropy (over all outputs) of each stored task's memory, weakly augmented."""
@@ -242,14 +222,6 @@ class GEM(MethodBase[GEMConfigT]):
             return
         params = self.trained_parameters()
         gradient = flatten_gradients(params, [p.grad for p in params])
-        gamma = cast(GEMConfig, self.config).gamma  # A-GEM, whose config has none, projects its own way
-        projected = project_gem(gradient, memory, gamma)
+        projected = project_gem(gradient, memory, self.config.gamma)
         if projected is not gradient:
             assign_gradients(params, projected)
-
-    def get_extra_state(self) -> dict[str, Any]:
-        return {**super().get_extra_state(), "task_rows": list(self.memory.blocks)}
-
-    def set_extra_state(self, state: dict[str, Any]) -> None:
-        super().set_extra_state(state)
-        self.memory.blocks = [(int(start), int(end)) for start, end in state["task_rows"]]

@@ -162,9 +162,10 @@ class ScoredBuffer(Buffer):
         capacity: int,
         example_shape: tuple[int, ...],
         example_dtype: torch.dtype = torch.uint8,
+        num_logits: int = 0,
         device: torch.device | str | None = None,
     ) -> None:
-        super().__init__(capacity, example_shape, example_dtype, device=device)
+        super().__init__(capacity, example_shape, example_dtype, num_logits, device)
         self.register_buffer("scores", torch.zeros(capacity + 1, device=device))
 
     def write_scored(
@@ -263,12 +264,14 @@ class GSS(MethodBase[GSSConfig]):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
-        self.buffer = ScoredBuffer(
-            config.buffer_size, setting.input_shape, setting.input_dtype, device=self.device
-        )
+        self.buffer = ScoredBuffer.for_setting(config.buffer_size, setting, self.device)
         # Within one step's observe only (never across a checkpoint).
         self._replay_order: Tensor | None = None
         self._replay_position = 0
+
+    def replay_memory(self) -> Buffer:
+        """The memory it replays from: :attr:`buffer`."""
+        return self.buffer
 
     def prefill(self, task: int, data: TaskData) -> None:
         """The task's rows into the memory by reservoir sampling

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import check_settings
+from xder_methods.core.passes import train_passes
 from xder_methods.core.protocols import Backbone, Batch, ContinualSetting, StepOutput, TaskData, Transforms
 from xder_methods.core.registry import register_method
 from xder_methods.parts.buffer import Buffer
@@ -203,7 +204,7 @@ class HAL(MethodBase[HALConfig]):
     ) -> None:
         super().__init__(net, setting, transforms, config, generator)
         device = self.device
-        self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=device)
+        self.buffer = Buffer.for_setting(config.buffer_size, setting, device)
         self.portion = per_task_share(config.buffer_size, setting.n_tasks)
         self.memory = TaskMemory(self.buffer)  # memory="ring": each task's ring of ``portion`` rows
         self.training_lr: float | None = None  # the lr of the last step
@@ -212,6 +213,10 @@ class HAL(MethodBase[HALConfig]):
         # Row c: the anchor of class c, learned at the end of c's task; zero until then.
         self.register_buffer("anchors", torch.zeros(setting.num_classes, *setting.input_shape, device=device))
         self.register_buffer("phi", torch.zeros(int(cast(Backbone, net).num_features), device=device))
+
+    def replay_memory(self) -> Buffer:
+        """The memory it replays from: :attr:`buffer`."""
+        return self.buffer
 
     def begin_task(self, task: int) -> None:
         super().begin_task(task)
@@ -246,8 +251,7 @@ class HAL(MethodBase[HALConfig]):
                 for p, saved in zip(self.net.parameters(), pre_step, strict=True):
                     p.copy_(saved)
             anchor = anchor_loss(new_logits, self.net(anchors), self.config.lambda_)
-            anchor.backward()  # onto the cross-entropy's gradient, as mammoth (no zero_grad between)
-            self.optimizer.step()
+            self.step(anchor, accumulate=True)  # onto the cross-entropy's gradient, as mammoth
             terms["anchor"] = anchor.detach()
         with torch.no_grad():
             features = cast(Backbone, self.net).forward_features(batch.x).flatten(1)
@@ -273,15 +277,17 @@ class HAL(MethodBase[HALConfig]):
         ).requires_grad_(True)
         optimizer = torch.optim.SGD([anchors], lr=self.anchor_lr())
         labels = torch.arange(start, end, device=self.anchors.device)
-        for _ in range(self.config.steps_on_anchors):
-            optimizer.zero_grad(set_to_none=True)
+
+        def ascent(_: int) -> Tensor:
             features = current.forward_features(anchors).flatten(1)
             logits = current.forward_head(features)
             objective = anchor_objective(
                 finetuned(anchors), logits, features, labels, self.phi, self.config.gamma
             )
-            (-objective.sum()).backward()  # gradient ascent on the objective
-            optimizer.step()
+            return -objective.sum()  # gradient ascent on the objective
+
+        steps = range(self.config.steps_on_anchors)
+        train_passes(steps, ascent, optimizer, policy=self.step_policy, device=self.device)
         self.anchors[start:end] = anchors.detach()
 
     def finetuned_copy(self) -> nn.Module:
@@ -293,12 +299,14 @@ class HAL(MethodBase[HALConfig]):
         """``finetuning_epochs`` SGD steps (lr ``anchor_lr``) of ``model`` on batches of
         ``finetuning_batch_size`` augmented buffer items (none while the buffer is empty)."""
         optimizer = torch.optim.SGD(model.parameters(), lr=self.anchor_lr())
-        for _ in range(self.config.finetuning_epochs if len(self.buffer) else 0):
+
+        def loss(_: int) -> Tensor:
             sample = self.buffer.sample(self.config.finetuning_batch_size, self.generator)
             x = self.transforms.train(sample.examples, self.generator)
-            optimizer.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x), sample.labels).backward()
-            optimizer.step()
+            return F.cross_entropy(model(x), sample.labels)
+
+        steps = range(self.config.finetuning_epochs if len(self.buffer) else 0)
+        train_passes(steps, loss, optimizer, policy=self.step_policy, device=self.device)
 
     def anchor_lr(self) -> float:
         """The lr of the fine-tuning and of the anchors: ``anchor_lr``, else the training lr."""

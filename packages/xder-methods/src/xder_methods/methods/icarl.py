@@ -130,7 +130,7 @@ class ICaRL(LwFMC[ICaRLConfig]):
                 f"method.buffer_size must be >= the number of classes ({setting.num_classes}): "
                 "iCaRL's nearest-mean classifier needs an exemplar of every class"
             )
-        self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=self.device)
+        self.buffer = Buffer.for_setting(config.buffer_size, setting, self.device)
         self.merged = MergedReplay()
         num_features = int(cast(Backbone, net).num_features)
         self.register_buffer(
@@ -139,6 +139,10 @@ class ICaRL(LwFMC[ICaRLConfig]):
         self.register_buffer(
             "has_mean", torch.zeros(setting.num_classes, dtype=torch.bool, device=self.device)
         )
+
+    def replay_memory(self) -> Buffer:
+        """The memory it replays from: :attr:`buffer`."""
+        return self.buffer
 
     def prepare_task(self, task: int, data: TaskData, budget: TaskBudget) -> None:
         """Spread the exemplars over the task's epoch (:class:`~xder_methods.parts.replay.MergedReplay`)."""

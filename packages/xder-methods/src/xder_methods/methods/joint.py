@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal
 
 from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import MethodConfigError
-from xder_methods.core.protocols import Batch, StepOutput
+from xder_methods.core.protocols import Batch, MethodConfig, StepOutput
 from xder_methods.core.registry import register_method
 from xder_methods.parts.losses import seen_class_cross_entropy
 
@@ -18,7 +18,7 @@ __all__ = ["Joint", "JointConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class JointConfig:
+class JointConfig(MethodConfig):
     """Attributes:
     mode: ``final`` (the paper's JT and the authors' code): no training until the last task,
         then the benchmark's epochs over the union of all tasks, from the untrained network.

@@ -69,6 +69,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from xder_methods.core.errors import check_settings
+from xder_methods.core.passes import train_passes
 from xder_methods.core.protocols import (
     Backbone,
     Batch,
@@ -274,12 +275,16 @@ class LUCIR(PreviousModelTeacher[LUCIRConfig]):
         super().__init__(net, setting, transforms, config, generator)
         num_features = int(cast(Backbone, net).num_features)
         self.head = CosineHead(num_features, setting.classes_per_task, generator, self.device)
-        self.buffer = Buffer(config.buffer_size, setting.input_shape, setting.input_dtype, device=self.device)
+        self.buffer = Buffer.for_setting(config.buffer_size, setting, self.device)
         self.merged = MergedReplay()
         self.register_buffer(
             "imprinted", torch.zeros(setting.num_classes, dtype=torch.bool, device=self.device)
         )
         self._net_head_ids = _head_parameter_ids(net)
+
+    def replay_memory(self) -> Buffer:
+        """The memory it replays from: :attr:`buffer`."""
+        return self.buffer
 
     def less_forget_weight(self, task: int) -> float:
         """``lambda_base * sqrt(|C_o| / |C_n|)`` for ``task`` (0 at task 0)."""
@@ -358,11 +363,11 @@ class LUCIR(PreviousModelTeacher[LUCIRConfig]):
             momentum=cfg.momentum_fitting,
             weight_decay=cfg.weight_decay_fitting,
         )
-        batches_done = 0
         items = self.buffer.all()
-        was_training = self.training
-        self.train(True)
-        with frozen_batchnorm_stats(self.net):
+
+        def batches() -> Iterator[Tensor]:
+            """The memory's batches, the lr of each set after the step before it."""
+            done = 0
             for _ in range(cfg.epochs_fitting):
                 for rows in shuffled_batches(
                     len(self.buffer),
@@ -371,24 +376,30 @@ class LUCIR(PreviousModelTeacher[LUCIRConfig]):
                     generator=self.generator,
                     device=self.device,
                 ):
-                    with torch.no_grad():
-                        x = self.transforms.train(items.examples[rows], self.generator)
-                        features = cast(Backbone, self.net).forward_features(x).flatten(1)
-                    labels = items.labels[rows]
-                    cosines = self.head.cosines(features, trainable_task=task)[:, :num_seen]
-                    loss = F.cross_entropy(self.head.sigma * cosines, labels)
-                    loss = loss + cfg.lambda_mr * margin_ranking_loss(
-                        cosines, labels, num_old=num_old, k=cfg.k, margin=cfg.margin
-                    )
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    batches_done += 1
-                    lr = fitting_learning_rate(
-                        batches_done, cfg.lr_fitting, cfg.lr_fitting_milestones, cfg.lr_fitting_gamma
-                    )
-                    for group in optimizer.param_groups:
-                        group["lr"] = lr
+                    if done:
+                        lr = fitting_learning_rate(
+                            done, cfg.lr_fitting, cfg.lr_fitting_milestones, cfg.lr_fitting_gamma
+                        )
+                        for group in optimizer.param_groups:
+                            group["lr"] = lr
+                    yield rows
+                    done += 1
+
+        def loss(rows: Tensor) -> Tensor:
+            with torch.no_grad():
+                x = self.transforms.train(items.examples[rows], self.generator)
+                features = cast(Backbone, self.net).forward_features(x).flatten(1)
+            labels = items.labels[rows]
+            cosines = self.head.cosines(features, trainable_task=task)[:, :num_seen]
+            value = F.cross_entropy(self.head.sigma * cosines, labels)
+            return value + cfg.lambda_mr * margin_ranking_loss(
+                cosines, labels, num_old=num_old, k=cfg.k, margin=cfg.margin
+            )
+
+        was_training = self.training
+        self.train(True)
+        with frozen_batchnorm_stats(self.net):
+            train_passes(batches(), loss, optimizer, policy=self.step_policy, device=self.device)
         for parameter in (self.head.weights[task], self.head.sigma):
             parameter.grad = None
         self.train(was_training)

@@ -16,7 +16,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from xder_methods.core.errors import check_settings
-from xder_methods.core.protocols import Backbone, Batch, StepOutput, TaskBudget, TaskData, Transform
+from xder_methods.core.passes import train_passes
+from xder_methods.core.protocols import (
+    Backbone,
+    Batch,
+    StepOutput,
+    StepPolicy,
+    TaskBudget,
+    TaskData,
+    Transform,
+)
 from xder_methods.core.registry import register_method
 from xder_methods.core.schedule import shuffled_batches
 from xder_methods.parts.losses import seen_class_cross_entropy
@@ -110,6 +119,7 @@ def warm_up_head(
     lr: float,
     drop_last: bool,
     generator: torch.Generator | None,
+    policy: StepPolicy | None = None,
 ) -> None:
     """Li & Hoiem's warm-up step: train the head on the new classes alone, the rest frozen.
 
@@ -128,8 +138,13 @@ def warm_up_head(
         data: the task's training rows (examples as stored, labels), on the network's device.
         transform: the training augmentation (``transforms.train``).
         new_classes: ``[start, end)``, the task's classes.
-        epochs, batch_size, lr, drop_last: the warm-up's schedule (mammoth: the task's own).
+        epochs: the warm-up's epochs (mammoth: the task's own, as the next three).
+        batch_size: its batch size.
+        lr: its learning rate.
+        drop_last: whether each epoch drops its last partial batch.
         generator: the source of the batch order and the augmentation.
+        policy: the run's step policy (:func:`~xder_methods.core.passes.train_passes`; None:
+            fp32, no CUDA graphs).
     """
     start, end = new_classes
     backbone = cast(Backbone, net)
@@ -138,19 +153,21 @@ def warm_up_head(
     # Every parameter is handed over, but only the head's receive a gradient (the features are
     # taken without one), and SGD leaves a parameter whose gradient is None as it is.
     optimizer = torch.optim.SGD(net.parameters(), lr=lr)
-    n = data.y.shape[0]
+    n, device = data.y.shape[0], data.y.device
+
+    def loss(index: Tensor) -> Tensor:
+        with torch.no_grad():
+            features = backbone.forward_features(transform(data.x_raw[index], generator))
+        logits = backbone.forward_head(features)[:, start:end].float()
+        return F.cross_entropy(logits, data.y[index] - start)
+
+    batches = (
+        index
+        for _ in range(epochs)
+        for index in shuffled_batches(n, batch_size, drop_last=drop_last, generator=generator, device=device)
+    )
     try:
-        for _ in range(epochs):
-            for index in shuffled_batches(
-                n, batch_size, drop_last=drop_last, generator=generator, device=data.y.device
-            ):
-                with torch.no_grad():
-                    features = backbone.forward_features(transform(data.x_raw[index], generator))
-                logits = backbone.forward_head(features)[:, start:end].float()
-                loss = F.cross_entropy(logits, data.y[index] - start)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
+        train_passes(batches, loss, optimizer, policy=policy or StepPolicy(), device=device)
     finally:
         net.train(was_training)
 
@@ -226,6 +243,7 @@ class LwF(PreviousModelTeacher[LwFConfig]):
             lr=budget.lr,
             drop_last=budget.drop_last,
             generator=self.generator,
+            policy=self.step_policy,
         )
 
     def observe(self, batch: Batch) -> StepOutput:

@@ -64,8 +64,10 @@ def path_contribution(gradient: Tensor, before: Tensor, after: Tensor) -> Tensor
     each parameter's share of the loss decrease of the step, to first order.
 
     Args:
-        gradient, before, after: (P,) the gradient at ``before`` and the parameters around the
-            optimiser step (any optimiser: the actual change, momentum and weight decay included).
+        gradient: (P,) the gradient at ``before``.
+        before: (P,) the parameters before the optimiser step.
+        after: (P,) the parameters after it (any optimiser: the actual change, momentum and
+            weight decay included).
 
     Returns:
         (P,) the step's contribution to ``omega``.

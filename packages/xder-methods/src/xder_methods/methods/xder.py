@@ -176,13 +176,7 @@ class XDER(MethodBase[XDERConfig]):
             )
         self.head_size = sizes.pop()
         num_classes = setting.num_classes
-        self.buffer = Buffer(
-            config.buffer_size,
-            setting.input_shape,
-            setting.input_dtype,
-            num_logits=num_classes,
-            device=self.device,
-        )
+        self.buffer = Buffer.for_setting(config.buffer_size, setting, self.device, num_logits=num_classes)
         self.register_buffer("visits", torch.zeros(config.buffer_size + 1, device=self.device))
         self.polytope: Tensor | None
         if config.future_heads == "rpc":
@@ -193,6 +187,10 @@ class XDER(MethodBase[XDERConfig]):
             raise MethodConfigError(
                 "X-DER's future preparation needs a strong augmentation for this benchmark"
             )
+
+    def replay_memory(self) -> Buffer:
+        """The memory it replays from: :attr:`buffer`."""
+        return self.buffer
 
     # ----------------------------------------------------------------------------- geometry
 

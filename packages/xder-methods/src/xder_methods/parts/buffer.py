@@ -13,10 +13,12 @@ condition for replaying it from a CUDA graph (:mod:`xder_methods.core.graphs`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import torch
 from torch import Tensor, nn
+
+from xder_methods.core.protocols import ContinualSetting
 
 __all__ = ["Buffer", "BufferSample", "reservoir_slots"]
 
@@ -111,6 +113,19 @@ class Buffer(nn.Module):
             self.logits = None
         self.register_buffer("seen", torch.zeros((), dtype=torch.int64, device=device), persistent=False)
         self.size = 0
+
+    @classmethod
+    def for_setting(
+        cls,
+        capacity: int,
+        setting: ContinualSetting,
+        device: torch.device | str | None,
+        *,
+        num_logits: int = 0,
+    ) -> Self:
+        """A method's memory of ``capacity`` items shaped as ``setting``'s examples (its input
+        shape and dtype), on ``device``: the one place a method builds its buffer."""
+        return cls(capacity, setting.input_shape, setting.input_dtype, num_logits=num_logits, device=device)
 
     def __len__(self) -> int:
         return self.size

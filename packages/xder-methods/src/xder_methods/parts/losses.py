@@ -94,7 +94,8 @@ def rescale_logits(
         stored: (N, C) logits in memory (ground-truth values are read here).
         fresh: (N, C) current outputs of the same items.
         labels: (N,) global labels.
-        start, end: the column range to implant.
+        start: the first column to implant.
+        end: the column after the last to implant.
         gamma: attenuation rate in [0, 1].
 
     Returns:

@@ -1,16 +1,28 @@
 """A memory shared among tasks: each task's items in a block of rows of a
-:class:`~xder_methods.parts.buffer.Buffer` of their own (GEM and A-GEM, FDR, HAL's ring)."""
+:class:`~xder_methods.parts.buffer.Buffer` of their own (GEM and A-GEM, FDR, HAL's ring), and
+the base class of the methods whose episodic memory it is (GEM, A-GEM)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from xder_methods.core.base import MethodBase
+from xder_methods.core.protocols import ContinualSetting, TaskData, Transforms
 from xder_methods.parts.buffer import Buffer
+from xder_methods.parts.replay import ReplayConfig
 
-__all__ = ["TaskMemory", "kept_rows", "per_task_share", "ring_slots", "task_memory_rows"]
+__all__ = [
+    "EpisodicMemory",
+    "EpisodicMemoryConfigT",
+    "TaskMemory",
+    "kept_rows",
+    "per_task_share",
+    "ring_slots",
+    "task_memory_rows",
+]
 
 
 def per_task_share(capacity: int, tasks: int) -> int:
@@ -133,3 +145,51 @@ class TaskMemory:
         self.buffer.write(slots, examples, labels, task_labels=task)
         self.offered += n
         self.buffer.set_size(task * share + min(self.offered, share))
+
+
+EpisodicMemoryConfigT = TypeVar("EpisodicMemoryConfigT", bound=ReplayConfig)
+"""The config of an :class:`EpisodicMemory` method (its ``buffer_size`` is the memory's)."""
+
+
+class EpisodicMemory(MethodBase[EpisodicMemoryConfigT]):
+    """A method whose memory is episodic (GEM, A-GEM): at each task's end, ``buffer_size //
+    n_tasks`` examples drawn uniformly from the task's training rows, unaugmented, with their
+    labels, in a block of rows of their own (:class:`TaskMemory`, as mammoth's GEM and A-GEM
+    store them). State: the buffer (``state_dict``) and each block's rows (extra state,
+    ``task_rows``)."""
+
+    def __init__(
+        self,
+        net: nn.Module,
+        setting: ContinualSetting,
+        transforms: Transforms,
+        config: EpisodicMemoryConfigT,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(net, setting, transforms, config, generator)
+        self.buffer = Buffer.for_setting(config.buffer_size, setting, self.device)
+        self.memory = TaskMemory(self.buffer)  # blocks: rows [start, end) of each stored task
+
+    def replay_memory(self) -> Buffer:
+        """The episodic memory: :attr:`buffer`."""
+        return self.buffer
+
+    def trained_parameters(self) -> list[nn.Parameter]:
+        """The parameters whose gradients are compared and projected (the optimised ones)."""
+        return [p for p in self.optimizer_parameters() if p.requires_grad]
+
+    def end_task(self, task: int, data: TaskData) -> None:
+        """Store ``buffer_size // n_tasks`` uniformly drawn examples of ``task`` (unaugmented) in
+        the next free rows of the buffer."""
+        if task < len(self.memory.blocks):
+            return  # already stored (the loop ends each task once; this keeps it idempotent)
+        share = per_task_share(self.config.buffer_size, self.setting.n_tasks)
+        rows = task_memory_rows(data.y.shape[0], share, self.generator, data.y.device)
+        self.memory.add_block(data.x_raw[rows], data.y[rows], task)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {**super().get_extra_state(), "task_rows": list(self.memory.blocks)}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        super().set_extra_state(state)
+        self.memory.blocks = [(int(start), int(end)) for start, end in state["task_rows"]]
