@@ -8,7 +8,8 @@ Quickstart's main job and the ``seq-digits`` figures of ``docs/results.md``).
 * ``runs``: the tests of the run as a library, ``xder_cli.runs`` (``tests/runs``), in an
   environment made as ``tests(xder-cli)``'s is; ``tests(xder-cli)`` runs those of the commands.
 * ``integration``: all five packages; end-to-end runs of ``xder-run`` (``tests/integration``).
-* ``lint``: ruff (lint and format check) and mypy (the five packages' sources, type-checked).
+* ``lint``: ruff (lint and format check) and mypy (the five packages' sources, each with every
+  flag of --strict).
 * ``docs``: the documentation site (``mkdocs.yml``, ``docs/``, and the API reference read from the
   packages' sources) built with ``mkdocs build --strict`` into ``site/``: a broken link or anchor,
   a page left out of the nav or a docstring the reference cannot parse fails it.

@@ -2,17 +2,24 @@
 ``uv run xder-run train --plugin examples/my_er.py --method my_er``."""
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch.nn.functional as F
 
-from xder_methods import Batch, Buffer, MethodBase, StepOutput, check_protocol_fields, register_method
+from xder_methods import (
+    Batch,
+    Buffer,
+    MethodBase,
+    MethodConfig,
+    StepOutput,
+    check_protocol_fields,
+    register_method,
+)
 
 
 @dataclass(frozen=True)
-class MyERConfig:
+class MyERConfig(MethodConfig):
     # the fields the benchmark's protocol fills (its buffer and replay batch; --buffer-size too)
-    FILLED_BY_PROTOCOL: ClassVar[tuple[str, ...]] = ("buffer_size", "minibatch_size")
+    FILLED_BY_PROTOCOL = ("buffer_size", "minibatch_size")
     buffer_size: int = 200
     minibatch_size: int = 32
 

@@ -19,6 +19,7 @@ from xder_methods import (
     Callback,
     ContinualSetting,
     MethodBase,
+    MethodConfig,
     MethodConfigError,
     ReplayConfig,
     TaskData,
@@ -183,14 +184,14 @@ def test_a_wrong_declaration_is_refused() -> None:
     mistake in the method's code: TypeError, whatever the values."""
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
-    class Unfillable:
-        FILLED_BY_PROTOCOL: ClassVar[tuple[str, ...]] = ("buffer_size", "alpha")
+    class Unfillable(MethodConfig):
+        FILLED_BY_PROTOCOL = ("buffer_size", "alpha")
         buffer_size: int = 10
         alpha: float = 0.1
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
-    class Missing:
-        FILLED_BY_PROTOCOL: ClassVar[tuple[str, ...]] = ("minibatch_size",)
+    class Missing(MethodConfig):
+        FILLED_BY_PROTOCOL = ("minibatch_size",)
         buffer_size: int = 10
 
     with pytest.raises(TypeError, match=r"Unfillable\.FILLED_BY_PROTOCOL names 'alpha'"):
@@ -198,6 +199,29 @@ def test_a_wrong_declaration_is_refused() -> None:
     with pytest.raises(TypeError, match=r"Missing\.FILLED_BY_PROTOCOL names 'minibatch_size'"):
         check_protocol_fields(Missing())
     assert set(PROTOCOL_METHOD_FIELDS) == {"buffer_size", "minibatch_size"}
+
+
+def test_only_a_method_config_declares_protocol_fields() -> None:
+    """The declaration is MethodConfig's: a dataclass that does not subclass it takes nothing from
+    the protocol, even with a class variable of that name; a subclass inherits its base's."""
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Plain:
+        FILLED_BY_PROTOCOL: ClassVar[tuple[str, ...]] = ("buffer_size",)
+        buffer_size: int = 10
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Declared(MethodConfig):
+        FILLED_BY_PROTOCOL = ("buffer_size",)
+        buffer_size: int = 10
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Inherited(Declared):
+        beta: float = 0.5
+
+    assert protocol_fields(Plain) == ()
+    assert protocol_fields(Declared) == ("buffer_size",)
+    assert protocol_fields(Inherited(buffer_size=3)) == ("buffer_size",)
 
 
 def test_a_new_method_is_at_task_zero_without_an_optimiser(stream, transforms, tiny_net, setting_of) -> None:

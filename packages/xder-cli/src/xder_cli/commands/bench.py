@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["add_parser", "bench_options", "run"]
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``xder-run bench`` to the subcommands."""
     bench = commands.add_parser(
         "bench",

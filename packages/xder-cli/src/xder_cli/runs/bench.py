@@ -200,7 +200,7 @@ class _Floor(nn.Module):
         return ()
 
 
-def bench_plan(name: str, options: BenchOptions) -> RunPlan:
+def bench_plan(name: str, options: BenchOptions) -> RunPlan[Any]:
     """The plan of method ``name`` as the bench measures it: the benchmark's protocol, the method's
     own defaults (no preset), ``options``' backbone, width, batch size (the replay batch too) and
     buffer size where the protocol fills them in the method's config
@@ -244,7 +244,7 @@ class MethodAtTask:
     """A method brought to task ``task`` of a benchmark's shapes with a full memory
     (:func:`method_at_task`): the bench's subject, and the GPU checks' (``tests/gpu``)."""
 
-    plan: RunPlan
+    plan: RunPlan[Any]
     net: nn.Module
     method: Any
     loop: FitState

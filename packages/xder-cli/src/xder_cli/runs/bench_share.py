@@ -134,7 +134,7 @@ def _run_group(options: BenchOptions, method: str, processes: int, scratch: Path
     return [json.loads(out.read_text()) for out in outputs]
 
 
-def _why(child: subprocess.Popen, out: Path) -> str:
+def _why(child: subprocess.Popen[str], out: Path) -> str:
     """Why ``child`` (writing to ``out``) failed, in one line: the error it wrote
     (:func:`child_main`), else the last line of its stderr (an exception it did not expect: its
     traceback's last line), else its exit status."""

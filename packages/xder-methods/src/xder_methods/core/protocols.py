@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -153,8 +153,16 @@ class StepPolicy:
 
 class MethodConfig:
     """What a method's config may declare besides its fields (a config is a dataclass; subclassing
-    this is optional and adds no field): its rules on the training schedule.
-    :func:`~xder_methods.check_schedule` applies them."""
+    this is optional and adds no field): the fields a benchmark's protocol fills
+    (:attr:`FILLED_BY_PROTOCOL`, read by :func:`~xder_methods.protocol_fields`) and its rules on
+    the training schedule (:meth:`check_schedule`, applied by :func:`~xder_methods.check_schedule`).
+    A config that does not subclass it takes nothing from the protocol and accepts every
+    schedule."""
+
+    FILLED_BY_PROTOCOL: ClassVar[tuple[str, ...]] = ()
+    """Names of :data:`~xder_methods.core.schedule.PROTOCOL_METHOD_FIELDS` that are fields of the
+    config: a run gives each the benchmark protocol's value (``--buffer-size`` too); subclasses
+    inherit the declaration."""
 
     def check_schedule(self, schedule: TrainingSchedule) -> None:
         """Raise :class:`~xder_methods.MethodConfigError` for a schedule the method cannot train

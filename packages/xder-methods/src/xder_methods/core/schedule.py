@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from xder_methods.core.errors import check_settings
-from xder_methods.core.protocols import StepPolicy, TaskBudget
+from xder_methods.core.protocols import MethodConfig, StepPolicy, TaskBudget
 
 __all__ = [
     "PROTOCOL_METHOD_FIELDS",
@@ -107,14 +107,15 @@ declares which of them it takes (:func:`protocol_fields`)."""
 
 def protocol_fields(config: Any) -> tuple[str, ...]:
     """The fields a benchmark's protocol fills in a method's config (a config dataclass or one of
-    its instances), as the config declares them, in its ``FILLED_BY_PROTOCOL`` class variable
-    (names of :data:`PROTOCOL_METHOD_FIELDS`): a run's layers give each the protocol's value of
+    its instances), as the config declares them: a config that subclasses
+    :class:`~xder_methods.MethodConfig` names them in its ``FILLED_BY_PROTOCOL`` class variable
+    (names of :data:`PROTOCOL_METHOD_FIELDS`); a run's layers give each the protocol's value of
     the same name above the config's default, as ``xder-run train`` and ``bench`` do; a config
     that declares none takes nothing from the protocol. Subclasses inherit the declaration::
 
         @dataclass(frozen=True, kw_only=True)
-        class MyReplayConfig:
-            FILLED_BY_PROTOCOL: ClassVar[tuple[str, ...]] = ("buffer_size", "minibatch_size")
+        class MyReplayConfig(MethodConfig):
+            FILLED_BY_PROTOCOL = ("buffer_size", "minibatch_size")
             buffer_size: int = 500
             minibatch_size: int = 32
 
@@ -129,12 +130,13 @@ def protocol_fields(config: Any) -> tuple[str, ...]:
         TypeError: a declared name the protocol does not fill, or that is not a field of the
             config (a mistake in the method's code).
     """
-    declared = tuple(getattr(config, "FILLED_BY_PROTOCOL", ()))
+    cls = config if isinstance(config, type) else type(config)
+    declared = tuple(cls.FILLED_BY_PROTOCOL) if issubclass(cls, MethodConfig) else ()
     names = {f.name for f in dataclasses.fields(config)}
     wrong = [name for name in declared if name not in PROTOCOL_METHOD_FIELDS or name not in names]
     if wrong:
         raise TypeError(
-            f"{getattr(config, '__name__', type(config).__name__)}.FILLED_BY_PROTOCOL names {wrong[0]!r}: "
+            f"{cls.__name__}.FILLED_BY_PROTOCOL names {wrong[0]!r}: "
             f"a protocol fills {', '.join(PROTOCOL_METHOD_FIELDS)} only, each a field of the config"
         )
     return declared

@@ -53,7 +53,7 @@ import bisect
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -110,7 +110,7 @@ class GDumbConfig(MethodConfig):
             ``last_task`` (mammoth: only after the last task).
     """
 
-    FILLED_BY_PROTOCOL: ClassVar[tuple[str, ...]] = ("buffer_size",)
+    FILLED_BY_PROTOCOL = ("buffer_size",)
     buffer_size: int = 500
     epochs_fitting: int = 250
     batch_size: int = 32

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
 from xder_methods.core.errors import MethodConfigError
-from xder_methods.core.protocols import Batch, TaskData, Transform
+from xder_methods.core.protocols import Batch, MethodConfig, TaskData, Transform
 from xder_methods.core.schedule import batch_bounds, check_protocol_fields
 from xder_methods.parts.buffer import Buffer, BufferSample
 
@@ -32,7 +32,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReplayConfig:
+class ReplayConfig(MethodConfig):
     """Settings shared by the rehearsal methods.
 
     Attributes:
@@ -43,7 +43,7 @@ class ReplayConfig:
     :func:`~xder_methods.core.schedule.protocol_fields`), in every subclass.
     """
 
-    FILLED_BY_PROTOCOL: ClassVar[tuple[str, ...]] = ("buffer_size", "minibatch_size")
+    FILLED_BY_PROTOCOL = ("buffer_size", "minibatch_size")
     buffer_size: int = 500
     minibatch_size: int = 32
 

@@ -33,7 +33,7 @@ def summary(value: BufferInformativenessResult) -> str:
 def analyse_buffer_informativeness(
     run: TrainedRun, out: Path, options: AnalysisOptions
 ) -> BufferInformativenessResult:
-    buffer = getattr(run.method, "buffer", None)  # replay_memory
+    buffer = run.method.replay_memory()
     if buffer is None or not len(buffer):
         raise AnalysisSkipped("the method keeps no replay buffer")
     size = len(buffer)

@@ -35,8 +35,8 @@ class BufferLogitsResult(TypedDict):
 
 def record(loop: FitState) -> Mapping[str, object]:
     """``buffer_class_logits``: the mean stored logit vector per class (Fig. "derpplogits")."""
-    buffer = getattr(loop.method, "buffer", None)  # replay_memory
-    if buffer is None or getattr(buffer, "logits", None) is None or not len(buffer):
+    buffer = loop.method.replay_memory()
+    if buffer is None or buffer.logits is None or not len(buffer):
         return {}
     size = len(buffer)
     return {
@@ -57,7 +57,7 @@ def summary(value: BufferLogitsResult) -> str:
     at_task_end=TaskEndRecord(record),
 )
 def analyse_buffer_logits(run: TrainedRun, out: Path, options: AnalysisOptions) -> BufferLogitsResult:
-    buffer = getattr(run.method, "buffer", None)  # replay_memory
+    buffer = run.method.replay_memory()
     if buffer is None or buffer.logits is None or not len(buffer):
         raise AnalysisSkipped("the method stores no logits")
     size = len(buffer)
