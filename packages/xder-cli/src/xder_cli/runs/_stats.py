@@ -7,10 +7,10 @@ the report's rule for runs of one seed found twice is :func:`xder_eval.count_eac
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 
 from xder_cli.runs.errors import SettingError, option
+from xder_eval import seed_stats
 
 __all__ = ["check_distinct_seeds", "fmt", "fmt_stat", "mean_std"]
 
@@ -33,14 +33,14 @@ def check_distinct_seeds(seeds: Sequence[int], named: str | None = None) -> None
 
 
 def mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
-    """The mean and the sample standard deviation (None below two values); None, None of none.
+    """The mean and the sample standard deviation (None below two values); None, None of none:
+    :func:`xder_eval.seed_stats`, the statistics the report uses, as a pair.
 
     >>> mean_std([1.0, 3.0]), mean_std([2.0]), mean_std([])
     ((2.0, 1.4142135623730951), (2.0, None), (None, None))
     """
-    if not values:
-        return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+    stats = seed_stats(values)
+    return stats.mean, stats.std
 
 
 def fmt(value: float | None, digits: int = 2) -> str:
