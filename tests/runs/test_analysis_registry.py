@@ -73,6 +73,13 @@ def test_a_registered_analysis_runs_through_analyse_with_its_options(tmp_path) -
         analyse(run, "toy", epochs=3)  # type: ignore[arg-type]
 
 
+class _NoMemory(nn.Linear):
+    """A method with no replay memory (``replay_memory()`` is None), as the contract declares it."""
+
+    def replay_memory(self) -> None:
+        return None
+
+
 def _loop(method: nn.Module) -> SimpleNamespace:
     """After the last of two tasks: no future head for the few-shot record; no buffer."""
     return SimpleNamespace(task=2, n_tasks=2, method=method)
@@ -98,7 +105,7 @@ def test_task_end_records_in_order_the_cheap_ones_always_the_others_in_evaluatio
         lambda *a: {}
     )
     register_analysis("cheap", summary=str, at_task_end=TaskEndRecord(cheap, always=True))(lambda *a: {})
-    method = nn.Linear(2, 2)
+    method = _NoMemory(2, 2)
     plain = task_end_analysis(_loop(method), full=False)
     assert list(plain) == ["event", "task", "peak_memory_mb", "cheap"]
     assert (plain["event"], plain["task"], plain["cheap"]) == ("analysis", 1, 3)

@@ -52,6 +52,9 @@ class _Method(nn.Module):
     def predict(self, x: Tensor) -> Tensor:
         return self.linear(x)
 
+    def replay_memory(self) -> _Buffer:
+        return self.buffer
+
 
 def _run(tmp_path: Path) -> SimpleNamespace:
     """A stand-in for a trained 3-task run (2 classes per task): its events as ``xder-run train
