@@ -5,26 +5,12 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
-from xder_methods import (
-    Batch,
-    Buffer,
-    MethodBase,
-    MethodConfig,
-    StepOutput,
-    check_protocol_fields,
-    register_method,
-)
+from xder_methods import Batch, Buffer, MethodBase, ReplayConfig, StepOutput, register_method
 
 
-@dataclass(frozen=True)
-class MyERConfig(MethodConfig):
-    # the fields the benchmark's protocol fills (its buffer and replay batch; --buffer-size too)
-    FILLED_BY_PROTOCOL = ("buffer_size", "minibatch_size")
+@dataclass(frozen=True, kw_only=True)
+class MyERConfig(ReplayConfig):  # buffer_size and minibatch_size, which the protocol fills
     buffer_size: int = 200
-    minibatch_size: int = 32
-
-    def __post_init__(self) -> None:
-        check_protocol_fields(self)  # buffer_size >= 0, minibatch_size >= 1
 
 
 @register_method("my_er", MyERConfig)
