@@ -110,6 +110,7 @@ BACKBONES = Registry(
         "efficientgcn-b2",
         "efficientgcn-b4",
         "efficientnet-b2",
+        "mnist-mlp",
         "resnet18",
         "resnet18-cifar",
     ),
