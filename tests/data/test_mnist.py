@@ -214,6 +214,12 @@ def test_download_data_mnist_fetches_the_official_names_and_sums(tmp_path: Path,
     assert load_benchmark("seq-mnist", tmp_path / "data").test_x.shape == (10, 1, 28, 28)
 
 
+def test_a_failed_download_leaves_no_empty_folder(tmp_path: Path) -> None:
+    with pytest.raises(DataNotFoundError, match="download failed"):
+        download_mnist(tmp_path / "data", (tmp_path / "nowhere").as_uri() + "/")
+    assert not (tmp_path / "data").exists()
+
+
 def test_prepare_copies_the_files_from_a_torchvision_layout(tmp_path: Path) -> None:
     raw = tmp_path / "copy" / "MNIST" / "raw"
     arrays = write_mnist(raw, compressed=False)

@@ -236,6 +236,7 @@ def test_download_fetches_the_zip_and_decodes_it(tmp_path: Path, monkeypatch) ->
     assert (tmp_path / "data" / "tiny-imagenet-200.zip").read_bytes() == archive.read_bytes()
     with pytest.raises(BenchmarkFormatError, match=r"md5 .* differs"):
         download_tinyimagenet(tmp_path / "other", archive.as_uri())
+    assert not (tmp_path / "other").exists()  # nothing kept, not even the data root it made
     calls = []
 
     def fake_fetch(url: str, target: Path, expected_md5: str) -> None:

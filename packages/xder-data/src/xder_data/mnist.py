@@ -268,12 +268,20 @@ def download_mnist(
         BenchmarkFormatError: an md5 differs (that file is not kept), or a file is not IDX.
     """
     sums = MNIST_MD5 if expected_md5 is None else expected_md5
-    folder = Path(root) / MNIST_FOLDER
+    root = Path(root)
+    folder = root / MNIST_FOLDER
+    made = [p for p in (root, folder) if not p.exists()]
     folder.mkdir(parents=True, exist_ok=True)
-    for name in MNIST_FILES:
-        target = folder / f"{name}.gz"
-        if not (target.is_file() and md5_file(target) == sums[target.name]):
-            fetch(url + target.name, target, sums[target.name])
+    try:
+        for name in MNIST_FILES:
+            target = folder / f"{name}.gz"
+            if not (target.is_file() and md5_file(target) == sums[target.name]):
+                fetch(url + target.name, target, sums[target.name])
+    except BaseException:
+        for path in reversed(made):  # leave no empty folder behind (offline, Ctrl-C)
+            if not any(path.iterdir()):
+                path.rmdir()
+        raise
     return _counted(folder)
 
 

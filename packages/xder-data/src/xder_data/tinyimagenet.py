@@ -279,10 +279,16 @@ def download_tinyimagenet(
         BenchmarkFormatError: the md5 differs (nothing is kept), or the zip is not the official layout.
     """
     root = Path(root)
+    created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     archive = root / TINYIMG_ARCHIVE
-    if not (archive.is_file() and md5_file(archive) == expected_md5):
-        fetch(url, archive, expected_md5)
+    try:
+        if not (archive.is_file() and md5_file(archive) == expected_md5):
+            fetch(url, archive, expected_md5)
+    except BaseException:
+        if created and not any(root.iterdir()):  # leave no empty data root behind (offline, Ctrl-C)
+            root.rmdir()
+        raise
     return prepare_tinyimagenet(archive, root, progress=progress)
 
 
