@@ -152,6 +152,16 @@ def test_prepare_miniimagenet_from_image_folders(tmp_path: Path, capsys) -> None
         (["prepare", "cifar100", "--source", "{tmp}/absent.tar.gz"], "no such folder or archive"),
         (["info", "seq-ntu60", "--data-root", "{tmp}"], "xder-run data prepare ntu60"),
         (["info", "seq-miniimg", "--data-root", "{tmp}"], "MINIIMG"),
+        (
+            ["info", "seq-mnist", "--data-root", "{tmp}"],
+            "MNIST folder not found: run `xder-run data download mnist --data-root",
+        ),
+        (["prepare", "mnist", "--source", "{tmp}"], "holds no train-images-idx3-ubyte nor"),
+        (
+            ["info", "seq-tinyimg", "--data-root", "{tmp}"],
+            "Tiny ImageNet file missing: run `xder-run data download tinyimagenet --data-root",
+        ),
+        (["prepare", "tinyimagenet", "--source", "{tmp}"], "holds no wnids.txt"),
         (["info", "seq-nothing"], "unknown benchmark 'seq-nothing'"),
         (
             ["prepare", "ntu60", "--data-root", "{tmp}"],
