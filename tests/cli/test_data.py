@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import struct
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -150,6 +152,16 @@ def test_prepare_miniimagenet_from_image_folders(tmp_path: Path, capsys) -> None
         (["prepare", "cifar100", "--source", "{tmp}/absent.tar.gz"], "no such folder or archive"),
         (["info", "seq-ntu60", "--data-root", "{tmp}"], "xder-run data prepare ntu60"),
         (["info", "seq-miniimg", "--data-root", "{tmp}"], "MINIIMG"),
+        (
+            ["info", "seq-mnist", "--data-root", "{tmp}"],
+            "MNIST folder not found: run `xder-run data download mnist --data-root",
+        ),
+        (["prepare", "mnist", "--source", "{tmp}"], "holds no train-images-idx3-ubyte nor"),
+        (
+            ["info", "seq-tinyimg", "--data-root", "{tmp}"],
+            "Tiny ImageNet file missing: run `xder-run data download tinyimagenet --data-root",
+        ),
+        (["prepare", "tinyimagenet", "--source", "{tmp}"], "holds no wnids.txt"),
         (["info", "seq-nothing"], "unknown benchmark 'seq-nothing'"),
         (
             ["prepare", "ntu60", "--data-root", "{tmp}"],
@@ -261,3 +273,49 @@ def test_the_help_examples_parse(command: str, capsys) -> None:
         assert argv[:2] == ["xder-run", command]
         args = build_parser().parse_args(argv[1:])
         assert args.command == command
+
+
+def test_prepare_mnist_then_info_then_train(tmp_path: Path, capsys) -> None:
+    raw = tmp_path / "copy" / "raw"  # the four official IDX files, as torchvision leaves them
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for prefix, per_digit in (("train", 3), ("t10k", 1)):
+        labels = np.repeat(np.arange(10, dtype=np.uint8), per_digit)
+        images = rng.integers(0, 256, (len(labels), 28, 28), dtype=np.uint8)
+        header = bytes.fromhex("00000803") + struct.pack(">3I", len(labels), 28, 28)
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(header + images.tobytes())
+        header = bytes.fromhex("00000801") + struct.pack(">I", len(labels))
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(header + labels.tobytes())
+    root = tmp_path / "data"
+    argv = ["data", "prepare", "mnist", "--source", str(tmp_path / "copy"), "--data-root", str(root)]
+    assert main(argv) == 0
+    assert capsys.readouterr().out == f"mnist: 30 train / 10 test images -> {root / 'MNIST'}\n"
+    assert main(["data", "info", "seq-mnist", "--data-root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "seq-mnist: 5 tasks x 2 classes\n  30 train / 10 test examples of shape (1, 28, 28)"
+    )
+    assert (
+        "protocol full: 1 epochs, batch 10, replay 10, lr 0.03 (none), buffer 200, backbone mnist-mlp" in out
+    )
+    assert "task 5: 6 train / 2 test | 8, 9" in out
+    out_dir = tmp_path / "runs"
+    argv = [
+        "train",
+        "--benchmark",
+        "seq-mnist",
+        "--method",
+        "sgd",
+        "--data-root",
+        str(root),
+        "--out",
+        str(out_dir),
+    ]
+    assert main([*argv, "--device", "cpu"]) == 0
+    assert "task 5/5" in capsys.readouterr().out
+    (run,) = [p for p in out_dir.iterdir() if p.is_dir()]
+    config = tomllib.loads((run / "config.toml").read_text())
+    assert config["backbone"] == {"name": "mnist-mlp", "in_features": 784}
+    assert (config["train"]["epochs"], config["train"]["batch_size"]) == (1, 10)
+    results = json.loads((run / "results.json").read_text())
+    assert [len(row) for row in results["accuracy_matrix"]] == [1, 2, 3, 4, 5]

@@ -22,7 +22,9 @@ from xder_data import (
     ImportOptions,
     ImportResult,
     MiniImageNetImport,
+    MNISTImport,
     NTUConversionReport,
+    TinyImageNetImport,
     UnknownImporterError,
     UnknownProtocolError,
     benchmark_info,
@@ -39,6 +41,8 @@ from xder_data import importers as importers_module
 KINDS = [
     "cifar10",
     "cifar100",
+    "mnist",
+    "tinyimagenet",
     "ntu60",
     "ntu60-stgcn",
     "ntu60-efficientgcn",
@@ -81,7 +85,7 @@ def _replace(monkeypatch: pytest.MonkeyPatch, target: str, result: Any = None) -
 
 def test_the_kinds_in_the_order_the_command_lists_them() -> None:
     assert list_importers()[: len(KINDS)] == KINDS
-    assert list_downloads()[:2] == ["cifar10", "cifar100"]
+    assert list_downloads()[:4] == ["cifar10", "cifar100", "mnist", "tinyimagenet"]
 
 
 def test_a_duplicate_kind_raises(registry) -> None:
@@ -150,6 +154,24 @@ DISPATCH = [
         {"progress": "bar:images"},
         CIFAR100Import(ROOT / "cifar-100-python", 50000, 10000, 0),
         ["cifar100: 50000 train / 10000 test images -> data/cifar-100-python"],
+    ),
+    (
+        "mnist",
+        OPTIONS,
+        "mnist.prepare_mnist",
+        (SOURCE, ROOT),
+        {},
+        MNISTImport(ROOT / "MNIST", 60000, 10000),
+        ["mnist: 60000 train / 10000 test images -> data/MNIST"],
+    ),
+    (
+        "tinyimagenet",
+        OPTIONS,
+        "tinyimagenet.prepare_tinyimagenet",
+        (SOURCE, ROOT),
+        {"progress": "bar:images"},
+        TinyImageNetImport(ROOT / "TINYIMG", 100000, 10000, 24),
+        ["tinyimagenet: 100000 train / 10000 test images (24 converted to RGB) -> data/TINYIMG"],
     ),
     (
         "ntu60",
@@ -279,7 +301,9 @@ def test_a_kind_that_converts_files_needs_a_source(kind: str) -> None:
 def test_unknown_kind_and_download() -> None:
     with pytest.raises(UnknownImporterError) as error:
         prepare_data("coco", ROOT, source=SOURCE)
-    assert _one_line(error).startswith("unknown kind 'coco': choose one of cifar10, cifar100, ntu60, ")
+    assert _one_line(error).startswith(
+        "unknown kind 'coco': choose one of cifar10, cifar100, mnist, tinyimagenet, ntu60, "
+    )
     with pytest.raises(UnknownImporterError) as error:
         download_data("imagenet", ROOT)
     assert _one_line(error).startswith("no download for 'imagenet': choose one of cifar10, cifar100")

@@ -16,6 +16,7 @@ from xder_models import UnknownBackboneError, create_backbone, list_backbones
 SMALL = {
     "resnet18-cifar": ({"width": 8, "in_channels": 3}, (3, 16, 16), 64),
     "resnet18": ({}, (3, 32, 32), 512),
+    "mnist-mlp": ({}, (1, 28, 28), 100),
     "efficientnet-b2": ({}, (3, 32, 32), 1408),
     # raw NTU joints (3, T, 25 joints, M = 2 bodies)
     "efficientgcn-b0": ({"drop_prob": 0.25}, (3, 16, 25, 2), 128),
@@ -26,6 +27,7 @@ SMALL = {
 PARAMETERS = {
     "resnet18-cifar": (100, {"width": 64, "in_channels": 3}, 11_220_132),
     "resnet18": (200, {}, 11_279_112),
+    "mnist-mlp": (10, {}, 89_610),  # 784*100+100 + 100*100+100 + 100*10+10
     "efficientnet-b2": (100, {}, 7_841_894),
     "efficientgcn-b0": (60, {}, 345_333),
     "efficientgcn-b2": (60, {}, 814_401),

@@ -100,7 +100,9 @@ BENCHMARKS = Registry(
         "seq-cub200",
         "seq-digits",
         "seq-miniimg",
+        "seq-mnist",
         "seq-ntu60",
+        "seq-tinyimg",
     ),
 )
 BACKBONES = Registry(
@@ -110,6 +112,7 @@ BACKBONES = Registry(
         "efficientgcn-b2",
         "efficientgcn-b4",
         "efficientnet-b2",
+        "mnist-mlp",
         "resnet18",
         "resnet18-cifar",
     ),
@@ -119,6 +122,8 @@ IMPORTERS = Registry(
     (
         "cifar10",
         "cifar100",
+        "mnist",
+        "tinyimagenet",
         "ntu60",
         "ntu60-stgcn",
         "ntu60-efficientgcn",
@@ -127,7 +132,7 @@ IMPORTERS = Registry(
         "coco-stitch",
     ),
 )
-DOWNLOADS = Registry("xder_data.list_downloads", ("cifar10", "cifar100"))
+DOWNLOADS = Registry("xder_data.list_downloads", ("cifar10", "cifar100", "mnist", "tinyimagenet"))
 EXPERIMENTS = Registry(
     "xder_cli.runs.experiments.list_experiments", ("flatness", "class-order", "sensitivity", "table")
 )

@@ -2,9 +2,9 @@
 
 Benchmarks are registered by name and built with :func:`load_benchmark`: ``seq-digits``
 (offline), ``seq-cifar10``, ``seq-cifar100``, ``seq-miniimg``, ``seq-ntu60``, ``seq-cub200``,
-``coco-stitch`` (the secondary-targets probe set) and ``folder`` (the user's own images or
-``.npz``); :func:`benchmark_from_tensors` builds one from tensors in memory. A benchmark may define
-protocols beside its paper's (:func:`list_protocols`) and take options
+``seq-mnist``, ``seq-tinyimg``, ``coco-stitch`` (the secondary-targets probe set) and ``folder``
+(the user's own images or ``.npz``); :func:`benchmark_from_tensors` builds one from tensors in
+memory. A benchmark may define protocols beside its paper's (:func:`list_protocols`) and take options
 (:func:`benchmark_options`); :func:`benchmark_info` describes a loaded one. The converters from
 the datasets' distributed formats are registered by kind beside them (:func:`register_importer`)
 and run with :func:`prepare_data` (``xder-run data prepare KIND``); :func:`download_data` fetches
@@ -97,6 +97,7 @@ from xder_data.miniimagenet import (  # registers seq-miniimg
     import_miniimagenet_folders,
     import_miniimagenet_pickle,
 )
+from xder_data.mnist import MNISTImport, download_mnist, prepare_mnist, read_idx  # registers seq-mnist
 from xder_data.ntu60 import (  # registers seq-ntu60
     NTUConversionReport,
     import_ntu60_efficientgcn,
@@ -104,6 +105,11 @@ from xder_data.ntu60 import (  # registers seq-ntu60
     prepare_ntu60,
 )
 from xder_data.skeleton import SkeletonAugment, SkeletonNormalize
+from xder_data.tinyimagenet import (  # registers seq-tinyimg
+    TinyImageNetImport,
+    download_tinyimagenet,
+    prepare_tinyimagenet,
+)
 
 __all__ = [
     "CUSTOM_DEFAULTS",
@@ -129,6 +135,7 @@ __all__ = [
     "ImportOptionError",
     "ImportOptions",
     "ImportResult",
+    "MNISTImport",
     "MiniImageNetImport",
     "NTUConversionReport",
     "Normalize",
@@ -137,6 +144,7 @@ __all__ = [
     "SkeletonNormalize",
     "StrongAugment",
     "TaskSplit",
+    "TinyImageNetImport",
     "Transform",
     "UnknownBenchmarkError",
     "UnknownImporterError",
@@ -156,6 +164,8 @@ __all__ = [
     "download_cifar10",
     "download_cifar100",
     "download_data",
+    "download_mnist",
+    "download_tinyimagenet",
     "folder_cache_path",
     "import_miniimagenet_csv",
     "import_miniimagenet_folders",
@@ -173,9 +183,12 @@ __all__ = [
     "prepare_coco_stitch",
     "prepare_cub200",
     "prepare_data",
+    "prepare_mnist",
     "prepare_ntu60",
+    "prepare_tinyimagenet",
     "read_cub200_annotations",
     "read_folder_listing",
+    "read_idx",
     "register_benchmark",
     "register_importer",
     "remap_labels",

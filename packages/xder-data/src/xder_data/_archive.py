@@ -1,4 +1,5 @@
-"""Downloading and unpacking an official dataset archive, safely (shared by CIFAR-10 and CIFAR-100).
+"""Downloading and unpacking an official dataset archive, safely (shared by CIFAR-10 and CIFAR-100;
+MNIST and Tiny ImageNet use :func:`fetch` alone).
 
 :func:`download_folder` streams the archive to ``<root>/<archive>.part``, checks its md5 and only then
 renames it; an archive already in ``root`` with the right md5 is reused. Extraction goes through a
@@ -24,7 +25,7 @@ from typing import Any
 
 from xder_data.errors import BenchmarkFormatError, DataNotFoundError, one_line
 
-__all__ = ["download_folder", "md5_file"]
+__all__ = ["download_folder", "fetch", "md5_file"]
 
 
 def md5_file(path: Path) -> str:
@@ -36,8 +37,13 @@ def md5_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fetch(url: str, archive: Path, expected_md5: str) -> None:
-    """Stream ``url`` to ``archive`` (via a ``.part`` file) and check its md5 before renaming."""
+def fetch(url: str, archive: Path, expected_md5: str) -> None:
+    """Stream ``url`` to ``archive`` (via a ``.part`` file) and check its md5 before renaming.
+
+    Raises:
+        DataNotFoundError: the download failed.
+        BenchmarkFormatError: the md5 differs (nothing is kept).
+    """
     part = archive.with_name(archive.name + ".part")
     digest = hashlib.md5(usedforsecurity=False)
     try:
@@ -124,7 +130,7 @@ def download_folder(
     archive = root / archive_name
     try:
         if not (archive.is_file() and md5_file(archive) == expected_md5):
-            _fetch(url, archive, expected_md5)
+            fetch(url, archive, expected_md5)
         return _extract(archive, root, folder, required)
     except BaseException:
         if created and not any(root.iterdir()):  # leave no empty data root behind (offline, Ctrl-C)

@@ -5,7 +5,9 @@ image-folder copy) into the files its benchmark reads under the data root. Impor
 registered by kind (:func:`register_importer`), as benchmarks are by name, and run through
 :func:`prepare_data`, which checks what the kind needs and returns an :class:`ImportResult`
 whose text is the command's report. The built-in kinds, in the order :func:`list_importers`
-gives them: ``cifar10``, ``cifar100`` (image-folder copies, also downloadable), ``ntu60`` (raw
+gives them: ``cifar10``, ``cifar100`` (image-folder copies, also downloadable), ``mnist`` (the
+official IDX files, also downloadable), ``tinyimagenet`` (the official ``tiny-imagenet-200``
+folder or zip, decoded once; also downloadable), ``ntu60`` (raw
 ``.skeleton`` files), ``ntu60-stgcn``, ``ntu60-efficientgcn`` (those projects' arrays),
 ``miniimagenet`` (any of its three distributions, detected), ``cub200`` (decoded once into a
 cache) and ``coco-stitch`` (the secondary-targets set).
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from xder_data import cifar10, cifar100, coco_stitch, cub200, miniimagenet, ntu60
+from xder_data import cifar10, cifar100, coco_stitch, cub200, miniimagenet, mnist, ntu60, tinyimagenet
 from xder_data.benchmark import Progress, no_progress
 from xder_data.errors import (
     BenchmarkFormatError,
@@ -152,8 +154,8 @@ def register_importer(
 
 def list_importers() -> list[str]:
     """Registered importer kinds in the order of registration: the built-ins (``cifar10``,
-    ``cifar100``, ``ntu60``, ``ntu60-stgcn``, ``ntu60-efficientgcn``, ``miniimagenet``,
-    ``cub200``, ``coco-stitch``), then the plugins'."""
+    ``cifar100``, ``mnist``, ``tinyimagenet``, ``ntu60``, ``ntu60-stgcn``, ``ntu60-efficientgcn``,
+    ``miniimagenet``, ``cub200``, ``coco-stitch``), then the plugins'."""
     return list(_REGISTRY)
 
 
@@ -281,6 +283,30 @@ def _import_cifar10(source: Path | None, data_root: Path, options: ImportOptions
 def _import_cifar100(source: Path | None, data_root: Path, options: ImportOptions) -> ImportResult:
     done = cifar100.prepare_cifar100(_given(source), data_root, progress=options.progress("images"))
     return _cifar_result("cifar100", done)
+
+
+def _mnist_download(root: Path) -> Path:
+    return mnist.download_mnist(root).folder
+
+
+@register_importer("mnist", download=_mnist_download)
+def _import_mnist(source: Path | None, data_root: Path, options: ImportOptions) -> ImportResult:
+    done = mnist.prepare_mnist(_given(source), data_root)
+    return ImportResult(
+        "mnist", f"mnist: {done.n_train} train / {done.n_test} test images -> {done.folder}", report=done
+    )
+
+
+def _tinyimagenet_download(root: Path) -> Path:
+    return tinyimagenet.download_tinyimagenet(root).path
+
+
+@register_importer("tinyimagenet", download=_tinyimagenet_download)
+def _import_tinyimagenet(source: Path | None, data_root: Path, options: ImportOptions) -> ImportResult:
+    done = tinyimagenet.prepare_tinyimagenet(_given(source), data_root, progress=options.progress("images"))
+    converted = f" ({done.converted} converted to RGB)" if done.converted else ""
+    summary = f"tinyimagenet: {done.n_train} train / {done.n_test} test images{converted} -> {done.path}"
+    return ImportResult("tinyimagenet", summary, report=done)
 
 
 def _ntu_result(kind: str, report: ntu60.NTUConversionReport) -> ImportResult:

@@ -141,8 +141,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "format; cifar100: the same for CIFAR-100 (train/<fine class>/*, 500 a class, and "
         "test/<fine class>/*, 100 a class, the 100 fine class names of the official meta file; the "
         "super-classes from the standard table) -> DATA_ROOT/cifar-100-python/ in the official format; "
-        "ntu60: raw .skeleton files (--raw) -> DATA_ROOT/ntu60/xsub.h5; ntu60-stgcn, "
-        "ntu60-efficientgcn: those projects' preprocessed .npy + .pkl (--source) -> the same file; "
+        "mnist: the four official IDX files, .gz or not (--source: a folder holding them, or any folder "
+        "below it) -> copied into DATA_ROOT/MNIST/; tinyimagenet: the official tiny-imagenet-200 folder or "
+        "zip (--source) -> every image decoded once into DATA_ROOT/TINYIMG/*.npy (labels: sorted "
+        "wnids.txt; val/ is the test set); ntu60: raw .skeleton files (--raw) -> "
+        "DATA_ROOT/ntu60/xsub.h5; ntu60-stgcn, ntu60-efficientgcn: those projects' preprocessed .npy + "
+        ".pkl (--source) -> the same file; "
         "miniimagenet: the CSV + images or mini-imagenet-cache-*.pkl distribution (--source) -> "
         "DATA_ROOT/MINIIMG/*.npy with a seeded per-class train/test split, or image folders already "
         "split (--format folders: a folder or tar archive holding train/<wnid>/* and val/<wnid>/*, "
@@ -158,8 +162,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     prepare.add_argument(
         "--source",
         metavar="DIR",
-        help="the folder (cifar10, cifar100, miniimagenet folders: or tar archive) holding the files "
-        "to convert",
+        help="the folder (cifar10, cifar100, miniimagenet folders: or tar archive; tinyimagenet: or zip) "
+        "holding the files to convert",
     )
     prepare.add_argument("--data-root", default="data", metavar="DIR", help="where to write (data)")
     prepare.add_argument("--frames", type=int, default=80, metavar="T", help="ntu60*: frames per sample (80)")
