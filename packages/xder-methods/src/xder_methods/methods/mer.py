@@ -161,15 +161,16 @@ class MER(MethodBase[MERConfig]):
         params = list(self.net.parameters())
         across = [p.detach().clone() for p in params]
         batches = [self.replay_batch(x, y) for _ in range(self.config.batch_num)]
-        loss = torch.zeros(())
+        losses = []
         for inputs, labels in batches:
             within = [p.detach().clone() for p in params]
             loss = F.cross_entropy(self.net(inputs), labels)
             self.step(loss)
             reptile_update(params, within, self.config.beta)
+            losses.append(loss.detach())
         self.buffer.add_reservoir(x_raw, y, task_labels=task, generator=self.generator)
         reptile_update(params, across, self.config.gamma)
-        return loss.detach()
+        return losses[-1]
 
     def replay_batch(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """``minibatch_size`` memory examples (weakly augmented) followed by the stream example;
