@@ -157,9 +157,9 @@ def test_every_config_documents_paper_defaults_and_is_frozen(name) -> None:
 
 REPLAY = ("buffer_size", "minibatch_size")
 PROTOCOL_FILLED = {
-    "agem": REPLAY, "bic": REPLAY, "der": REPLAY, "derpp": REPLAY, "derpp_ace": REPLAY, "er": REPLAY,
-    "er_ace": REPLAY, "er_flat": REPLAY, "fdr": REPLAY, "gem": REPLAY, "gss": REPLAY, "hal": REPLAY,
-    "icarl": REPLAY, "lucir": REPLAY, "rpc": REPLAY, "xder": REPLAY,
+    "agem": REPLAY, "agem_r": REPLAY, "bic": REPLAY, "der": REPLAY, "derpp": REPLAY, "derpp_ace": REPLAY,
+    "er": REPLAY, "er_ace": REPLAY, "er_flat": REPLAY, "fdr": REPLAY, "gem": REPLAY, "gss": REPLAY,
+    "hal": REPLAY, "icarl": REPLAY, "lucir": REPLAY, "mer": REPLAY, "rpc": REPLAY, "xder": REPLAY,
     "gdumb": ("buffer_size",),  # its own fitting batch is not the protocol's replay batch
     "ewc_on": (), "joint": (), "lwf": (), "lwf_mc": (), "sgd": (), "si": (),
 }  # fmt: skip

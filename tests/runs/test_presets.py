@@ -164,6 +164,20 @@ def test_der_paper_values_on_seq_cifar10() -> None:
     assert plan.backbone["width"] == 64
 
 
+def test_agem_r_paper_values_on_seq_cifar10_and_no_mer_entry() -> None:
+    """mammoth's best_args, seq-cifar10, agem_r: lr 0.03 at every buffer (batch, minibatch 32 and
+    50 epochs: the protocol's); they hold no mer entry there."""
+    for m in (200, 500, 5120):
+        assert preset_entry("paper", "seq-cifar10", m, "agem_r").chosen == {"train.lr": 0.03}
+        assert default_preset("seq-cifar10", "agem_r", m) == "paper"
+        assert default_preset("seq-cifar10", "mer", m) == "none"
+    plan = build_plan(
+        resolve_config("agem_r", "seq-cifar10", preset=None, settings={"method.buffer_size": 500})
+    )
+    assert (plan.schedule.lr, plan.schedule.epochs, plan.schedule.batch_size) == (0.03, 50, 32)
+    assert (plan.method_config.buffer_size, plan.method_config.minibatch_size) == (500, 32)
+
+
 def test_seq_cifar100_laptop_carries_the_paper_m500_values_unselected() -> None:
     """Under ``--protocol laptop`` every Split CIFAR-100 entry of the paper at M = 500 (and each
     entry without a buffer) comes over with its chosen values and no grid, under the laptop protocol

@@ -66,6 +66,7 @@ METHODS = Registry(
     "xder_methods.list_methods",
     (
         "agem",
+        "agem_r",
         "bic",
         "der",
         "derpp",
@@ -84,6 +85,7 @@ METHODS = Registry(
         "lucir",
         "lwf",
         "lwf_mc",
+        "mer",
         "rpc",
         "sgd",
         "si",

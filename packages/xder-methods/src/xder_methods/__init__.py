@@ -88,6 +88,7 @@ from xder_methods.core.threads import (
     share_dir,
 )
 from xder_methods.methods.agem import AGEM, AGEMConfig, project_agem
+from xder_methods.methods.agem_r import AGEMR, AGEMRConfig
 from xder_methods.methods.bic import (
     BiC,
     BiCConfig,
@@ -145,6 +146,7 @@ from xder_methods.methods.lwf_mc import (
     binary_cross_entropy_per_item,
     distillation_targets,
 )
+from xder_methods.methods.mer import MER, MERConfig, reptile_update
 from xder_methods.methods.rpc import RPC, RPCConfig
 from xder_methods.methods.sgd import FineTuning, FineTuningConfig
 from xder_methods.methods.si import SI, SIConfig, path_contribution, si_importance, si_penalty
@@ -205,6 +207,7 @@ from xder_methods.parts.teacher import PreviousModelTeacher
 
 __all__ = [
     "AGEM",
+    "AGEMR",
     "ANCHOR_LR_BEFORE_TRAINING",
     "CHECKPOINT_FORMAT",
     "DER",
@@ -217,6 +220,7 @@ __all__ = [
     "HAL",
     "LOAD_ENV",
     "LUCIR",
+    "MER",
     "PROTOCOL_METHOD_FIELDS",
     "RECHECK_SECONDS",
     "RPC",
@@ -224,6 +228,7 @@ __all__ = [
     "SI",
     "XDER",
     "AGEMConfig",
+    "AGEMRConfig",
     "AnchoredFineTuning",
     "Backbone",
     "Batch",
@@ -273,6 +278,7 @@ __all__ = [
     "LwFConfig",
     "LwFMC",
     "LwFMCConfig",
+    "MERConfig",
     "MachineLoad",
     "MergedReplay",
     "MethodBase",
@@ -392,6 +398,7 @@ __all__ = [
     "register_method",
     "regular_simplex",
     "replay_exemplars",
+    "reptile_update",
     "rescale_logits",
     "reservoir_slots",
     "ring_slots",

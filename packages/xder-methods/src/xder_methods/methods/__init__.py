@@ -3,6 +3,7 @@ package registers every one; a method imports another method only as its base cl
 
 from xder_methods.methods import (  # noqa: F401  (each registers its method)
     agem,
+    agem_r,
     bic,
     der,
     derpp,
@@ -21,6 +22,7 @@ from xder_methods.methods import (  # noqa: F401  (each registers its method)
     lucir,
     lwf,
     lwf_mc,
+    mer,
     rpc,
     sgd,
     si,

@@ -81,8 +81,8 @@ class AGEM(EpisodicMemory[AGEMConfig]):
     * Memory: the A-GEM paper fills a fixed share of the memory per task (its code: a ring
       buffer per task, or the task's examples at its end); mammoth's ``agem`` (the DER paper's
       A-GEM row) adds ``buffer_size // n_tasks`` uniformly drawn examples of each task at the
-      task's end. Followed: mammoth. (mammoth's ``agem_r``, a reservoir memory, is another
-      method, not in the DER paper's Table 2.)
+      task's end. Followed: mammoth. (mammoth's ``agem_r``, a reservoir memory filled from the
+      stream, is a method of its own: :class:`~xder_methods.methods.agem_r.AGEMR`.)
     * Losses: the A-GEM paper's benchmarks are task-incremental, each loss over the task's own
       outputs; mammoth takes the cross-entropy over all outputs, for the stream batch and the
       memory minibatch (weakly augmented, drawn without replacement). Followed: mammoth (the
@@ -114,13 +114,17 @@ class AGEM(EpisodicMemory[AGEMConfig]):
         terms = {"ce": loss.detach()}
         if len(self.buffer):
             sample = self.buffer.sample(self.config.minibatch_size, self.generator)
-            x = self.transforms.train(sample.examples, self.generator)
-            reference = F.cross_entropy(self.net(x), sample.labels)
+            reference = F.cross_entropy(self.net(self.reference_view(sample.examples)), sample.labels)
             params = self.trained_parameters()
             grads = torch.autograd.grad(reference, params, allow_unused=True)
             self._reference = flatten_gradients(params, grads)
             terms["reference_ce"] = reference.detach()
         return StepOutput(loss, terms)
+
+    def reference_view(self, examples: Tensor) -> Tensor:
+        """The network's input for the memory minibatch (examples as stored): weakly augmented
+        and normalised (``transforms.train``), as mammoth's ``agem``."""
+        return self.transforms.train(examples, self.generator)
 
     def after_backward(self) -> None:
         reference, self._reference = self._reference, None
