@@ -12,6 +12,8 @@ from xder_eval import (
     NOT_CHECKED,
     NOT_SEPARATED,
     Claim,
+    PairRecord,
+    PairVerdict,
     check_claim,
     compare_rows,
 )
@@ -112,3 +114,12 @@ def test_applies_to() -> None:
     assert not c.applies_to("seq-cifar100", 2000)
     assert not c.applies_to("seq-cifar10", 500)
     assert claim(">").applies_to("seq-cifar100", 2000)  # no buffer sizes: every one
+
+
+def test_a_pair_records_its_fields_in_their_order() -> None:
+    """A pair's JSON record is its fields, named and ordered as PairVerdict declares them, and the
+    record's type declares the same keys."""
+    pair = PairVerdict("xder", "derpp", 52.0, 40.0, 3, 3, 12.0, 1.633, 7.35, HOLDS)
+    record = pair.record()
+    assert list(record) == list(PairRecord.__annotations__)
+    assert list(record.values()) == ["xder", "derpp", 52.0, 40.0, 3, 3, 12.0, 1.633, 7.35, HOLDS]

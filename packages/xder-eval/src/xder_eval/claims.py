@@ -31,10 +31,12 @@ Worked example: X-DER 50, 52, 54 (mean 52, s 2) against DER++ 38, 40, 42 (mean 4
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict, cast
 
 __all__ = [
     "DOES_NOT_HOLD",
@@ -44,6 +46,7 @@ __all__ = [
     "RELATIONS",
     "Claim",
     "ClaimVerdict",
+    "PairRecord",
     "PairVerdict",
     "check_claim",
     "compare_rows",
@@ -115,6 +118,25 @@ class PairVerdict:
             claim says; None where undefined or the standard error is 0 with no difference).
         verdict: holds, does not hold, not separated or not checked.
     """
+
+    row: str
+    other: str
+    mean: float | None
+    other_mean: float | None
+    n: int
+    other_n: int
+    difference: float | None
+    standard_error: float | None
+    margin: float | None
+    verdict: str
+
+    def record(self) -> PairRecord:
+        """The pair as JSON-ready fields, in this order (a claim's record in a table's JSON)."""
+        return cast(PairRecord, dataclasses.asdict(self))
+
+
+class PairRecord(TypedDict):
+    """:meth:`PairVerdict.record`: a pair's fields, as :class:`PairVerdict` names and orders them."""
 
     row: str
     other: str

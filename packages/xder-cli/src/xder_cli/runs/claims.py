@@ -26,6 +26,7 @@ from xder_eval import (
     RELATIONS,
     Claim,
     ClaimVerdict,
+    PairRecord,
     PairVerdict,
     check_claim,
 )
@@ -108,21 +109,6 @@ def table_claims(benchmark: str, buffer_size: int, metrics: Collection[str] = TA
     return [c for c in claims() if c.applies_to(benchmark, buffer_size) and c.metric in metrics]
 
 
-class PairRecord(TypedDict):
-    """One (row, other) pair of a checked claim, JSON-ready (:class:`xder_eval.PairVerdict`)."""
-
-    row: str
-    other: str
-    mean: float | None
-    other_mean: float | None
-    n: int
-    other_n: int
-    difference: float | None
-    standard_error: float | None
-    margin: float | None
-    verdict: str
-
-
 class ClaimRecord(TypedDict):
     """A claim checked on a table, JSON-ready (:func:`check_table_claims`)."""
 
@@ -141,20 +127,7 @@ class ClaimRecord(TypedDict):
 
 
 def _pair(pair: PairVerdict | None) -> PairRecord | None:
-    if pair is None:
-        return None
-    return {
-        "row": pair.row,
-        "other": pair.other,
-        "mean": pair.mean,
-        "other_mean": pair.other_mean,
-        "n": pair.n,
-        "other_n": pair.other_n,
-        "difference": pair.difference,
-        "standard_error": pair.standard_error,
-        "margin": pair.margin,
-        "verdict": pair.verdict,
-    }
+    return None if pair is None else pair.record()
 
 
 def direction(result: ClaimVerdict) -> str | None:
