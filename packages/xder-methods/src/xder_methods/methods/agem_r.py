@@ -11,7 +11,6 @@ from torch import Tensor
 from xder_methods.core.protocols import Batch, StepOutput, TaskData
 from xder_methods.core.registry import register_method
 from xder_methods.methods.agem import AGEM, AGEMConfig
-from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.replay import prefill_reservoir
 
 __all__ = ["AGEMR", "AGEMRConfig"]
@@ -70,10 +69,6 @@ class AGEMR(AGEM):
     Protocol values (mammoth ``best_args``, ``seq-cifar10``, buffers 200, 500 and 5120): lr 0.03,
     batch 32, minibatch_size 32, 50 epochs, no momentum (the ``paper`` preset).
     """
-
-    def replay_memory(self) -> Buffer:
-        """The reservoir memory: :attr:`buffer`."""
-        return self.buffer
 
     def observe(self, batch: Batch) -> StepOutput:
         """A-GEM's step (the stream loss; the reference gradient on a memory minibatch, projected
