@@ -36,6 +36,11 @@ def _config(entry: PresetEntry, preset: str, sets: dict[str, object] | None = No
     )
 
 
+DER_PAPER = ("seq-cifar10", "seq-mnist", "seq-tinyimg", "perm-mnist", "rot-mnist", "mnist-360")
+"""The DER paper's benchmarks: their paper entries are its values (mammoth's best_args), not the
+X-DER paper's appendix."""
+
+
 def test_presets_are_shipped() -> None:
     assert {"none", "paper", "tuned"} <= set(list_presets())
     assert _all_entries()
@@ -134,7 +139,7 @@ def test_paper_values_spot_checked_against_the_appendix() -> None:
     rpc = preset_entry("paper", "seq-cifar100", 2000, "xder-rpc")
     assert rpc.method == "xder"
     assert rpc.chosen["method.future_heads"] == "rpc"
-    entries = [e for e in preset_entries("paper") if e.benchmark != "seq-cifar10" and e.protocol == "full"]
+    entries = [e for e in preset_entries("paper") if e.benchmark not in DER_PAPER and e.protocol == "full"]
     assert len({(e.benchmark, e.buffer_size) for e in entries if e.buffer_size}) == 5
     assert len([e for e in entries if e.buffer_size]) == 5 * 14  # ER ... DER++, X-DER and its 4 variants
 
@@ -176,6 +181,89 @@ def test_agem_r_paper_values_on_seq_cifar10_and_no_mer_entry() -> None:
     )
     assert (plan.schedule.lr, plan.schedule.epochs, plan.schedule.batch_size) == (0.03, 50, 32)
     assert (plan.method_config.buffer_size, plan.method_config.minibatch_size) == (500, 32)
+
+
+# The DER paper's other benchmarks: the methods of mammoth's best_args (tag neurips2020), written out
+# by hand: those without a buffer (with joint, which the authors' utils/main.py runs on sgd's entry)
+# and those at each buffer size. PNN is not registered (no entry).
+DER_PAPER_ENTRIES: dict[str, tuple[set[str], tuple[int, ...], set[str]]] = {
+    "seq-mnist": (
+        {"sgd", "joint", "ewc_on", "si", "lwf"},
+        (200, 500, 5120),
+        {"er", "mer", "gem", "agem", "agem_r", "icarl", "fdr", "gss", "hal", "der", "derpp"},
+    ),
+    "seq-tinyimg": (
+        {"sgd", "joint", "ewc_on", "si", "lwf"},
+        (200, 500, 5120),
+        {"er", "agem", "agem_r", "icarl", "fdr", "der", "derpp"},
+    ),
+}
+
+
+@pytest.mark.parametrize("benchmark", list(DER_PAPER_ENTRIES))
+def test_der_paper_entries_are_best_args_whole(benchmark: str) -> None:
+    unbuffered, sizes, buffered = DER_PAPER_ENTRIES[benchmark]
+    entries = [e for e in preset_entries("paper") if (e.benchmark, e.protocol) == (benchmark, "full")]
+    assert {e.name for e in entries if e.buffer_size is None} == unbuffered
+    assert sorted({e.buffer_size for e in entries if e.buffer_size is not None}) == list(sizes)
+    for size in sizes:
+        assert {e.name for e in entries if e.buffer_size == size} == buffered, size
+    assert all(e.name == e.method and not e.grid for e in entries)  # chosen values only, no variants
+    # JOINT runs on sgd's values, as the authors' utils/main.py gives it best_args[dataset]['sgd']
+    joint, sgd = (preset_entry("paper", benchmark, None, name) for name in ("joint", "sgd"))
+    assert joint.chosen == sgd.chosen
+
+
+def _resolved(method: str, benchmark: str, buffer_size: int | None):  # type: ignore[no-untyped-def]
+    settings = {} if buffer_size is None else {"method.buffer_size": buffer_size}
+    plan = build_plan(resolve_config(method, benchmark, preset=None, settings=settings))
+    assert plan.settings.preset == "paper"
+    return plan
+
+
+def test_der_paper_values_on_seq_mnist_and_seq_tinyimg_are_best_args() -> None:
+    """A handful of cells read off mammoth's utils/best_args.py (neurips2020) by hand, as the runs
+    resolve them (the protocol's batch, replay batch and epochs where the entry gives none)."""
+    derpp = _resolved("derpp", "seq-mnist", 5120)  # lr 0.1, minibatch 64, alpha 0.2, beta 0.5, batch 10
+    assert (derpp.schedule.lr, derpp.schedule.batch_size, derpp.schedule.epochs) == (0.1, 10, 1)
+    assert (derpp.method_config.minibatch_size, derpp.method_config.alpha, derpp.method_config.beta) == (
+        64,
+        0.2,
+        0.5,
+    )
+    der = _resolved("der", "seq-mnist", 200)  # lr 0.03, minibatch 10, alpha 0.2, batch 10
+    assert (der.schedule.lr, der.method_config.minibatch_size, der.method_config.alpha) == (0.03, 10, 0.2)
+    mer = _resolved("mer", "seq-mnist", 5120)  # lr 0.03, minibatch 128, batch_num 1; batch 1 (main.py)
+    assert (mer.schedule.lr, mer.schedule.batch_size, mer.method_config.minibatch_size) == (0.03, 1, 128)
+    hal = _resolved("hal", "seq-mnist", 500)  # lr 0.1, batch 128, minibatch 128, hal_lambda 0.1, beta 0.2
+    assert (hal.schedule.batch_size, hal.method_config.minibatch_size) == (128, 128)
+    assert (hal.method_config.lambda_, hal.method_config.beta, hal.method_config.gamma) == (0.1, 0.2, 0.5)
+    assert hal.method_config.finetuning_batch_size == 128  # hal.py fine-tunes on args.batch_size items
+    gss = _resolved("gss", "seq-mnist", 200)  # lr 0.1, batch 128, minibatch 10, gss_minibatch 10
+    assert (
+        gss.schedule.batch_size,
+        gss.method_config.minibatch_size,
+        gss.method_config.gss_minibatch_size,
+    ) == (
+        128,
+        10,
+        10,
+    )
+    fdr = _resolved("fdr", "seq-mnist", 200)  # best_args' alpha 0.5 is never read: weight 1
+    assert (fdr.schedule.lr, fdr.schedule.batch_size, fdr.method_config.alpha) == (0.03, 128, 1.0)
+    assert _resolved("gem", "seq-mnist", 500).method_config.gamma == 0.5
+    ewc = _resolved("ewc_on", "seq-mnist", None)  # e_lambda 90
+    assert (ewc.schedule.lr, ewc.method_config.lambda_, ewc.method_config.gamma) == (0.03, 90, 1.0)
+    lwf = _resolved("lwf", "seq-tinyimg", None)  # lr 0.01, alpha 1, softmax_temp 2, wd_reg 0.0005
+    assert (lwf.schedule.lr, lwf.method_config.alpha, lwf.method_config.tau) == (0.01, 1.0, 2.0)
+    assert lwf.schedule.weight_decay == 2 * 0.0005
+    icarl = _resolved("icarl", "seq-tinyimg", 200)  # lr 0.03, wd_reg 1e-5
+    assert (icarl.schedule.lr, icarl.schedule.weight_decay, icarl.schedule.epochs) == (0.03, 2e-5, 100)
+    assert _resolved("er", "seq-tinyimg", 500).schedule.lr == 0.03  # 0.1 at 200 and 5120
+    assert _resolved("er", "seq-tinyimg", 5120).schedule.lr == 0.1
+    tiny = _resolved("derpp", "seq-tinyimg", 200)
+    assert (tiny.method_config.alpha, tiny.method_config.beta, tiny.schedule.batch_size) == (0.1, 1.0, 32)
+    assert _resolved("joint", "seq-mnist", None).schedule.lr == 0.03  # sgd's
 
 
 def test_seq_cifar100_laptop_carries_the_paper_m500_values_unselected() -> None:
