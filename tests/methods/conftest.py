@@ -67,6 +67,10 @@ class Stream:
     test_y: Tensor
     val_x: Tensor | None = None
     val_y: Tensor | None = None
+    scenario: str = "class-il"
+    test_task: Tensor | None = None
+    val_task: Tensor | None = None
+    train_segment: Tensor | None = None
 
     @property
     def n_tasks(self) -> int:

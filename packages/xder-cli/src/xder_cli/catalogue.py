@@ -96,7 +96,13 @@ BENCHMARKS = Registry(
     "xder_data.list_benchmarks",
     (
         "coco-stitch",
+        "digits-360",
         "folder",
+        "mnist-360",
+        "perm-digits",
+        "perm-mnist",
+        "rot-digits",
+        "rot-mnist",
         "seq-cifar10",
         "seq-cifar100",
         "seq-cub200",

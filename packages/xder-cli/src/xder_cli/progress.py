@@ -22,6 +22,7 @@ from xder_cli.runs.records import Results
 from xder_cli.runs.report import WrittenReport
 from xder_cli.runs.scheduler import outcome_note
 from xder_methods import (
+    SCENARIO_ACCURACY,
     Callback,
     EpochRecord,
     FitState,
@@ -97,14 +98,17 @@ class TaskProgress(Callback):
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-        cil = " ".join(f"{a:5.1f}" for a in record.class_il)
-        cil_mean = sum(record.class_il) / len(record.class_il)
-        til_seen = record.task_il[: record.task + 1]
-        print(
-            f"task {record.task + 1}/{loop.n_tasks} | class-il [{cil}] avg {cil_mean:.2f}"
-            f" | task-il avg {sum(til_seen) / len(til_seen):.2f} | {record.seconds:.1f} s",
-            flush=True,
-        )
+        setting = loop.setting
+        parts = [f"task {record.task + 1}/{loop.n_tasks}"]
+        if setting.reports_class_il:
+            accs = " ".join(f"{a:5.1f}" for a in record.class_il)
+            label = SCENARIO_ACCURACY[setting.scenario].lower()
+            mean = sum(record.class_il) / len(record.class_il)
+            parts.append(f"{label} [{accs}] avg {mean:.2f}")
+        if setting.reports_task_il:
+            til_seen = record.task_il[: record.task + 1]
+            parts.append(f"task-il avg {sum(til_seen) / len(til_seen):.2f}")
+        print(" | ".join([*parts, f"{record.seconds:.1f} s"]), flush=True)
 
 
 def _threads(count: int) -> str:

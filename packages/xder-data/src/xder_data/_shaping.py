@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from xder_data.errors import ClassOrderError
+from xder_data.errors import BenchmarkOptionError, ClassOrderError
 
 if TYPE_CHECKING:
     from xder_data.benchmark import Benchmark
@@ -132,8 +132,21 @@ def with_class_order(bench: Benchmark, spec: ClassOrderSpec, seed: int = 0) -> B
 
 
 def with_validation(bench: Benchmark, fraction: float = 0.1) -> Benchmark:
-    """Hold out a stratified ``fraction`` of the training rows as the validation split."""
-    train_rows, val_rows = validation_split(bench.train_y, fraction)
+    """Hold out a stratified ``fraction`` of the training rows as the validation split (in
+    ``domain-il`` stratified by task and label, each row keeping its task).
+
+    Raises:
+        BenchmarkOptionError: a ``general`` stream, whose rows are drawn in stream order (with
+            replacement, for MNIST-360), has no split to hold out.
+    """
+    if bench.scenario == "general":
+        raise BenchmarkOptionError(
+            f"benchmark {bench.name!r} is a general stream, drawn in order and with replacement: it "
+            "has no validation split (leave run.validation at 0)"
+        )
+    tasks = bench.train_task
+    strata = bench.train_y if tasks is None else tasks * bench.num_classes + bench.train_y
+    train_rows, val_rows = validation_split(strata, fraction)
     secondary = bench.train_secondary_y
     return dataclasses.replace(
         bench,
@@ -143,4 +156,6 @@ def with_validation(bench: Benchmark, fraction: float = 0.1) -> Benchmark:
         val_y=bench.train_y[val_rows],
         train_secondary_y=None if secondary is None else secondary[train_rows],
         val_secondary_y=None if secondary is None else secondary[val_rows],
+        train_task=None if tasks is None else tasks[train_rows],
+        val_task=None if tasks is None else tasks[val_rows],
     )

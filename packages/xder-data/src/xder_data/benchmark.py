@@ -44,11 +44,13 @@ __all__ = [
     "BenchmarkDefaults",
     "ClassOrderSpec",
     "Progress",
+    "Scenario",
     "TaskSplit",
     "benchmark_defaults",
     "benchmark_info",
     "benchmark_option_types",
     "benchmark_options",
+    "benchmark_scenario",
     "canonical_protocol",
     "list_benchmarks",
     "list_protocols",
@@ -143,15 +145,26 @@ class TaskSplit:
     val: Tensor | None = None
 
 
+Scenario = Literal["class-il", "task-il", "domain-il", "general"]
+"""How a benchmark's tasks relate to its labels (``xder_methods.Scenario`` holds the meaning of
+each): ``class-il`` (new classes per task), ``task-il`` (the same, task given at test time),
+``domain-il`` (the same classes in every task, a new input distribution) or ``general`` (one
+stream without boundaries)."""
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Benchmark:
-    """A class-incremental benchmark, held as tensors.
+    r"""A continual benchmark, held as tensors.
 
     Attributes:
         name: registry name, e.g. ``"seq-digits"``.
+        scenario: :data:`Scenario`. In ``domain-il`` each row's task is ``train_task`` /
+            ``test_task`` / ``val_task``; in ``general`` the training rows are the stream in its
+            order, one task, cut into ``train_segment``\ s.
         n_tasks: number of tasks T.
         classes_per_task: classes of each task; task t holds the labels
-            ``[sum(classes_per_task[:t]), sum(classes_per_task[:t+1]))``.
+            ``[sum(classes_per_task[:t]), sum(classes_per_task[:t+1]))`` (in ``domain-il`` every
+            task holds all ``classes_per_task[0]`` labels).
         class_order: ``class_order[i]`` is the class, in the data's original ids, that label i
             stands for (0-based; e.g. the official NTU action id - 1).
         input_shape: shape of one example, e.g. ``(3, 32, 32)``.
@@ -171,6 +184,9 @@ class Benchmark:
         test_transform: normalisation for evaluation.
         strong_transform: SimCLR-style strong augmentation + normalisation (X-DER's future
             preparation), where the benchmark defines one.
+        train_task, test_task, val_task: (N,) int64 task of each row (``domain-il``).
+        train_segment: (N_train,) int64 segment of each training row (``general``): the loop
+            cuts each segment into batches on its own.
         notes: what the reader decided for the user that the user should be told (the folder
             benchmark's test set split off from a tree without ``test/``); printed by
             ``xder-run train`` and ``xder-run data info``.
@@ -201,15 +217,31 @@ class Benchmark:
     test_secondary_y: Tensor | None = None
     val_secondary_y: Tensor | None = None
     notes: tuple[str, ...] = ()
+    scenario: Scenario = "class-il"
+    train_task: Tensor | None = None
+    test_task: Tensor | None = None
+    val_task: Tensor | None = None
+    train_segment: Tensor | None = None
 
     def __post_init__(self) -> None:
         if len(self.classes_per_task) != self.n_tasks:
             raise ValueError("classes_per_task needs one entry per task")
         if sorted(self.class_order) != list(range(self.num_classes)):
             raise ValueError("class_order must be a permutation of range(num_classes)")
+        if self.scenario == "domain-il":
+            if len(set(self.classes_per_task)) != 1:
+                raise ValueError("a domain-il benchmark has the same classes in every task")
+            if self.train_task is None or self.test_task is None:
+                raise ValueError("a domain-il benchmark gives the task of each train and test row")
+            if self.val_x is not None and self.val_task is None:
+                raise ValueError("a domain-il benchmark gives the task of each validation row")
+        if self.scenario == "general" and self.n_tasks != 1:
+            raise ValueError("a general stream is one task")
 
     @property
     def num_classes(self) -> int:
+        if self.scenario == "domain-il":
+            return self.classes_per_task[0]
         return sum(self.classes_per_task)
 
     @property
@@ -217,22 +249,30 @@ class Benchmark:
         return self.train_x.device
 
     def class_range(self, t: int) -> tuple[int, int]:
-        """The labels ``[start, end)`` of task t."""
+        """The labels ``[start, end)`` of task t (every label in ``domain-il``)."""
         if not 0 <= t < self.n_tasks:
             raise IndexError(f"task {t} out of range for {self.n_tasks} tasks")
+        if self.scenario == "domain-il":
+            return 0, self.num_classes
         start = sum(self.classes_per_task[:t])
         return start, start + self.classes_per_task[t]
 
     def task(self, t: int) -> TaskSplit:
         """Index views of task t's train, test and (if any) validation rows."""
         start, end = self.class_range(t)
-        val = None if self.val_y is None else task_indices(self.val_y, start, end)
+
+        def rows(labels: Tensor, tasks: Tensor | None) -> Tensor:
+            if tasks is None:
+                return task_indices(labels, start, end)
+            return torch.nonzero(tasks == t).flatten()
+
+        val = None if self.val_y is None else rows(self.val_y, self.val_task)
         return TaskSplit(
             task=t,
             class_start=start,
             class_end=end,
-            train=task_indices(self.train_y, start, end),
-            test=task_indices(self.test_y, start, end),
+            train=rows(self.train_y, self.train_task),
+            test=rows(self.test_y, self.test_task),
             val=val,
         )
 
@@ -288,24 +328,31 @@ def _row_major_strides(shape: torch.Size) -> tuple[int, ...]:
 
 BenchmarkLoader = Callable[..., Benchmark]
 _REGISTRY: dict[str, tuple[BenchmarkLoader, dict[str, BenchmarkDefaults]]] = {}
+_SCENARIOS: dict[str, Scenario] = {}
 
 
 def register_benchmark(
-    name: str, *, defaults: BenchmarkDefaults, protocols: Mapping[str, BenchmarkDefaults] | None = None
+    name: str,
+    *,
+    defaults: BenchmarkDefaults,
+    protocols: Mapping[str, BenchmarkDefaults] | None = None,
+    scenario: Scenario = "class-il",
 ) -> Callable[[BenchmarkLoader], BenchmarkLoader]:
     """Register ``loader(root: Path | None, **options) -> Benchmark`` (natural class order).
 
-    ``defaults`` is the benchmark's training protocol (:data:`DEFAULT_PROTOCOL`, ``"full"``),
-    readable without loading any data (:func:`benchmark_defaults`); the loader must put the same
-    object in ``Benchmark.defaults``. ``protocols`` adds named variants beside it (e.g. a
-    ``"laptop"`` protocol sized for a CPU), selected with ``load_benchmark(..., protocol=NAME)``.
+        ``defaults`` is the benchmark's training protocol (:data:`DEFAULT_PROTOCOL`, ``"full"``),
+        readable without loading any data (:func:`benchmark_defaults`); the loader must put the same
+        object in ``Benchmark.defaults``. ``protocols`` adds named variants beside it (e.g. a
+        ``"laptop"`` protocol sized for a CPU), selected with ``load_benchmark(..., protocol=NAME)``.
+    ``scenario`` (:data:`Scenario`, readable without data: :func:`benchmark_scenario`) must be the
+    loaded ``Benchmark.scenario``.
 
-    The loader's keyword-only parameters are the benchmark's options (:func:`benchmark_options`;
-    the ``[benchmark]`` section of a run's ``config.toml``), typed by their annotations; one named
-    ``progress`` instead receives :func:`load_benchmark`'s progress wrapper.
+        The loader's keyword-only parameters are the benchmark's options (:func:`benchmark_options`;
+        the ``[benchmark]`` section of a run's ``config.toml``), typed by their annotations; one named
+        ``progress`` instead receives :func:`load_benchmark`'s progress wrapper.
 
-    Raises:
-        ValueError: ``name`` is already registered (by this package or a plugin).
+        Raises:
+            ValueError: ``name`` is already registered (by this package or a plugin).
     """
     named = {DEFAULT_PROTOCOL: defaults, **(protocols or {})}
     if protocols and DEFAULT_PROTOCOL in protocols:
@@ -315,6 +362,7 @@ def register_benchmark(
         if name in _REGISTRY:
             raise ValueError(f"benchmark {name!r} is already registered")
         _REGISTRY[name] = (loader, named)
+        _SCENARIOS[name] = scenario
         return loader
 
     return decorator
@@ -337,6 +385,16 @@ def list_protocols(name: str) -> list[str]:
     """The protocols benchmark ``name`` defines: ``"full"`` first, then its variants, sorted."""
     protocols = _lookup(name)[1]
     return [DEFAULT_PROTOCOL, *sorted(p for p in protocols if p != DEFAULT_PROTOCOL)]
+
+
+def benchmark_scenario(name: str) -> Scenario:
+    """The :data:`Scenario` of benchmark ``name``, without loading its data.
+
+    Raises:
+        UnknownBenchmarkError: no such benchmark.
+    """
+    _lookup(name)
+    return _SCENARIOS[name]
 
 
 def _option_parameters(name: str) -> dict[str, inspect.Parameter]:
@@ -436,6 +494,8 @@ def load_benchmark(
     if progress is not None and _PROGRESS in inspect.signature(loader).parameters:
         options[_PROGRESS] = progress
     bench = loader(None if root is None else Path(root), **options).with_standard_strides()
+    if bench.scenario != _SCENARIOS[name]:
+        raise ValueError(f"benchmark {name!r} registered as {_SCENARIOS[name]} loaded as {bench.scenario}")
     if canonical_protocol(protocol) != DEFAULT_PROTOCOL:
         bench = dataclasses.replace(bench, defaults=defaults)
     if validation:
@@ -455,7 +515,7 @@ def benchmark_info(
         options: the benchmark options it was loaded with, shown as ``"options"``.
 
     Returns:
-        ``name``, ``n_tasks``, ``classes_per_task``, ``num_classes``, ``class_order``,
+        ``name``, ``scenario``, ``n_tasks``, ``classes_per_task``, ``num_classes``, ``class_order``,
         ``train_size``, ``test_size``, ``input_shape``, ``dtype``, ``mean``, ``std``,
         ``class_names`` (None without names), ``options``, ``notes``, ``tasks`` (per task: ``task``,
         ``classes`` (mapped labels), ``original_classes``, ``train_size``, ``test_size``, and
@@ -469,6 +529,7 @@ def benchmark_info(
     """
     info: dict[str, Any] = {
         "name": bench.name,
+        "scenario": bench.scenario,
         "n_tasks": bench.n_tasks,
         "classes_per_task": list(bench.classes_per_task),
         "num_classes": bench.num_classes,

@@ -37,8 +37,11 @@ from xder_data._archive import fetch, md5_file
 from xder_data.augment import Normalize
 from xder_data.benchmark import Benchmark, BenchmarkDefaults, register_benchmark
 from xder_data.errors import BenchmarkFormatError, DataNotFoundError, download_call, one_line, prepare_call
+from xder_data.scenarios import domain_benchmark, stream_360_benchmark
 
 __all__ = [
+    "MNIST_360_DEFAULTS",
+    "MNIST_DOMAIN_DEFAULTS",
     "MNIST_FILES",
     "MNIST_FOLDER",
     "MNIST_MD5",
@@ -46,8 +49,11 @@ __all__ = [
     "SEQ_MNIST_DEFAULTS",
     "MNISTImport",
     "download_mnist",
+    "mnist_360",
+    "perm_mnist",
     "prepare_mnist",
     "read_idx",
+    "rot_mnist",
     "seq_mnist",
 ]
 
@@ -184,7 +190,8 @@ def _read_split(folder: Path, prefix: str, fix: str) -> tuple[np.ndarray, np.nda
 def _folder(root: Path | str | None) -> Path:
     if root is None:
         raise DataNotFoundError(
-            f"seq-mnist needs a data root: pass run.data_root ROOT (the folder that holds {MNIST_FOLDER}/), "
+            "the MNIST benchmarks need a data root: pass run.data_root ROOT (the folder that holds "
+            f"{MNIST_FOLDER}/), "
             f"after `{download_call('mnist', 'ROOT')}`"
         )
     root = Path(root)
@@ -206,10 +213,7 @@ def seq_mnist(root: Path | None) -> Benchmark:
         BenchmarkFormatError: a file is not IDX, has the wrong magic, shape or label range, the
             label and image counts differ, or a digit has no images.
     """
-    folder = _folder(root)
-    fix = _fix(folder.parent)
-    train_x, train_y = _read_split(folder, "train", fix)
-    test_x, test_y = _read_split(folder, "t10k", fix)
+    (train_x, train_y), (test_x, test_y) = _mnist(root)
     identity = Normalize((0.0,), (1.0,))  # the authors' ToTensor alone: pixels in [0, 1]
     return Benchmark(
         name="seq-mnist",
@@ -326,3 +330,75 @@ def prepare_mnist(source: str | Path, root: str | Path) -> MNISTImport:
         other = folder / (name if path.name.endswith(".gz") else f"{name}.gz")
         other.unlink(missing_ok=True)
     return MNISTImport(folder, n_train, n_test)
+
+
+MNIST_DOMAIN_DEFAULTS = BenchmarkDefaults(
+    epochs=1,  # best_args.py perm-mnist and rot-mnist: n_epochs 1
+    batch_size=128,  # best_args.py: batch 128 for every method
+    minibatch_size=128,  # best_args.py: er, der, derpp at buffer 200
+    lr=0.2,  # best_args.py perm-mnist: sgd's lr (presets set each method's own)
+    buffer_size=200,
+    backbone="mnist-mlp",
+    backbone_options={"in_features": _SIZE * _SIZE},
+    drop_last=False,
+)
+"""``perm-mnist`` and ``rot-mnist``: the DER paper's Domain-IL protocol (20 tasks, one epoch each)."""
+
+MNIST_360_DEFAULTS = BenchmarkDefaults(
+    epochs=1,  # one pass over the stream
+    batch_size=16,  # best_args.py mnist-360: er, der, derpp at buffer 200
+    minibatch_size=16,
+    lr=0.2,  # best_args.py mnist-360: sgd's lr
+    buffer_size=200,
+    backbone="mnist-mlp",
+    backbone_options={"in_features": _SIZE * _SIZE},
+    drop_last=False,
+)
+"""``mnist-360``: the DER paper's general continual stream, one pass."""
+
+
+def _mnist(root: Path | None) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    folder = _folder(root)
+    fix = _fix(folder.parent)
+    return _read_split(folder, "train", fix), _read_split(folder, "t10k", fix)
+
+
+@register_benchmark("perm-mnist", defaults=MNIST_DOMAIN_DEFAULTS, scenario="domain-il")
+def perm_mnist(root: Path | None, *, data_seed: int = 0) -> Benchmark:
+    """``perm-mnist``: 20 Domain-IL tasks of MNIST, each with its pixels permuted by the task's
+    permutation (:func:`xder_data.scenarios.domain_benchmark`; ``data_seed`` draws them). Holds the
+    20 copies: about 1.1 GB of uint8 images.
+
+    Raises:
+        DataNotFoundError, BenchmarkFormatError: as :func:`seq_mnist`.
+    """
+    train, test = _mnist(root)
+    return domain_benchmark(
+        "perm-mnist", "permuted", train, test, defaults=MNIST_DOMAIN_DEFAULTS, seed=data_seed
+    )
+
+
+@register_benchmark("rot-mnist", defaults=MNIST_DOMAIN_DEFAULTS, scenario="domain-il")
+def rot_mnist(root: Path | None, *, data_seed: int = 0) -> Benchmark:
+    """``rot-mnist``: 20 Domain-IL tasks of MNIST, each rotated by the task's angle (uniform in
+    [0, 180) degrees; ``data_seed`` draws them). Holds the 20 copies: about 1.1 GB.
+
+    Raises:
+        DataNotFoundError, BenchmarkFormatError: as :func:`seq_mnist`.
+    """
+    train, test = _mnist(root)
+    return domain_benchmark(
+        "rot-mnist", "rotated", train, test, defaults=MNIST_DOMAIN_DEFAULTS, seed=data_seed
+    )
+
+
+@register_benchmark("mnist-360", defaults=MNIST_360_DEFAULTS, scenario="general")
+def mnist_360(root: Path | None, *, data_seed: int = 0) -> Benchmark:
+    """``mnist-360``: MNIST's digits 0..8 as the DER paper's general continual stream
+    (:func:`xder_data.scenarios.stream_360`; ``data_seed`` draws it): 54,051 draws in 27 segments.
+
+    Raises:
+        DataNotFoundError, BenchmarkFormatError: as :func:`seq_mnist`.
+    """
+    train, test = _mnist(root)
+    return stream_360_benchmark("mnist-360", train, test, defaults=MNIST_360_DEFAULTS, seed=data_seed)

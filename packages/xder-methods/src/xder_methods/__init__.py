@@ -38,11 +38,14 @@ from xder_methods.core.loop import (
 from xder_methods.core.passes import train_passes
 from xder_methods.core.profiling import OpCounter, is_host_sync, is_view
 from xder_methods.core.protocols import (
+    SCENARIO_ACCURACY,
+    SCENARIOS,
     Backbone,
     Batch,
     ContinualMethod,
     ContinualSetting,
     MethodConfig,
+    Scenario,
     StepOutput,
     StepPolicy,
     TaskBudget,
@@ -224,6 +227,8 @@ __all__ = [
     "PROTOCOL_METHOD_FIELDS",
     "RECHECK_SECONDS",
     "RPC",
+    "SCENARIOS",
+    "SCENARIO_ACCURACY",
     "SHARE_DIR_ENV",
     "SI",
     "XDER",
@@ -296,6 +301,7 @@ __all__ = [
     "ReplayConfigT",
     "ReplayForward",
     "SIConfig",
+    "Scenario",
     "ScoredBuffer",
     "StepGraphs",
     "StepNotReplayable",

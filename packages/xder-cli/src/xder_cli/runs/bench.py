@@ -232,11 +232,13 @@ def bench_plan(name: str, options: BenchOptions) -> RunPlan[Any]:
 @dataclass(frozen=True)
 class _SyntheticTask:
     """The bench's one task as the training loop's epoch reads a stream (``train_x``,
-    ``train_y``; ``classes_per_task`` for :class:`xder_methods.FitState`'s setting)."""
+    ``train_y``; ``classes_per_task`` and ``scenario`` for :class:`xder_methods.FitState`'s
+    setting)."""
 
     train_x: torch.Tensor
     train_y: torch.Tensor
     classes_per_task: tuple[int, ...]
+    scenario: str = "class-il"
 
 
 @dataclass

@@ -173,6 +173,6 @@ def build_method(
 
 def benchmark_setting(bench: Benchmark) -> tuple[ContinualSetting, Transforms]:
     """The stream shape and the transforms a method is built for on ``bench``."""
-    setting = ContinualSetting(bench.classes_per_task, bench.input_shape, bench.train_x.dtype)
+    setting = ContinualSetting(bench.classes_per_task, bench.input_shape, bench.train_x.dtype, bench.scenario)
     transforms = Transforms(bench.train_transform, bench.test_transform, bench.strong_transform)
     return setting, transforms

@@ -30,10 +30,13 @@ from xder_eval import (
     plot_accuracy_matrix,
 )
 from xder_methods import (
+    SCENARIO_ACCURACY,
     Callback,
+    ContinualSetting,
     EpochRecord,
     FitState,
     History,
+    Scenario,
     TaskRecord,
     ThreadPolicy,
 )
@@ -56,32 +59,43 @@ def _matrix_metrics(matrix: list[list[float]], prefix: str) -> dict[str, float |
     return out
 
 
-def summarize(history: History, *, forgetting_defined: bool = True) -> Metrics:
+def summarize(
+    history: History, *, forgetting_defined: bool = True, scenario: Scenario = "class-il"
+) -> Metrics:
     """The metrics of ``results.json`` from the accuracy matrices (in %).
 
-    Keys: ``accuracy_matrix``/``faa``/``ff``/``bwt``/``average_accuracy`` (Class-IL),
+    Keys: ``scenario``; ``accuracy_matrix``/``faa``/``ff``/``bwt``/``average_accuracy`` (Class-IL;
+    in ``domain-il`` the Domain-IL accuracy, in ``general`` the stream's accuracy: one task),
     ``task_il_accuracy_matrix`` (square: every task after each task) with ``task_il_faa``,
     ``task_il_ff``, ``task_il_bwt`` and ``fwt`` (Task-IL forward transfer against the untrained
     network), and the same with a ``val_`` prefix when there is a validation split. With
     ``forgetting_defined=False`` (a method whose rows before the last task are not trained models,
-    as JT's default) FF and BWT are null and ``forgetting_defined`` says why.
+    as JT's default) FF and BWT are null and ``forgetting_defined`` says why. A matrix the
+    scenario does not report is null, and so are its metrics: Task-IL in ``domain-il`` and
+    ``general`` (every class is the task's own), Class-IL in ``task-il``.
     """
+    setting = ContinualSetting((1,), (1,), scenario=scenario)  # what the scenario reports
+    cil = history.class_il if setting.reports_class_il else None
+    til = history.task_il if setting.reports_task_il else None
     out: dict[str, object] = {
-        "accuracy_matrix": history.class_il,
-        "task_il_accuracy_matrix": history.task_il,
-        "random_init_task_il_accuracy": history.random_init_task_il,
+        "scenario": scenario,
+        "accuracy_matrix": cil,
+        "task_il_accuracy_matrix": til,
+        "random_init_task_il_accuracy": history.random_init_task_il if til is not None else None,
         "tasks_done": len(history.class_il),
     }
-    out |= _matrix_metrics(history.class_il, "")
-    out |= _matrix_metrics(history.task_il, "task_il_")
+    out |= _matrix_metrics(cil or [], "")
+    out |= _matrix_metrics(til or [], "task_il_")
     out["fwt"] = None
-    if len(history.task_il) >= 2 and history.random_init_task_il is not None:
-        out["fwt"] = forward_transfer(history.task_il, history.random_init_task_il)
+    if til is not None and len(til) >= 2 and history.random_init_task_il is not None:
+        out["fwt"] = forward_transfer(til, history.random_init_task_il)
     if history.val_class_il:
-        out["val_accuracy_matrix"] = history.val_class_il
-        out["val_task_il_accuracy_matrix"] = history.val_task_il
-        out |= _matrix_metrics(history.val_class_il, "val_")
-        out |= _matrix_metrics(history.val_task_il, "val_task_il_")
+        val_cil = history.val_class_il if setting.reports_class_il else None
+        val_til = history.val_task_il if setting.reports_task_il else None
+        out["val_accuracy_matrix"] = val_cil
+        out["val_task_il_accuracy_matrix"] = val_til
+        out |= _matrix_metrics(val_cil or [], "val_")
+        out |= _matrix_metrics(val_til or [], "val_task_il_")
     out["forgetting_defined"] = forgetting_defined
     if not forgetting_defined:
         out |= {k: None for k in out if k.endswith(("ff", "bwt"))}
@@ -159,7 +173,11 @@ class RunRecorder(Callback):
             "buffer_size": self.plan.buffer_size,
             "n_tasks": loop.n_tasks,
             "complete": complete,
-            **summarize(loop.history, forgetting_defined=loop.method.forgetting_defined),
+            **summarize(
+                loop.history,
+                forgetting_defined=loop.method.forgetting_defined,
+                scenario=loop.setting.scenario,
+            ),
             "wall_time_s": self.elapsed(),
             "environment": {
                 "device": str(self.device),
@@ -206,23 +224,28 @@ class RunRecorder(Callback):
         history = loop.history
         name = f"{self.plan.settings.method} on {self.plan.settings.benchmark}"
         run = self.run_dir.name  # each plot names its run in a suptitle
+        setting = loop.setting
+        label = SCENARIO_ACCURACY[setting.scenario]
         if history.class_il:
-            curves = {
-                "Class-IL": average_accuracy_curve(history.class_il),
-                "Task-IL": average_accuracy_curve(history.task_il),
-            }
+            curves = {}
+            if setting.reports_class_il:
+                curves[label] = average_accuracy_curve(history.class_il)
+            if setting.reports_task_il:
+                curves["Task-IL"] = average_accuracy_curve(history.task_il)
             self.plot(
                 "accuracy.png",
                 lambda path: plot_accuracy_curves(
                     curves, path, title=f"{name}: average accuracy on seen tasks", run=run
                 ),
             )
+        if history.class_il and setting.reports_class_il:
             self.plot(
                 "accuracy_matrix.png",
                 lambda path: plot_accuracy_matrix(
-                    history.class_il, path, title=f"{name}: Class-IL accuracy (%)", run=run
+                    history.class_il, path, title=f"{name}: {label} accuracy (%)", run=run
                 ),
             )
+        if history.task_il and setting.reports_task_il:
             self.plot(
                 "task_il_matrix.png",
                 lambda path: plot_accuracy_matrix(

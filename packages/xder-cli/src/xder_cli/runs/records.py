@@ -51,10 +51,13 @@ the method's and the optimiser's state...) and the run's own ``run`` record (``e
 class Metrics(TypedDict):
     """The metrics of ``results.json`` (:func:`xder_cli.runs.recorder.summarize`), in % of the
     accuracy matrices; ``val_*`` only where a validation split is held out, ``*average_accuracy``
-    only once a task has ended; FF and BWT null where ``forgetting_defined`` is false."""
+    only once a task has ended; FF and BWT null where ``forgetting_defined`` is false; a matrix
+    the ``scenario`` does not report (Task-IL in ``domain-il`` and ``general``, Class-IL in
+    ``task-il``) null with its metrics."""
 
-    accuracy_matrix: list[list[float]]
-    task_il_accuracy_matrix: list[list[float]]
+    scenario: NotRequired[str]
+    accuracy_matrix: list[list[float]] | None
+    task_il_accuracy_matrix: list[list[float]] | None
     random_init_task_il_accuracy: list[float] | None
     tasks_done: int
     faa: float | None
@@ -66,8 +69,8 @@ class Metrics(TypedDict):
     task_il_bwt: float | None
     task_il_average_accuracy: NotRequired[list[float]]
     fwt: float | None
-    val_accuracy_matrix: NotRequired[list[list[float]]]
-    val_task_il_accuracy_matrix: NotRequired[list[list[float]]]
+    val_accuracy_matrix: NotRequired[list[list[float]] | None]
+    val_task_il_accuracy_matrix: NotRequired[list[list[float]] | None]
     val_faa: NotRequired[float | None]
     val_ff: NotRequired[float | None]
     val_bwt: NotRequired[float | None]

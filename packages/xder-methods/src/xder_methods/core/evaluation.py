@@ -42,22 +42,30 @@ def evaluate(
     transform: Transform,
     batch_size: int = 512,
     class_il_outputs: Literal["seen", "all"] = "seen",
+    tasks: Tensor | None = None,
 ) -> Evaluation:
     """Accuracy (%) per task of ``method.predict`` on ``(x, y)``.
 
     Args:
         seen_tasks: tasks trained so far; Class-IL is reported for tasks ``0..seen_tasks-1``.
         class_il_outputs: argmax over the seen classes or over all outputs.
+        tasks: (N,) the task of each row, where the labels do not tell it (``domain-il``, whose
+            rows are grouped by it); None: the task that owns the row's label.
 
     Returns:
-        ``(class_il, task_il, head_counts)``: Class-IL accuracy of each seen task, Task-IL
-        accuracy (argmax inside the task's own classes) of every task, seen or not, and the
-        (seen_tasks, n_tasks) counts of Class-IL mistakes by the task of the predicted class.
+        ``(class_il, task_il, head_counts)``: Class-IL accuracy of each seen task (in
+        ``domain-il`` and ``general``, the scenario's accuracy: the argmax over the classes seen),
+        Task-IL accuracy (argmax inside the task's own classes) of every task, seen or not, and
+        the (seen_tasks, n_tasks) counts of Class-IL mistakes by the task of the predicted class.
+        Where the setting reports no Task-IL (:attr:`ContinualSetting.reports_task_il`), task_il
+        and head_counts are empty: every class is the task's own.
     """
     with torch.no_grad():
         n_tasks = setting.n_tasks
         device = next(iter(method.parameters()), y).device if isinstance(method, nn.Module) else y.device
         task_of_class = setting.task_of_class(device)
+        if setting.scenario == "domain-il" and tasks is None:
+            raise ValueError("a domain-il evaluation needs the task of each row")
         seen_end = setting.class_range(seen_tasks - 1)[1] if seen_tasks else setting.num_classes
         if class_il_outputs == "all":
             seen_end = setting.num_classes
@@ -69,19 +77,25 @@ def evaluate(
             xb = transform(x[start : start + batch_size].to(device, non_blocking=True))
             yb = y[start : start + batch_size].to(device, non_blocking=True)
             logits = method.predict(xb).float()
-            tasks = task_of_class[yb]
+            if tasks is None:
+                row_tasks = task_of_class[yb]
+            else:
+                row_tasks = tasks[start : start + batch_size].to(device, non_blocking=True)
             pred_cil = logits[:, :seen_end].argmax(dim=1)
-            own = task_of_class[None, : logits.shape[1]] == tasks[:, None]
-            pred_til = logits.masked_fill(~own, -math.inf).argmax(dim=1)
-            counts.index_add_(0, tasks, torch.ones_like(yb))
-            correct_cil.index_add_(0, tasks, (pred_cil == yb).long())
-            correct_til.index_add_(0, tasks, (pred_til == yb).long())
-            wrong = (pred_cil != yb).long()
-            heads.index_add_(0, tasks * n_tasks + task_of_class[pred_cil], wrong)
+            counts.index_add_(0, row_tasks, torch.ones_like(yb))
+            correct_cil.index_add_(0, row_tasks, (pred_cil == yb).long())
+            if setting.reports_task_il:
+                own = task_of_class[None, : logits.shape[1]] == row_tasks[:, None]
+                pred_til = logits.masked_fill(~own, -math.inf).argmax(dim=1)
+                correct_til.index_add_(0, row_tasks, (pred_til == yb).long())
+                wrong = (pred_cil != yb).long()
+                heads.index_add_(0, row_tasks * n_tasks + task_of_class[pred_cil], wrong)
         # One read-back; percentages from exact counts (a task without rows gives NaN).
         n_cil, n_til, n = torch.stack([correct_cil, correct_til, counts]).tolist()
-        head_counts = heads.view(n_tasks, n_tasks)[:seen_tasks].tolist()
         cil = [100.0 * c / m if m else math.nan for c, m in zip(n_cil, n, strict=True)]
+        if not setting.reports_task_il:
+            return Evaluation(cil[:seen_tasks], [], [])
+        head_counts = heads.view(n_tasks, n_tasks)[:seen_tasks].tolist()
         til = [100.0 * c / m if m else math.nan for c, m in zip(n_til, n, strict=True)]
         return Evaluation(cil[:seen_tasks], til, head_counts)
 

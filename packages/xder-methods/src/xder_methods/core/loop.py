@@ -90,7 +90,9 @@ class FitState:
         self.stream = stream
         self.schedule = schedule
         self.generator = generator
-        self.setting = ContinualSetting(tuple(stream.classes_per_task), tuple(stream.train_x.shape[1:]))
+        self.setting = ContinualSetting(
+            tuple(stream.classes_per_task), tuple(stream.train_x.shape[1:]), scenario=stream.scenario
+        )
         self.history = History()
         self.task = 0
         self.epoch = 0
@@ -167,18 +169,23 @@ def _evaluate_all(loop: FitState, seen_tasks: int) -> tuple[Evaluation, Evaluati
         "batch_size": schedule.eval_batch_size,
         "class_il_outputs": schedule.class_il_outputs,
     }
-    splits = [(stream.test_x, stream.test_y)]
+    splits = [(stream.test_x, stream.test_y, stream.test_task)]
     if stream.val_x is not None and stream.val_y is not None:
-        splits.append((stream.val_x, stream.val_y))
+        splits.append((stream.val_x, stream.val_y, stream.val_task))
     n_tasks = loop.n_tasks
     if n_tasks < stream.n_tasks:
-        # Only the rows of the tasks this fit trains (labels are contiguous per task); the
-        # Class-IL argmax spans the seen classes, so no mistake can go to a later task's head.
+        # Only the rows of the tasks this fit trains (labels are contiguous per task, else each
+        # row's task is given); the Class-IL argmax spans the seen classes, so no mistake can go
+        # to a later task's head.
         end = loop.setting.class_range(n_tasks - 1)[1]
-        splits = [(x[(y < end).to(x.device)], y[y < end]) for x, y in splits]
+        kept = [(y < end) if t is None else (t < n_tasks) for _, y, t in splits]
+        splits = [
+            (x[k.to(x.device)], y[k], None if t is None else t[k])
+            for (x, y, t), k in zip(splits, kept, strict=True)
+        ]
     method.train(False)
     with autocast(schedule.precision, loop.generator.device):
-        results = [evaluate(method, x, y, loop.setting, **kwargs) for x, y in splits]
+        results = [evaluate(method, x, y, loop.setting, tasks=t, **kwargs) for x, y, t in splits]
     method.train(True)
     if n_tasks < stream.n_tasks:
         results = [_first_tasks(r, n_tasks) for r in results]
@@ -305,12 +312,13 @@ def _fit(
             keep = torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device)
             keep[withheld.to(rows.device)] = False
             rows = rows[keep]
-        bounds = batch_bounds(rows.shape[0], schedule.batch_size, drop_last=schedule.drop_last)
+        in_order = stream.scenario == "general" and method.training_data == "task"
+        bounds = _stream_bounds(stream, rows, schedule) if in_order else _batches(rows, schedule)
         loop.steps_per_epoch = len(bounds)
         for callback in calls:
             callback.on_task_start(loop)
         for epoch in range(loop.epoch, schedule.epochs):
-            epoch_record = run_epoch(loop, task, epoch, rows, bounds, calls)
+            epoch_record = run_epoch(loop, task, epoch, rows, bounds, calls, shuffle=not in_order)
             loop.epoch = epoch + 1
             for callback in calls:
                 callback.on_epoch_end(loop, epoch_record)
@@ -342,6 +350,29 @@ def _fit(
     for callback in calls:
         callback.on_fit_end(loop)
     return loop.history
+
+
+def _batches(rows: Tensor, schedule: TrainingSchedule) -> list[tuple[int, int]]:
+    return batch_bounds(rows.shape[0], schedule.batch_size, drop_last=schedule.drop_last)
+
+
+def _stream_bounds(stream: TaskStream, rows: Tensor, schedule: TrainingSchedule) -> list[tuple[int, int]]:
+    """The batches of a ``general`` stream taken in its order: each segment (``train_segment``)
+    cut on its own (:func:`batch_bounds`), so that no batch spans two, as the stream's batches
+    arrive (MNIST-360's two classes at a time)."""
+    segment = stream.train_segment
+    if segment is None:
+        return _batches(rows, schedule)
+    ids = segment[rows.to(segment.device)]
+    _, sizes = torch.unique_consecutive(ids, return_counts=True)
+    bounds, offset = [], 0
+    for size in sizes.tolist():  # once per task, before its epochs
+        bounds += [
+            (offset + a, offset + b)
+            for a, b in batch_bounds(size, schedule.batch_size, drop_last=schedule.drop_last)
+        ]
+        offset += size
+    return bounds
 
 
 def apply_step(
@@ -406,10 +437,13 @@ def run_epoch(
     rows: Tensor,
     bounds: list[tuple[int, int]],
     calls: Iterable[Callback] = (),
+    *,
+    shuffle: bool = True,
 ) -> EpochRecord:
     """One training epoch of ``task`` as :func:`fit` runs it (the one owner of an epoch's order):
     the lr of ``epoch`` and its in-epoch changes, ``rows`` of the stream (indices into
-    ``loop.stream.train_x``) shuffled on the generator's device and cut at ``bounds``, and for
+    ``loop.stream.train_x``) shuffled on the generator's device (in their order, not shuffled,
+    with ``shuffle=False``: a ``general`` stream) and cut at ``bounds``, and for
     each batch: :func:`run_step` (with the gradient-norm probes every ``record_every`` steps),
     then the callbacks' ``on_step``; then the epoch's one read-back of its loss sums.
     ``loop.optimizer`` must be set. ``xder-run bench`` times its synthetic epoch with it.
@@ -431,7 +465,10 @@ def run_epoch(
     # The permutation is drawn on the training device; data kept in host memory (too large for the
     # device) are indexed there and each batch is copied over (one read-back per epoch).
     device = generator.device
-    order = rows[torch.randperm(rows.shape[0], generator=generator, device=device).to(rows.device)]
+    if shuffle:
+        order = rows[torch.randperm(rows.shape[0], generator=generator, device=device).to(rows.device)]
+    else:
+        order = rows
     sums: dict[str, Tensor] = {}
     norm_sums: dict[str, Tensor] = {}
     norm_counts: dict[str, int] = {}

@@ -13,16 +13,21 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_chec
 import torch
 from torch import Tensor, nn
 
+from xder_methods.core.errors import MethodConfigError
+
 if TYPE_CHECKING:
     from xder_methods.core.schedule import TrainingSchedule
     from xder_methods.parts.buffer import Buffer
 
 __all__ = [
+    "SCENARIOS",
+    "SCENARIO_ACCURACY",
     "Backbone",
     "Batch",
     "ContinualMethod",
     "ContinualSetting",
     "MethodConfig",
+    "Scenario",
     "StepOutput",
     "StepPolicy",
     "TaskBudget",
@@ -68,16 +73,57 @@ class Transforms:
     strong: Transform | None = None
 
 
+Scenario = Literal["class-il", "task-il", "domain-il", "general"]
+"""How a benchmark's tasks relate to its labels and what a learner is told (van de Ven and Tolias'
+three scenarios, plus the DER paper's general continual learning):
+
+* ``class-il``: task t brings new classes ``class_range(t)``; one head over every class seen;
+  Class-IL accuracy (argmax over the classes seen so far) and, beside it, Task-IL accuracy
+  (argmax inside the example's own task's classes: the task is given at test time).
+* ``task-il``: the same tasks, with the task given at test time: Task-IL accuracy only (PNN).
+* ``domain-il``: every task has the same label set (``classes_per_task[t]`` equal for all t, one
+  head) and a new input distribution; the accuracy is the argmax over every class (Domain-IL);
+  no Task-IL (a task's own classes are all the classes).
+* ``general``: one stream with no task boundaries (one task to the learner: ``begin_task``,
+  ``prepare_task`` and ``end_task`` run once), cut into segments the learner is not told of; the
+  accuracy at the stream's end over every class.
+"""
+
+SCENARIOS: tuple[Scenario, ...] = ("class-il", "task-il", "domain-il", "general")
+"""Every :data:`Scenario`."""
+
+SCENARIO_ACCURACY: dict[Scenario, str] = {
+    "class-il": "Class-IL",
+    "task-il": "Task-IL",
+    "domain-il": "Domain-IL",
+    "general": "Accuracy",
+}
+"""What each scenario calls its own accuracy (the argmax over the classes seen; Task-IL's, the
+argmax inside the task's classes): the name reports and tables give it."""
+
+
 @dataclass(frozen=True)
 class ContinualSetting:
-    """The shape of a class-incremental problem, as a method sees it.
+    """The shape of a continual problem, as a method sees it.
 
-    Task t owns the contiguous labels ``class_range(t) = [start_t, end_t)``.
+    In ``class-il``, ``task-il`` and ``general`` (one task) task t owns the contiguous labels
+    ``class_range(t) = [start_t, end_t)``; in ``domain-il`` every task owns every label
+    (``class_range(t) = [0, num_classes)``), so "the classes seen so far" are all of them from
+    the first task on.
     """
 
     classes_per_task: tuple[int, ...]
     input_shape: tuple[int, ...]
     input_dtype: torch.dtype = torch.uint8
+    scenario: Scenario = "class-il"
+
+    def __post_init__(self) -> None:
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {self.scenario!r}: one of {', '.join(SCENARIOS)}")
+        if self.scenario == "domain-il" and len(set(self.classes_per_task)) > 1:
+            raise ValueError("a domain-il setting has the same classes in every task")
+        if self.scenario == "general" and len(self.classes_per_task) != 1:
+            raise ValueError("a general stream is one task to the learner")
 
     @property
     def n_tasks(self) -> int:
@@ -85,19 +131,47 @@ class ContinualSetting:
 
     @property
     def num_classes(self) -> int:
+        if self.scenario == "domain-il":
+            return self.classes_per_task[0]
         return sum(self.classes_per_task)
+
+    @property
+    def reports_class_il(self) -> bool:
+        """Whether the argmax over the classes seen is an accuracy of the scenario (Class-IL,
+        Domain-IL, the general stream's): all but ``task-il``."""
+        return self.scenario != "task-il"
+
+    @property
+    def reports_task_il(self) -> bool:
+        """Whether Task-IL accuracy means something: ``class-il`` (beside Class-IL) and
+        ``task-il``; in ``domain-il`` and ``general`` a task's classes are all the classes."""
+        return self.scenario in ("class-il", "task-il")
 
     def class_range(self, task: int) -> tuple[int, int]:
         """Labels ``[start, end)`` of ``task``."""
         if not 0 <= task < self.n_tasks:
             raise IndexError(f"task {task} out of range for {self.n_tasks} tasks")
+        if self.scenario == "domain-il":
+            return 0, self.num_classes
         start = sum(self.classes_per_task[:task])
         return start, start + self.classes_per_task[task]
 
     def task_of_class(self, device: torch.device | str | None = None) -> Tensor:
-        """(num_classes,) int64: the task each label belongs to."""
+        """(num_classes,) int64: the task each label belongs to (0 for every label in
+        ``domain-il``, where a label belongs to every task)."""
+        if self.scenario == "domain-il":
+            return torch.zeros(self.num_classes, dtype=torch.int64, device=device)
         counts = torch.tensor(self.classes_per_task)
         return torch.repeat_interleave(torch.arange(self.n_tasks), counts).to(device)
+
+    def require(self, method: str, allowed: tuple[Scenario, ...], why: str) -> None:
+        """Refuse a scenario ``method`` cannot run in: raise
+        :class:`~xder_methods.MethodConfigError` naming the scenario, the method and ``why``
+        unless ``self.scenario`` is in ``allowed`` (a method calls it when it is built)."""
+        if self.scenario not in allowed:
+            raise MethodConfigError(
+                f"{method} cannot run a {self.scenario} benchmark: {why} (it runs {', '.join(allowed)})"
+            )
 
 
 @dataclass(frozen=True)
@@ -236,6 +310,26 @@ class TaskStream(Protocol):
 
     @property
     def val_y(self) -> Tensor | None: ...
+
+    @property
+    def test_task(self) -> Tensor | None:
+        """(N_test,) int64: the task of each test row where the labels do not tell it
+        (``domain-il``); None where they do."""
+        ...
+
+    @property
+    def val_task(self) -> Tensor | None:
+        """The same for the validation rows."""
+        ...
+
+    @property
+    def train_segment(self) -> Tensor | None:
+        """(N_train,) int64: the segment of each training row of a ``general`` stream, whose rows
+        are in stream order (a batch never spans two segments); None otherwise."""
+        ...
+
+    @property
+    def scenario(self) -> Scenario: ...
 
     def task(self, t: int) -> TaskView: ...
 

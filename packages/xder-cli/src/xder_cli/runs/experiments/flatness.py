@@ -115,7 +115,7 @@ def plan_flatness(
 def flatness_metrics(results: Results | None) -> dict[str, float | None]:
     """From a two-task run's results.json: the final Class-IL accuracy (%) on its first task, and
     that task's forgetting (its best accuracy before the last task minus the final one)."""
-    matrix = results["accuracy_matrix"] if results is not None else []
+    matrix = (results["accuracy_matrix"] if results is not None else None) or []
     if len(matrix) < 2 or not matrix[-1] or matrix[-1][0] is None:
         return {"first_task_accuracy": None, "first_task_forgetting": None}
     final = float(matrix[-1][0])
