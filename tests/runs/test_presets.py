@@ -197,6 +197,17 @@ DER_PAPER_ENTRIES: dict[str, tuple[set[str], tuple[int, ...], set[str]]] = {
         (200, 500, 5120),
         {"er", "agem", "agem_r", "icarl", "fdr", "der", "derpp"},
     ),
+    "perm-mnist": (
+        {"sgd", "joint", "ewc_on", "si"},
+        (200, 500, 5120),
+        {"er", "gem", "agem", "agem_r", "fdr", "gss", "hal", "der", "derpp"},
+    ),
+    "rot-mnist": (
+        {"sgd", "joint", "ewc_on", "si"},
+        (200, 500, 5120),
+        {"er", "gem", "agem", "agem_r", "fdr", "gss", "hal", "der", "derpp"},
+    ),
+    "mnist-360": ({"sgd", "joint"}, (200, 500, 1000), {"er", "mer", "agem_r", "der", "derpp"}),
 }
 
 
@@ -264,6 +275,58 @@ def test_der_paper_values_on_seq_mnist_and_seq_tinyimg_are_best_args() -> None:
     tiny = _resolved("derpp", "seq-tinyimg", 200)
     assert (tiny.method_config.alpha, tiny.method_config.beta, tiny.schedule.batch_size) == (0.1, 1.0, 32)
     assert _resolved("joint", "seq-mnist", None).schedule.lr == 0.03  # sgd's
+
+
+def test_der_paper_values_on_perm_mnist_rot_mnist_and_mnist_360_are_best_args() -> None:
+    """More cells read off best_args (neurips2020) by hand: the Domain-IL benchmarks (batch and
+    replay batch 128, one epoch) and the MNIST-360 stream (each entry its own batches)."""
+    derpp = _resolved("derpp", "perm-mnist", 200)  # lr 0.1, alpha 1.0, beta 1.0, batch 128, minibatch 128
+    assert (derpp.schedule.lr, derpp.method_config.alpha, derpp.method_config.beta) == (0.1, 1.0, 1.0)
+    assert (derpp.schedule.batch_size, derpp.method_config.minibatch_size, derpp.schedule.epochs) == (
+        128,
+        128,
+        1,
+    )
+    derpp = _resolved("derpp", "perm-mnist", 500)  # lr 0.2, alpha 1.0, beta 0.5
+    assert (derpp.schedule.lr, derpp.method_config.alpha, derpp.method_config.beta) == (0.2, 1.0, 0.5)
+    gss = _resolved("gss", "perm-mnist", 200)  # lr 0.2, minibatch 10, gss_minibatch 128
+    assert (gss.schedule.lr, gss.method_config.minibatch_size, gss.method_config.gss_minibatch_size) == (
+        0.2,
+        10,
+        128,
+    )
+    assert _resolved("gss", "perm-mnist", 5120).schedule.lr == 0.03
+    ewc = _resolved("ewc_on", "perm-mnist", None)  # lr 0.1, e_lambda 0.7
+    assert (ewc.schedule.lr, ewc.method_config.lambda_) == (0.1, 0.7)
+    assert _resolved("sgd", "rot-mnist", None).schedule.lr == 0.2
+    si = _resolved("si", "rot-mnist", None)  # c 1.0 here (0.5 on perm-mnist)
+    assert (si.method_config.c, si.method_config.xi) == (1.0, 1.0)
+    assert _resolved("gem", "rot-mnist", 500).schedule.lr == 0.01
+    assert [_resolved("agem_r", "rot-mnist", m).schedule.lr for m in (200, 500, 5120)] == [0.1, 0.3, 0.3]
+    hal = _resolved("hal", "rot-mnist", 200)  # hal_lambda 0.2, beta 0.5, gamma 0.1
+    assert (hal.method_config.lambda_, hal.method_config.beta, hal.method_config.finetuning_batch_size) == (
+        0.2,
+        0.5,
+        128,
+    )
+    derpp = _resolved("derpp", "rot-mnist", 5120)  # lr 0.2, alpha 0.5, beta 0.5
+    assert (derpp.schedule.lr, derpp.method_config.alpha, derpp.method_config.beta) == (0.2, 0.5, 0.5)
+    er = _resolved("er", "mnist-360", 1000)  # lr 0.2, batch 4, minibatch 16 (batch 1 at 200 and 500)
+    assert (er.schedule.lr, er.schedule.batch_size, er.method_config.minibatch_size) == (0.2, 4, 16)
+    assert _resolved("er", "mnist-360", 200).schedule.batch_size == 1
+    der = _resolved("der", "mnist-360", 200)  # lr 0.1, batch 16, minibatch 64, alpha 0.5
+    assert (der.schedule.lr, der.schedule.batch_size, der.method_config.minibatch_size) == (0.1, 16, 64)
+    mer = _resolved("mer", "mnist-360", 500)  # lr 0.1, minibatch 128, batch_num 3; batch 1 (main.py)
+    assert (mer.schedule.lr, mer.schedule.batch_size, mer.method_config.batch_num) == (0.1, 1, 3)
+    derpp = _resolved("derpp", "mnist-360", 1000)  # lr 0.2, batch 16, minibatch 128, alpha 0.2, beta 1.0
+    assert (derpp.method_config.minibatch_size, derpp.method_config.alpha, derpp.method_config.beta) == (
+        128,
+        0.2,
+        1.0,
+    )
+    assert _resolved("agem_r", "mnist-360", 1000).schedule.batch_size == 4
+    joint = _resolved("joint", "mnist-360", None)  # joint_gcl on sgd's entry: lr 0.1, batch 4
+    assert (joint.schedule.lr, joint.schedule.batch_size) == (0.1, 4)
 
 
 def test_seq_cifar100_laptop_carries_the_paper_m500_values_unselected() -> None:

@@ -263,7 +263,14 @@ def test_every_published_section_is_of_a_registered_benchmark_and_a_known_source
     from xder_data import list_benchmarks
 
     sections = {name: table for name, table in _load_raw().items() if name != "sources"}
-    assert set(sections) >= {"seq-cifar10", "seq-mnist", "seq-tinyimg"}
+    assert set(sections) >= {
+        "seq-cifar10",
+        "seq-mnist",
+        "seq-tinyimg",
+        "perm-mnist",
+        "rot-mnist",
+        "mnist-360",
+    }
     for benchmark, table in sections.items():
         assert benchmark in list_benchmarks(), benchmark
         assert table["source"] in table_papers(), benchmark
@@ -299,5 +306,37 @@ def test_the_der_papers_benchmarks_without_figures_take_the_rows_its_preset_hold
     ]
     with pytest.raises(SettingError, match="seq-mnist has no published figures, and the paper preset holds"):
         table_entries("seq-mnist", 300)
+    # Domain-IL: no LwF or iCaRL (Table 2's "-"); MNIST-360: the methods that need no boundaries
+    domain = [
+        "joint",
+        "sgd",
+        "ewc_on",
+        "si",
+        "er",
+        "gem",
+        "agem",
+        "fdr",
+        "gss",
+        "hal",
+        "der",
+        "derpp",
+        "agem_r",
+    ]
+    assert [e.name for e in table_entries("perm-mnist", 200)] == domain
+    assert [e.name for e in table_entries("rot-mnist", 5120, paper="der")] == domain
+    assert [e.name for e in table_entries("mnist-360", 1000)] == [
+        "joint",
+        "sgd",
+        "er",
+        "der",
+        "derpp",
+        "mer",
+        "agem_r",
+    ]
+    with pytest.raises(
+        SettingError,
+        match="the paper preset holds the rows the DER paper ran on it at buffer sizes 200, 500, 1000",
+    ):
+        table_entries("mnist-360", 5120)
     # another paper's rows on it: that paper's methods, as on any benchmark
     assert [e.name for e in table_entries("seq-mnist", 200, paper="x-der")] == list(xder_table_methods())

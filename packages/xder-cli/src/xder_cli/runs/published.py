@@ -37,6 +37,7 @@ __all__ = [
     "benchmark_paper",
     "paper_methods",
     "paper_name",
+    "paper_title",
     "published_analyses",
     "published_at",
     "published_benchmarks",
@@ -205,9 +206,18 @@ def paper_name(paper: str) -> str:
     Raises:
         SettingError: no shipped table is of ``paper``.
     """
+    title = paper_title(paper)  # raises for an unknown paper
+    return f"{title}'s {_load_raw()['sources'][paper]['table'].split(',')[0]}"
+
+
+def paper_title(paper: str) -> str:
+    """A paper in words, from its source: ``X-DER paper``, ``DER paper``.
+
+    Raises:
+        SettingError: no shipped table is of ``paper``.
+    """
     _source(paper)
-    raw = _load_raw()["sources"][paper]
-    return f"{raw['paper'].split(' (')[0]}'s {raw['table'].split(',')[0]}"
+    return str(_load_raw()["sources"][paper]["paper"].split(" (")[0])
 
 
 def benchmark_paper(benchmark: str) -> str | None:

@@ -18,6 +18,7 @@ from xder_cli.runs.published import (
     benchmark_paper,
     paper_methods,
     paper_name,
+    paper_title,
     published_at,
     published_table,
 )
@@ -88,8 +89,8 @@ def _preset_rows(benchmark: str, buffer_size: int, paper: str) -> list[tuple[str
     if buffer_size not in sizes:
         at = f"at buffer sizes {', '.join(map(str, sizes))}" if sizes else "at no buffer size"
         raise SettingError(
-            f"{benchmark} has no published figures, and the paper preset holds the {paper_name(paper)} "
-            f"rows of it {at}: pick one with {option('buffer_size')}"
+            f"{benchmark} has no published figures, and the paper preset holds the rows the "
+            f"{paper_title(paper)} ran on it {at}: pick one with {option('buffer_size')}"
         )
     order = paper_methods(paper)
     rows = [(e.name, e.method) for e in entries if e.buffer_size in (None, buffer_size)]
