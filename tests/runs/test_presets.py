@@ -160,6 +160,10 @@ def test_der_paper_values_on_seq_cifar10() -> None:
         # The DER paper's iCaRL adds wd_reg * sum(theta^2) to its loss, wd_reg = 1e-5: SGD's 2e-5.
         assert icarl == {"train.lr": 0.1 if m < 5120 else 0.03, "train.weight_decay": 2e-5}
     assert preset_entry("paper", "seq-cifar10", None, "sgd").chosen == {"train.lr": 0.1}
+    # JOINT: the authors' utils/main.py runs joint on best_args' sgd entry; the laptop protocol
+    # keeps it on the protocol's lr (its measured tables ran so)
+    assert preset_entry("paper", "seq-cifar10", None, "joint").chosen == {"train.lr": 0.1}
+    assert default_preset("seq-cifar10", "joint", None, "laptop") == "none"
     # The paper preset is the default there, and the protocol is the DER paper's.
     plan = build_plan(resolve_config("derpp", "seq-cifar10", preset=None))
     assert plan.settings.preset == "paper"

@@ -43,8 +43,8 @@ def _keeps_a_buffer(method: str) -> bool:
 def test_every_entry_names_a_registered_method_and_an_existing_preset_entry(cell) -> None:
     assert cell.method in list_methods()
     assert _keeps_a_buffer(cell.method) is (cell.buffer_size is not None)
-    if cell.method == "joint":
-        # JT: neither paper lists hyperparameters for it (no preset entry), so it runs on the
+    if cell.method == "joint" and cell.source.startswith("X-DER paper"):
+        # JT: the X-DER paper lists no hyperparameters for it (no preset entry), so it runs on the
         # benchmark's protocol and the method's defaults: the built-in preset none.
         for preset in ("paper", "tuned"):
             assert not [
@@ -52,6 +52,10 @@ def test_every_entry_names_a_registered_method_and_an_existing_preset_entry(cell
             ]
         assert default_preset(cell.benchmark, "joint", None) == "none"
         return
+    if cell.method == "joint":  # the DER paper's JOINT: the authors' main.py runs it on sgd's best_args
+        assert preset_entry("paper", cell.benchmark, None, "joint").chosen == (
+            preset_entry("paper", cell.benchmark, None, "sgd").chosen
+        )
     entry = preset_entry("paper", cell.benchmark, cell.buffer_size, cell.entry, method=cell.method)
     assert (entry.name, entry.method) == (cell.entry, cell.method)
     if cell.entry == cell.method:  # a method's own entry is also its default preset
