@@ -2,7 +2,9 @@
 published and claimed, beside ``presets/``).
 
 The file holds the X-DER paper's Table 1 (every row and column, JT and FT included) and the DER
-paper's Table 2 on Seq-CIFAR-10 (Class-IL and Task-IL FAA); its header comment gives the layout::
+paper's Table 2 on Seq-CIFAR-10 (Class-IL and Task-IL FAA); the DER paper's other benchmarks have
+sections that name their source and hold no figure yet (:func:`benchmark_paper` is the DER paper's,
+:func:`published_benchmarks` leaves them out). Its header comment gives the layout::
 
     [sources.x-der]
     paper = "X-DER paper (Boschini et al., ...)"

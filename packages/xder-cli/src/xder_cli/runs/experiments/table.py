@@ -1,6 +1,8 @@
 """``table`` (reproduction): every row of a paper's published table for one benchmark and buffer
 size (:mod:`xder_cli.runs.published`: the X-DER paper's Table 1, the DER paper's Table 2 on
-``seq-cifar10``), each entry with its default preset (a variant, e.g. ``xder-rpc``, with its preset
+``seq-cifar10``; on the DER paper's benchmarks whose figures are not transcribed, ``seq-mnist``,
+``seq-tinyimg``, ``perm-mnist``, ``rot-mnist`` and ``mnist-360``, the rows its ``paper`` preset
+holds there), each entry with its default preset (a variant, e.g. ``xder-rpc``, with its preset
 entry, ``paper:xder-rpc``), over the seeds; methods without a buffer train once (their run
 directories, ``<entry>-s<seed>``, carry no buffer size, so tables of several buffer sizes in one
 folder share them). ``table.md`` / ``table.csv``: per entry our FAA and FF, the published value,
@@ -9,7 +11,9 @@ then the papers' claims about the table (``papers/claims.toml``, e.g. "X-DER's F
 DER++'s"), each checked on our rows as holds / does not hold / not separated
 (:mod:`xder_cli.runs.claims`). On a protocol other than ``paper`` (``laptop``) the table is a
 quick one: the published values are shown for orientation only and no difference with them is
-judged; the claims are checked all the same. A benchmark with no published results at all
+judged; the claims are checked all the same. A Domain-IL or general benchmark
+(:func:`xder_data.benchmark_scenario`) has no Task-IL column, and ``table.md`` says why in one line
+(:func:`no_task_il_line`). A benchmark with no published results at all
 (``seq-digits``) trains and tabulates every method of the X-DER paper's Table 1
 (:func:`xder_cli.runs.published.xder_table_methods`: ``joint``, ``sgd``, ``lwf_mc``, ``er``,
 ``gdumb``, ``er_ace``, ``rpc``, ``bic``, ``icarl``, ``lucir``, ``der``, ``derpp``, ``xder``; not
@@ -84,8 +88,10 @@ __all__ = [
     "TABLE_MD",
     "Table",
     "TableEntry",
+    "no_task_il_line",
     "plan_table",
     "plot_table",
+    "reports_task_il",
     "summarize_table",
     "table_csv",
     "table_entries",
