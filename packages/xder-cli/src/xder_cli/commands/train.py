@@ -211,7 +211,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--preset",
         metavar="NAME[:ENTRY]",
         help="hyperparameter preset: paper (the published chosen values per benchmark and buffer size: "
-        "the X-DER paper's, the DER paper's on seq-cifar10), tuned (ours, selected on validation: "
+        "the X-DER paper's, the DER paper's on seq-cifar10, seq-mnist, seq-tinyimg, perm-mnist, rot-mnist "
+        "and mnist-360), tuned (ours, selected on validation: "
         "seq-digits, seq-cifar10 laptop, seq-cifar100 laptop) or none (benchmark protocol + the "
         "method's own defaults); NAME:ENTRY "
         "picks a variant's entry, e.g. paper:xder-rpc (default: tuned, else paper, where it has an entry "
