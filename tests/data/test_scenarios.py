@@ -172,7 +172,8 @@ def test_digits_360_is_one_general_task_with_no_validation_split() -> None:
 
 def test_a_class_too_small_for_six_chunks_leaves_its_segments_to_the_other() -> None:
     """12 rows a class: chunks of 3 fill four, the last two are empty and taken first: segment 0
-    and 1 draw nothing (both chunks empty), and so does the whole first round; all 108 rows are drawn later."""
+    and 1 draw nothing (both chunks empty), nor does the rest of the first round; all 108 rows come
+    later."""
     rng = np.random.default_rng(0)
     train_y = np.repeat(np.arange(10), 12)
     train_x = rng.integers(1, 256, (120, 1, 4, 4), dtype=np.uint8)

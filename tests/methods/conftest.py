@@ -79,7 +79,8 @@ class Stream:
 
     def task(self, t: int) -> Split:
         if self.scenario == "domain-il":  # every task holds every label; rows by their task
-            assert self.train_task is not None and self.test_task is not None
+            assert self.train_task is not None
+            assert self.test_task is not None
             train, test = (torch.nonzero(tasks == t).flatten() for tasks in (self.train_task, self.test_task))
             return Split(0, self.classes_per_task[0], train, test)
         start = sum(self.classes_per_task[:t])

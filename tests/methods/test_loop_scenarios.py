@@ -190,4 +190,5 @@ def test_joint_on_a_general_stream_trains_on_it_shuffled(
     fit(method, stream, TrainingSchedule(batch_size=3, lr=0.1, drop_last=False), generator=g, threads=1)
     rows = [r for b in batches for r in b]
     assert [len(b) for b in batches] == [3, 3, 3, 3, 4]
-    assert sorted(rows) == list(range(16)) and rows != list(range(16))
+    assert sorted(rows) == list(range(16))
+    assert rows != list(range(16))
