@@ -327,14 +327,14 @@ def test_csv_exactly() -> None:
     ff_std = f"{5 / math.sqrt(2):.4f}"
     til_ff_std = f"{sample_std([0.0, 7.5, 10.0]):.4f}"
     assert report_csv(report).splitlines() == [
-        "benchmark,buffer,method,preset,settings,n,seeds,missing_seeds,faa_mean,faa_std,ff_mean,ff_std,"
+        "benchmark,scenario,buffer,method,preset,settings,n,seeds,missing_seeds,faa_mean,faa_std,ff_mean,ff_std,"
         "task_il_faa_mean,task_il_faa_std,task_il_ff_mean,task_il_ff_std,runs,"
         "published_faa,published_faa_std,published_ff,published_ff_std,published_seeds,published_source",
-        f"seq-a,0,sgd,none,,2,0;1,2,31.0000,{s2},97.5000,{ff_std},80.0000,0.0000,0.0000,0.0000,"
+        f"seq-a,class-il,0,sgd,none,,2,0;1,2,31.0000,{s2},97.5000,{ff_std},80.0000,0.0000,0.0000,0.0000,"
         "runs/sgd-seq-a-m0-s0;runs/sgd-seq-a-m0-s1,,,,,,",
-        f"seq-a,200,er,none,,3,0;1;2,,70.0000,10.0000,20.0000,10.0000,85.0000,5.0000,5.8333,{til_ff_std},"
+        f"seq-a,class-il,200,er,none,,3,0;1;2,,70.0000,10.0000,20.0000,10.0000,85.0000,5.0000,5.8333,{til_ff_std},"
         "runs/er-seq-a-m200-s0;runs/er-seq-a-m200-s1;runs/er-seq-a-m200-s2,,,,,,",
-        "seq-a,500,derpp,none,,1,0,1;2,60.0000,,40.0000,,80.0000,,0.0000,,runs/derpp-seq-a-m500-s0,,,,,,",
+        "seq-a,class-il,500,derpp,none,,1,0,1;2,60.0000,,40.0000,,80.0000,,0.0000,,runs/derpp-seq-a-m500-s0,,,,,,",
     ]
 
 
@@ -474,10 +474,12 @@ def test_report_dict_is_strict_json_with_every_number() -> None:
     payload = report_dict(report, task_il=True)
     json.dumps(payload, allow_nan=False)
     assert payload["setting"] == "task-il"
+    til = {"scenario": "class-il", "accuracy": "Task-IL"}
     assert payload["columns"] == [
-        {"benchmark": "seq-a", "buffer_size": 200, "buffered": True},
-        {"benchmark": "seq-a", "buffer_size": 500, "buffered": True},
+        {"benchmark": "seq-a", "buffer_size": 200, "buffered": True} | til,
+        {"benchmark": "seq-a", "buffer_size": 500, "buffered": True} | til,
     ]
+    assert [t["accuracy"] for t in payload["tables"]] == ["Task-IL"]
     er = next(g for g in payload["groups"] if g["method"] == "er")
     assert er["seeds"] == [0, 1, 2]
     assert er["class_il"]["faa"] == {

@@ -9,7 +9,10 @@ method's state) it is a named mapping of ``Any``; where its keys are fixed it is
 """
 
 # No `from __future__ import annotations`: the TypedDicts read NotRequired at runtime.
-from typing import Any, Literal, NotRequired, TypedDict
+from collections.abc import Mapping
+from typing import Any, Literal, NotRequired, TypedDict, cast
+
+from xder_methods import Scenario
 
 __all__ = [
     "Attempt",
@@ -24,6 +27,7 @@ __all__ = [
     "Section",
     "Settings",
     "Status",
+    "results_scenario",
 ]
 
 Section = dict[str, Any]
@@ -80,6 +84,16 @@ class Metrics(TypedDict):
     val_task_il_bwt: NotRequired[float | None]
     val_task_il_average_accuracy: NotRequired[list[float]]
     forgetting_defined: bool
+
+
+def results_scenario(results: Mapping[str, Any]) -> Scenario:
+    """The scenario of a ``results.json`` (:data:`xder_methods.Scenario`): its ``scenario``, and
+    ``class-il`` for one written before results named their scenario.
+
+    >>> results_scenario({"scenario": "domain-il"}), results_scenario({"faa": 50.0})
+    ('domain-il', 'class-il')
+    """
+    return cast(Scenario, results.get("scenario") or "class-il")
 
 
 class Environment(TypedDict):

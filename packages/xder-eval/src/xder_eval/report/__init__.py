@@ -57,14 +57,17 @@ Every public name is here.
 from xder_eval.report.figures import file_token, plot_report_curves, plot_report_matrix
 from xder_eval.report.grouping import group_runs, summarize_group
 from xder_eval.report.records import (
+    CLASS_IL,
     RUN_IDENTITY_KEYS,
     GroupKey,
     GroupSummary,
     Report,
     ReportColumn,
     ReportRow,
+    ReportTable,
     RunProblem,
     RunRecord,
+    ScenarioFacts,
 )
 from xder_eval.report.render import CSV_COLUMNS, report_csv, report_dict, report_markdown, report_problems
 from xder_eval.report.statistics import (
@@ -79,6 +82,7 @@ from xder_eval.report.statistics import (
 from xder_eval.report.table import build_report, group_title
 
 __all__ = [
+    "CLASS_IL",
     "CSV_COLUMNS",
     "RUN_IDENTITY_KEYS",
     "GroupKey",
@@ -87,8 +91,10 @@ __all__ = [
     "Report",
     "ReportColumn",
     "ReportRow",
+    "ReportTable",
     "RunProblem",
     "RunRecord",
+    "ScenarioFacts",
     "SeedStats",
     "SettingSummary",
     "build_report",
