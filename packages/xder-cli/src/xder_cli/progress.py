@@ -6,7 +6,6 @@ note of a report on a seed run more than once (:func:`repeated_seed_notes`)."""
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -16,9 +15,10 @@ from typing import Any
 from tqdm import tqdm
 
 from xder_cli.runs import rundir
+from xder_cli.runs._stats import fmt
 from xder_cli.runs.lifecycle import RunDisplay
 from xder_cli.runs.recorder import ThreadNews
-from xder_cli.runs.records import Results, results_scenario
+from xder_cli.runs.records import Results, own_metric, results_scenario
 from xder_cli.runs.report import WrittenReport
 from xder_cli.runs.scheduler import outcome_note
 from xder_methods import (
@@ -249,10 +249,6 @@ class OutcomeLines:
         )
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{value:.2f}"
-
-
 def summary_figures(results: Results) -> str:
     """The figures of a run's summary line, named by its scenario
     (:func:`~xder_cli.runs.records.results_scenario`): the scenario's own FAA and FF (Class-IL,
@@ -267,14 +263,10 @@ def summary_figures(results: Results) -> str:
     scenario = results_scenario(results)
     name = SCENARIO_ACCURACY[scenario]
     if scenario == "general":
-        return f"{name} {_fmt(results['faa'])}"
-    if scenario == "task-il":
-        faa, ff = results["task_il_faa"], results["task_il_ff"]
-    else:
-        faa, ff = results["faa"], results["ff"]
-    text = f"{name} FAA {_fmt(faa)}  FF {_fmt(ff)}"
+        return f"{name} {fmt(results['faa'])}"
+    text = f"{name} FAA {fmt(own_metric(results, 'faa'))}  FF {fmt(own_metric(results, 'ff'))}"
     if scenario == "class-il":
-        text += f"  |  Task-IL FAA {_fmt(results['task_il_faa'])}"
+        text += f"  |  Task-IL FAA {fmt(results['task_il_faa'])}"
     return text
 
 
