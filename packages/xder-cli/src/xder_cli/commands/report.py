@@ -39,9 +39,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Tabulate the final average accuracy (FAA) and final forgetting (FF) of complete runs as "
             "mean ± sample std over seeds: one row per method (and preset, and any setting on which its "
             "runs differ), one column per benchmark and buffer size, buffer-less methods in every column "
-            "of their benchmark. The accuracy is each benchmark's scenario's own, named in the table's "
-            "caption: Class-IL, Domain-IL, a general stream's Accuracy (one task: no FF), Task-IL; runs "
-            "of several scenarios make one table each, and no column shows a metric a scenario lacks. "
+            "of their benchmark. The accuracy is each scenario's own (Class-IL, Domain-IL, a general "
+            "stream's with no FF), one table a scenario, no column of a metric a scenario lacks. "
             "Plots the accuracy after each task (mean ± std band) per column and the "
             "mean accuracy matrix per group. Runs without results.json, unreadable or incomplete runs, "
             "and missing seeds are listed, not fatal; with no complete run at all, nothing is written "
@@ -66,12 +65,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"folder for the tables, plots and report.json (default: {REPORT_OUT})",
     )
     report.add_argument(
-        "--task-il",
-        action="store_true",
-        help=(
-            "tabulate and plot Task-IL accuracy instead of each scenario's own (Class-IL...); an error "
-            "with runs of a scenario that has no Task-IL (domain-il, general)"
-        ),
+        "--task-il", action="store_true", help="tabulate and plot Task-IL, not the scenario's own accuracy"
     )
     add_plugin_argument(report)
     report.set_defaults(handler="report")
