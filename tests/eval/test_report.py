@@ -557,9 +557,9 @@ def test_scenarios_the_caller_gives_shape_the_groups_and_tables() -> None:
         "general": ScenarioFacts("Accuracy", task_il=False, forgetting=False),
     }
     domain = record("er", 0, [[80.0], [60.0, 70.0]], benchmark="perm-a")
-    domain.results.update(scenario="domain-il", task_il_accuracy_matrix=None)  # type: ignore[union-attr]
+    domain.results.update(scenario="domain-il", task_il_accuracy_matrix=None)
     stream = record("er", 0, [[25.0]], benchmark="stream-a")
-    stream.results.update(scenario="general", task_il_accuracy_matrix=None)  # type: ignore[union-attr]
+    stream.results.update(scenario="general", task_il_accuracy_matrix=None)
     records = [record("er", 0, ER[0]), domain, stream]
 
     report = build_report(records, scenarios=facts)
