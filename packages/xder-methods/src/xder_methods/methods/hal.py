@@ -5,8 +5,9 @@ paper's release)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, ClassVar, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +16,15 @@ from torch import Tensor, nn
 from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import check_settings
 from xder_methods.core.passes import train_passes
-from xder_methods.core.protocols import Backbone, Batch, ContinualSetting, StepOutput, TaskData, Transforms
+from xder_methods.core.protocols import (
+    Backbone,
+    Batch,
+    ContinualSetting,
+    Scenario,
+    StepOutput,
+    TaskData,
+    Transforms,
+)
 from xder_methods.core.registry import register_method
 from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.networks import frozen_copy
@@ -190,7 +199,15 @@ class HAL(MethodBase[HALConfig]):
       (mammoth deletes it at the task's end).
     * Cross-entropy over all outputs, future classes included, everywhere (mammoth's
       ``self.loss``). Anchors are learned at the end of every task, the last included (mammoth).
+
+    Scenarios: it runs class-il, task-il and domain-il, and refuses general
+    (:attr:`refused_scenarios`): the anchors are learned at each task's end, which a general
+    stream never has.
     """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "general": "it learns its anchors at each task's end, and a general stream has no task ends",
+    }
 
     manual_optimization = True
 
