@@ -1,7 +1,8 @@
 """Which scenarios each method runs in: every registered method is built on a setting of each
 scenario and either builds or refuses with one line naming the method, the scenario and why
 (:attr:`MethodBase.refused_scenarios <xder_methods.MethodBase.refused_scenarios>`), as the table
-below says."""
+below says; and HAL's anchors in Domain-IL, one per class of each task as the authors' code
+learns them."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from xder_methods import (
     SCENARIOS,
     ContinualSetting,
     MethodConfigError,
+    TaskData,
     Transforms,
     create_method,
     list_methods,
     method_config_class,
     registered_name,
 )
+from xder_methods.methods.hal import HAL, HALConfig
 
 C, D, T, G = "class-il", "domain-il", "task-il", "general"
 EVERY = (C, T, D, G)
@@ -133,3 +136,34 @@ def test_a_refusal_names_the_registered_method_of_an_unregistered_subclass() -> 
 
     assert registered_name(MyFDR) == "fdr"
     assert registered_name(int) == "int"
+
+
+# ------------------------------------------------------------------------ HAL in Domain-IL
+
+
+def test_hal_learns_one_anchor_per_class_of_each_domain_il_task(tiny_net) -> None:
+    """mammoth's HAL appends, at each task's end, one anchor per class of the task: in Domain-IL
+    (2 classes in each of 3 tasks) 2 after task 0, 4 after task 1, 6 rows in all; task t
+    replays the anchors of tasks 0..t-1. (Keyed by label, every task's anchors would overwrite
+    rows 0-1 and none would ever be active.)"""
+    setting = SETTINGS[D]
+    method = create_method(
+        "hal",
+        net=tiny_net(setting.num_classes),
+        setting=setting,
+        transforms=Transforms(train=_float, test=_float),
+        config=HALConfig(buffer_size=6, minibatch_size=2, steps_on_anchors=5),
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert isinstance(method, HAL)
+    assert method.anchors.shape == (6, 1, 2, 2)
+    assert [method.anchor_rows(t) for t in range(3)] == [(0, 2), (2, 4), (4, 6)]
+    assert [method.active_anchors(t).shape[0] for t in range(3)] == [0, 2, 4]
+    g = torch.Generator().manual_seed(1)
+    for task in range(2):
+        x = torch.randint(0, 256, (8, 1, 2, 2), generator=g, dtype=torch.uint8)
+        method.begin_task(task)
+        method.end_task(task, TaskData(x, torch.arange(8) % 2, task))
+        filled = method.anchors.flatten(1).abs().sum(1).gt(0)
+        assert filled.tolist() == [True] * (2 * task + 2) + [False] * (4 - 2 * task)
+    assert not torch.equal(method.anchors[0], method.anchors[2])  # task 1's are new rows
