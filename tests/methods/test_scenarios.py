@@ -2,20 +2,25 @@
 scenario and either builds or refuses with one line naming the method, the scenario and why
 (:attr:`MethodBase.refused_scenarios <xder_methods.MethodBase.refused_scenarios>`), as the table
 below says; and HAL's anchors in Domain-IL, one per class of each task as the authors' code
-learns them."""
+learns them; JOINT on a general stream, as the authors' ``joint_gcl`` trains."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
+from tests.methods.conftest import make_stream
 
 from xder_methods import (
     SCENARIOS,
     ContinualSetting,
     MethodConfigError,
     TaskData,
+    TrainingSchedule,
     Transforms,
     create_method,
+    fit,
     list_methods,
     method_config_class,
     registered_name,
@@ -167,3 +172,56 @@ def test_hal_learns_one_anchor_per_class_of_each_domain_il_task(tiny_net) -> Non
         filled = method.anchors.flatten(1).abs().sum(1).gt(0)
         assert filled.tolist() == [True] * (2 * task + 2) + [False] * (4 - 2 * task)
     assert not torch.equal(method.anchors[0], method.anchors[2])  # task 1's are new rows
+
+
+# ------------------------------------------------------------------- JOINT on a general stream
+
+
+def batches_observed(name: str, tiny_net, **config) -> list[list[int]]:
+    """The rows (stream positions) of each batch ``name`` observes in one epoch, batch 8, last
+    partial batch kept, of a general stream of 30 rows: classes 0..5, 5 rows each in class order,
+    in 3 segments of two classes (10 rows)."""
+    stream = make_stream(classes_per_task=(6,), per_class=5)
+    stream = dataclasses.replace(stream, scenario="general", train_segment=stream.train_y // 2)
+    stream.train_x[:, 0, 0, 0] = torch.arange(30)
+    method = create_method(
+        name,
+        net=tiny_net(6),
+        setting=ContinualSetting((6,), (1, 2, 2), scenario="general"),
+        transforms=Transforms(train=_float, test=_float),
+        config=method_config_class(name)(**config),
+        generator=torch.Generator().manual_seed(0),
+    )
+    batches: list[list[int]] = []
+    observe = method.observe
+
+    def spy(batch):
+        batches.append(batch.x_raw[:, 0, 0, 0].long().tolist())
+        return observe(batch)
+
+    method.observe = spy  # type: ignore[method-assign]
+    schedule = TrainingSchedule(epochs=1, batch_size=8, lr=0.05, drop_last=False)
+    fit(method, stream, schedule, generator=torch.Generator().manual_seed(0))
+    return batches
+
+
+@pytest.mark.parametrize("mode", ["final", "cumulative"])
+def test_joint_trains_on_the_whole_general_stream_shuffled(mode, tiny_net) -> None:
+    """The authors' ``joint_gcl``: after the stream, the network trains on everything it showed,
+    shuffled, in batches of the run's size with the last partial one kept (30 rows: 8, 8, 8, 6),
+    each row once per epoch; both modes alike (one task)."""
+    batches = batches_observed("joint", tiny_net, mode=mode)
+    assert [len(b) for b in batches] == [8, 8, 8, 6]
+    rows = [r for b in batches for r in b]
+    assert sorted(rows) == list(range(30))
+    assert rows != list(range(30))  # shuffled across the segments
+    assert {r // 10 for r in batches[0]} != {batches[0][0] // 10}  # a batch spans segments
+
+
+def test_a_method_sees_the_general_stream_in_its_order(tiny_net) -> None:
+    """The contrast: FT sees the stream's batches in order, each segment cut on its own (10 rows:
+    8, then 2)."""
+    expected = []
+    for start in (0, 10, 20):
+        expected += [list(range(start, start + 8)), list(range(start + 8, start + 10))]
+    assert batches_observed("sgd", tiny_net) == expected
