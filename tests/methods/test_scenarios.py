@@ -7,6 +7,8 @@ learns them; JOINT on a general stream, as the authors' ``joint_gcl`` trains."""
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -84,6 +86,19 @@ def build(name: str, setting: ContinualSetting, tiny_net):
         config=method_config_class(name)(),
         generator=torch.Generator().manual_seed(0),
     )
+
+
+METHODS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "methods.md"
+
+
+def test_the_methods_page_lists_the_table() -> None:
+    """docs/methods.md's "The scenarios each method runs in" says what :data:`RUNS` says."""
+    page = METHODS_PAGE.read_text().split("### The scenarios each method runs in", 1)[1]
+    listed = {}
+    for scenarios, names in re.findall(r"^\| ([a-z, -]+) \| (`.*`) \|$", page, flags=re.MULTILINE):
+        for name in re.findall(r"`([a-z_]+)`", names):
+            listed[name] = tuple(scenarios.split(", "))
+    assert listed == {name: tuple(s for s in SCENARIOS if s in runs) for name, runs in RUNS.items()}
 
 
 def test_the_table_covers_every_registered_method() -> None:
