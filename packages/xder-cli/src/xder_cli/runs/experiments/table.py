@@ -252,8 +252,10 @@ def summarize_table(
     rows = []
     per_seed: dict[str, dict[str, list[float]]] = {metric: {} for metric in METRICS}
     # the claims are about the published table's rows (all of them, even where --methods trains some
-    # or adds others); a benchmark with nothing published at this buffer size has none
-    table_rows = [p.entry for p in published_at(common["benchmark"], buffer_size)]
+    # or adds others); on a benchmark with nothing published at this buffer size, about ours
+    table_rows = [p.entry for p in published_at(common["benchmark"], buffer_size)] or [
+        e.name for e in entries
+    ]
     for entry in entries:
         chosen = [r for r in records if r["entry"] == entry.name]
         done = [r for r in chosen if r["status"] == "finished"]
