@@ -76,6 +76,7 @@ from xder_data import (
 from xder_methods import (
     ContinualSetting,
     FitState,
+    MethodConfigError,
     NonFiniteLossError,
     OpCounter,
     StepGraphs,
@@ -269,8 +270,10 @@ def method_at_task(name: str, options: BenchOptions, device: torch.device) -> Me
     """Method ``name`` at task ``options.task`` of ``options.benchmark``'s shapes
     (:data:`BENCH_SHAPES`), built from its plan (:func:`bench_plan`; ``options`` with the
     protocol's values filled in: :func:`with_protocol`) as training builds it; every earlier task
-    seen through ``prefill`` (its memory full), the loop's optimiser (:func:`xder_methods.make_optimizer`:
-    the plan's optimiser and lr, as task ``options.task`` of a run begins). The network's weights
+    seen through ``prefill`` (its memory full), in the benchmark's class-il scenario or, for a
+    method that needs the task at test time (PNN), as task-il; the loop's optimiser
+    (:func:`xder_methods.make_optimizer`: the plan's optimiser and lr, as task ``options.task`` of
+    a run begins). The network's weights
     come from the plan's seed and the data from a CPU generator of seed 1, then move to
     ``device``: the same on every device (the method's own draws come from the run's generator on
     ``device``)."""
@@ -289,7 +292,14 @@ def method_at_task(name: str, options: BenchOptions, device: torch.device) -> Me
     plan = bench_plan(name, options)
     net = build_network(plan, num_classes, device)
     generator = run_generator(plan, device)
-    method: Any = build_method(plan, net, setting, transforms, generator)
+    try:
+        method: Any = build_method(plan, net, setting, transforms, generator)
+    except MethodConfigError:
+        # A method that runs only with the task given at test time (PNN) refuses the class-il
+        # benchmark; it is measured as the benchmark run as task-il (run.scenario), whose tasks
+        # and steps are the same. Any other refusal is raised again, as the method words it.
+        setting = dataclasses.replace(setting, scenario="task-il")
+        method = build_method(plan, net, setting, transforms, generator)
     data_gen = torch.Generator().manual_seed(1)
     n_items = per_class * per_task
     task_x = torch.randint(0, 256, (n_items, *shape), generator=data_gen, dtype=torch.uint8).to(device)
@@ -302,7 +312,7 @@ def method_at_task(name: str, options: BenchOptions, device: torch.device) -> Me
         options.task * per_task, (options.task + 1) * per_task, device=device
     ).repeat_interleave(per_class)
     # The steps and the epoch are the training loop's own (xder_methods.run_step, run_epoch).
-    stream = _SyntheticTask(task_x, task_y, (per_task,) * n_tasks)
+    stream = _SyntheticTask(task_x, task_y, (per_task,) * n_tasks, setting.scenario)
     loop = FitState(method, cast(TaskStream, stream), plan.fit_schedule, generator)
     loop.optimizer = make_optimizer(method.optimizer_parameters(), plan.fit_schedule)
     return MethodAtTask(plan, net, method, loop, task_x, task_y, options.task, n_tasks)
