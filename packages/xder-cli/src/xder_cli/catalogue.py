@@ -86,6 +86,7 @@ METHODS = Registry(
         "lwf",
         "lwf_mc",
         "mer",
+        "pnn",
         "rpc",
         "sgd",
         "si",
