@@ -294,11 +294,8 @@ def method_at_task(name: str, options: BenchOptions, device: torch.device) -> Me
     generator = run_generator(plan, device)
     try:
         method: Any = build_method(plan, net, setting, transforms, generator)
-    except MethodConfigError:
-        # A method that runs only with the task given at test time (PNN) refuses the class-il
-        # benchmark; it is measured as the benchmark run as task-il (run.scenario), whose tasks
-        # and steps are the same. Any other refusal is raised again, as the method words it.
-        setting = dataclasses.replace(setting, scenario="task-il")
+    except MethodConfigError:  # needs the task at test time (PNN): the same steps, as task-il
+        setting = dataclasses.replace(setting, scenario="task-il")  # another refusal is raised again
         method = build_method(plan, net, setting, transforms, generator)
     data_gen = torch.Generator().manual_seed(1)
     n_items = per_class * per_task
