@@ -768,3 +768,59 @@ def test_table_usage_errors_are_one_line(tmp_path: Path, capsys) -> None:
     assert "--buffer-size is an option of experiment table, not of class-order" in errors[-2]
     assert "--paper is an option of experiment table, not of class-order" in errors[-1]
     assert not (tmp_path / "out").exists()  # nothing planned, nothing created
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "buffer_size", "why"),
+    [
+        (
+            "perm-mnist",
+            200,
+            "No Task-IL column: perm-mnist is domain-il (every task holds the same classes, so a task's own "
+            "classes are all of them); FAA is its Domain-IL accuracy.",
+        ),
+        (
+            "mnist-360",
+            1000,
+            "No Task-IL column: mnist-360 is general (one stream without task boundaries, a single task to "
+            "the learner); FAA is the accuracy over every class at the stream's end.",
+        ),
+    ],
+)
+def test_a_domain_il_or_general_table_has_no_task_il_column(
+    tmp_path: Path, capsys, benchmark: str, buffer_size: int, why: str
+) -> None:
+    """--paper der on the DER paper's Domain-IL and general benchmarks (no figure transcribed): the
+    rows its preset holds, each with its paper entry; every row FAA 50 + its index, FF 5, seed 0;
+    the runs' Task-IL figures (written anyway) appear nowhere, and one line says why."""
+    entries = table_entries(benchmark, buffer_size, paper="der")
+    names = [e.name for e in entries]
+    out = tmp_path / benchmark
+    runs = plan_table(benchmark, buffer_size, entries, [0], {})
+    assert {r.config["run"]["preset"] for r in runs} == {"paper"}
+    for run in runs:
+        _write_run(out / "runs" / run.name, run.config, 50.0 + names.index(run.tags["entry"]), 5.0)
+    argv = [
+        "experiment",
+        "table",
+        "--benchmark",
+        benchmark,
+        "--buffer-size",
+        str(buffer_size),
+        "--seeds",
+        "0",
+    ]
+    assert main([*argv, "--paper", "der", "--out", str(out)]) == 0
+    capsys.readouterr()
+    summary = json.loads((out / "experiment.json").read_text())
+    assert (summary["mode"], summary["paper"]) == ("ours only", "der")
+    assert summary["scenario"] == ("domain-il" if benchmark == "perm-mnist" else "general")
+    assert "Task-IL" not in summary["metric"]
+    table = (out / "table.md").read_text()
+    assert why in table.splitlines()
+    assert "| method | preset | FAA | FF | n | one run |" in table
+    derpp = 50 + names.index("derpp")
+    assert f"| derpp | paper | {derpp}.00 | 5.00 | 1/1 | 1.0 min |" in table
+    assert "Task-IL FAA" not in table
+    assert f"No published results for {benchmark} (the DER paper's are not transcribed): ours alone." in table
+    assert "Rows:" not in table  # every row is one the DER paper ran there (agem_r and mer too)

@@ -165,7 +165,7 @@ def test_malformed_files_give_one_line(tmp_path: Path, change: str, error: type,
 
 
 def test_no_root_or_no_folder(tmp_path: Path) -> None:
-    with pytest.raises(DataNotFoundError, match="seq-mnist needs a data root"):
+    with pytest.raises(DataNotFoundError, match="the MNIST benchmarks need a data root"):
         load_benchmark("seq-mnist", None)
     with pytest.raises(DataNotFoundError, match="MNIST folder not found: run `download_data\\('mnist'"):
         load_benchmark("seq-mnist", tmp_path)
@@ -246,3 +246,20 @@ def test_prepare_checks_before_it_copies(tmp_path: Path) -> None:
         prepare_mnist(source, tmp_path / "data")
     with pytest.raises(DataNotFoundError, match="no such folder"):
         prepare_mnist(tmp_path / "absent", tmp_path / "data")
+
+
+def test_the_mnist_scenarios_read_the_official_files(tmp_path: Path) -> None:
+    """perm-mnist, rot-mnist and mnist-360 from the four IDX files (3 train and 1 test image a
+    digit here): 20 copies of the 30 train rows; a stream of the 27 train rows of digits 0..8."""
+    write_mnist(tmp_path / "MNIST")
+    perm = load_benchmark("perm-mnist", tmp_path)
+    assert (perm.train_x.shape, perm.test_x.shape, perm.scenario) == (
+        (600, 1, 28, 28),
+        (200, 1, 28, 28),
+        "domain-il",
+    )
+    rot = load_benchmark("rot-mnist", tmp_path, data_seed=5)
+    assert rot.notes[0].startswith("rotated copies")
+    assert rot.defaults.backbone == "mnist-mlp"
+    stream = load_benchmark("mnist-360", tmp_path)
+    assert (stream.scenario, stream.train_x.shape[0], stream.test_x.shape[0]) == ("general", 27, 9)

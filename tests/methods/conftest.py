@@ -73,6 +73,7 @@ class Stream:
     val_x: Tensor | None = None
     val_y: Tensor | None = None
     scenario: str = "class-il"
+    train_task: Tensor | None = None
     test_task: Tensor | None = None
     val_task: Tensor | None = None
     train_segment: Tensor | None = None
@@ -82,6 +83,11 @@ class Stream:
         return len(self.classes_per_task)
 
     def task(self, t: int) -> Split:
+        if self.scenario == "domain-il":  # every task holds every label; rows by their task
+            assert self.train_task is not None
+            assert self.test_task is not None
+            train, test = (torch.nonzero(tasks == t).flatten() for tasks in (self.train_task, self.test_task))
+            return Split(0, self.classes_per_task[0], train, test)
         start = sum(self.classes_per_task[:t])
         end = start + self.classes_per_task[t]
 
@@ -118,8 +124,11 @@ def transforms() -> Transforms:
 
 
 def setting_of(stream: Stream) -> ContinualSetting:
-    shape = tuple(stream.train_x.shape[1:])
-    return ContinualSetting(stream.classes_per_task, shape, scenario=stream.scenario)
+    return ContinualSetting(
+        stream.classes_per_task,
+        tuple(stream.train_x.shape[1:]),
+        scenario=stream.scenario,  # type: ignore[arg-type]
+    )
 
 
 TASK_GIVEN = frozenset({"pnn"})

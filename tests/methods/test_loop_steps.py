@@ -127,6 +127,10 @@ class Data:
     test_y: Tensor
     val_x: Tensor | None = None
     val_y: Tensor | None = None
+    scenario: str = "class-il"
+    test_task: Tensor | None = None
+    val_task: Tensor | None = None
+    train_segment: Tensor | None = None
 
     @property
     def n_tasks(self) -> int:

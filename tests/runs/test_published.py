@@ -43,8 +43,8 @@ def _keeps_a_buffer(method: str) -> bool:
 def test_every_entry_names_a_registered_method_and_an_existing_preset_entry(cell) -> None:
     assert cell.method in list_methods()
     assert _keeps_a_buffer(cell.method) is (cell.buffer_size is not None)
-    if cell.method == "joint":
-        # JT: neither paper lists hyperparameters for it (no preset entry), so it runs on the
+    if cell.method == "joint" and cell.source.startswith("X-DER paper"):
+        # JT: the X-DER paper lists no hyperparameters for it (no preset entry), so it runs on the
         # benchmark's protocol and the method's defaults: the built-in preset none.
         for preset in ("paper", "tuned"):
             assert not [
@@ -52,6 +52,10 @@ def test_every_entry_names_a_registered_method_and_an_existing_preset_entry(cell
             ]
         assert default_preset(cell.benchmark, "joint", None) == "none"
         return
+    if cell.method == "joint":  # the DER paper's JOINT: the authors' main.py runs it on sgd's best_args
+        assert preset_entry("paper", cell.benchmark, None, "joint").chosen == (
+            preset_entry("paper", cell.benchmark, None, "sgd").chosen
+        )
     entry = preset_entry("paper", cell.benchmark, cell.buffer_size, cell.entry, method=cell.method)
     assert (entry.name, entry.method) == (cell.entry, cell.method)
     if cell.entry == cell.method:  # a method's own entry is also its default preset
@@ -256,3 +260,87 @@ def test_the_published_analyses_and_a_malformed_file() -> None:
     for data, message in bad:
         with pytest.raises(ValueError, match=message):
             _parse_analyses(data)
+
+
+def test_every_published_section_is_of_a_registered_benchmark_and_a_known_source() -> None:
+    from xder_cli.runs.published import _load_raw
+    from xder_data import list_benchmarks
+
+    sections = {name: table for name, table in _load_raw().items() if name != "sources"}
+    assert set(sections) >= {
+        "seq-cifar10",
+        "seq-mnist",
+        "seq-tinyimg",
+        "perm-mnist",
+        "rot-mnist",
+        "mnist-360",
+    }
+    for benchmark, table in sections.items():
+        assert benchmark in list_benchmarks(), benchmark
+        assert table["source"] in table_papers(), benchmark
+
+
+def test_the_der_papers_benchmarks_without_figures_take_the_rows_its_preset_holds() -> None:
+    """seq-mnist and seq-tinyimg: the DER paper's (their sections name it) with no figure transcribed:
+    `experiment table` takes the methods the authors ran there (best_args, the paper preset), the
+    paper's row order first, each with its paper entry and no published value."""
+    assert [benchmark_paper(b) for b in ("seq-mnist", "seq-tinyimg")] == ["der", "der"]
+    assert {"seq-mnist", "seq-tinyimg"}.isdisjoint(published_benchmarks())  # no figure
+    table2 = ["joint", "sgd", "ewc_on", "si", "lwf", "er", "gem", "agem", "icarl", "fdr", "gss", "hal"]
+    mnist = table_entries("seq-mnist", 500)
+    assert [e.name for e in mnist] == [*table2, "der", "derpp", "mer", "agem_r"]
+    assert table_entries("seq-mnist", 500, paper="der") == mnist
+    assert all(e.published is None and e.preset is None for e in mnist)
+    assert all(default_preset("seq-mnist", e.method, 500) == "paper" for e in mnist)
+    # Table 2's "-" on Seq-Tiny-ImageNet: no GEM, GSS or HAL (best_args hold none)
+    tiny = [e.name for e in table_entries("seq-tinyimg", 5120)]
+    assert tiny == [
+        "joint",
+        "sgd",
+        "ewc_on",
+        "si",
+        "lwf",
+        "er",
+        "agem",
+        "icarl",
+        "fdr",
+        "der",
+        "derpp",
+        "agem_r",
+    ]
+    with pytest.raises(SettingError, match="seq-mnist has no published figures, and the paper preset holds"):
+        table_entries("seq-mnist", 300)
+    # Domain-IL: no LwF or iCaRL (Table 2's "-"); MNIST-360: the methods that need no boundaries
+    domain = [
+        "joint",
+        "sgd",
+        "ewc_on",
+        "si",
+        "er",
+        "gem",
+        "agem",
+        "fdr",
+        "gss",
+        "hal",
+        "der",
+        "derpp",
+        "agem_r",
+    ]
+    assert [e.name for e in table_entries("perm-mnist", 200)] == domain
+    assert [e.name for e in table_entries("rot-mnist", 5120, paper="der")] == domain
+    assert [e.name for e in table_entries("mnist-360", 1000)] == [
+        "joint",
+        "sgd",
+        "er",
+        "der",
+        "derpp",
+        "mer",
+        "agem_r",
+    ]
+    with pytest.raises(
+        SettingError,
+        match="the paper preset holds the rows the DER paper ran on it at buffer sizes 200, 500, 1000",
+    ):
+        table_entries("mnist-360", 5120)
+    # another paper's rows on it: that paper's methods, as on any benchmark
+    assert [e.name for e in table_entries("seq-mnist", 200, paper="x-der")] == list(xder_table_methods())

@@ -27,6 +27,7 @@ __all__ = [
     "ANALYSES",
     "BACKBONES",
     "BENCHMARKS",
+    "BENCH_BENCHMARKS",
     "CLASS_ORDER_METHODS",
     "COPIES",
     "DOWNLOADS",
@@ -164,6 +165,11 @@ ANALYSES = Registry(
 )
 RECORDED_ANALYSES = Registry("xder_cli.runs.analyses.recorded_analyses", ("grad_norms", "future_fewshot_auc"))
 """The analyses that read what only a run trained with ``run.record_analyses`` records."""
+BENCH_BENCHMARKS = Registry(
+    "xder_cli.runs.bench_shapes.bench_benchmarks",
+    ("seq-cifar10", "seq-cifar100", "seq-digits", "seq-miniimg", "seq-mnist", "seq-tinyimg"),
+)
+"""The benchmarks ``xder-run bench`` has synthetic shapes for."""
 TABLE_PAPERS = Registry("xder_cli.runs.published.table_papers", ("x-der", "der"))
 
 PROTOCOL_ALIASES = {"paper": "full"}

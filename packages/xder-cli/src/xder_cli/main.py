@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser = Parser(
         prog="xder-run",
-        description="X-DER and its competitors for class-incremental continual learning. Methods: "
+        description="X-DER and its competitors for continual learning (class-, task-, domain-incremental, "
+        "general streams). Methods: "
         f"{methods}. Benchmarks: {benchmarks}. Backbones: {backbones}.",
     )
     add_plugin_argument(parser)

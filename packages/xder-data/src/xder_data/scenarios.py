@@ -128,7 +128,7 @@ def _chunks(n: int) -> list[tuple[int, int]]:
     """The six chunks ``[start, end)`` of a class's ``n`` rows, last first (the authors pop
     them off the end of a list)."""
     size = n // (2 * STREAM_ROUNDS) + 1
-    bounds = [(k * size, min((k + 1) * size, n)) for k in range(2 * STREAM_ROUNDS)]
+    bounds = [(min(k * size, n), min((k + 1) * size, n)) for k in range(2 * STREAM_ROUNDS)]
     return bounds[::-1]
 
 
@@ -161,7 +161,8 @@ def stream_360(
         picks = []
         for c in pair:
             start, end = chunks[c].pop(0)
-            picks.append(rows[c][start + rng.integers(0, end - start, size=end - start)])
+            size = end - start  # 0 for a class too small to fill its six chunks
+            picks.append(rows[c][start + rng.integers(0, max(size, 1), size=size)])
         which = _interleave(len(picks[0]), len(picks[1]))
         taken = [0, 0]
         for w in which:

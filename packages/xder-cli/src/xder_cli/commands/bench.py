@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xder_cli.arguments import assignment, at_least, int_list, name_list
+from xder_cli.catalogue import BENCH_BENCHMARKS
 from xder_cli.commands.common import add_plugin_argument, add_protocol_argument
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--benchmark",
         default="seq-cifar100",
         metavar="NAME",
-        help="data shape: seq-cifar10, seq-cifar100, seq-miniimg, seq-digits (seq-cifar100)",
+        help=f"data shape: {', '.join(BENCH_BENCHMARKS.names())} (seq-cifar100)",
     )
     add_protocol_argument(bench, recorded=False)
     bench.add_argument(

@@ -148,7 +148,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=TRAIN_EXAMPLES,
         help=f"train one run (default: {DEFAULT_METHOD} on {DEFAULT_BENCHMARK}) into a run directory",
         description=(
-            "Train a continual learner on a class-incremental benchmark, evaluating every seen task "
+            "Train a continual learner on a benchmark (class-, domain-incremental or a general stream: its "
+            "scenario), evaluating every seen task "
             "after each task. The run directory OUT/<date>-<method>-<benchmark>-m<buffer>-s<seed>/ "
             "receives config.toml, events.jsonl, results.json, checkpoint.pt and plots/; one process at a "
             "time writes it (RUN_DIR/.lock). "
@@ -211,7 +212,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--preset",
         metavar="NAME[:ENTRY]",
         help="hyperparameter preset: paper (the published chosen values per benchmark and buffer size: "
-        "the X-DER paper's, the DER paper's on seq-cifar10), tuned (ours, selected on validation: "
+        "the X-DER paper's, the DER paper's on seq-cifar10, seq-mnist, seq-tinyimg, perm-mnist, rot-mnist "
+        "and mnist-360), tuned (ours, selected on validation: "
         "seq-digits, seq-cifar10 laptop, seq-cifar100 laptop) or none (benchmark protocol + the "
         "method's own defaults); NAME:ENTRY "
         "picks a variant's entry, e.g. paper:xder-rpc (default: tuned, else paper, where it has an entry "

@@ -61,6 +61,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from xder_cli.runs.bench_shapes import BENCH_SHAPES
 from xder_cli.runs.build import build_method, build_network, resolve_device, run_generator
 from xder_cli.runs.errors import BenchError, SettingError, option
 from xder_cli.runs.settings import RunPlan, resolve_run
@@ -100,14 +101,6 @@ __all__ = [
     "wait_for_start", "with_protocol",
 ]  # fmt: skip
 
-# Synthetic data shaped like each benchmark: (input shape, classes per task, tasks, items per class).
-BENCH_SHAPES: dict[str, tuple[tuple[int, ...], int, int, int]] = {
-    "seq-cifar10": ((3, 32, 32), 2, 5, 5000),
-    "seq-cifar100": ((3, 32, 32), 10, 10, 500),
-    "seq-digits": ((1, 8, 8), 2, 5, 144),
-    "seq-miniimg": ((3, 84, 84), 5, 20, 500),
-}
-
 
 @dataclass(frozen=True, kw_only=True)
 class BenchOptions:
@@ -121,7 +114,7 @@ class BenchOptions:
             :data:`BENCH_SHAPES`).
         protocol: the benchmark's training protocol (None: the default, the paper's).
         backbone: the backbone (None: the protocol's; EfficientNet-B2 on ``seq-miniimg``, the
-            CIFAR ResNet18 on the others).
+            CIFAR ResNet18 on the others, the MNIST MLP on ``seq-mnist``).
         width: the ``resnet18-cifar`` width (None: the protocol's).
         batch_size: the stream and replay batch (None: the protocol's).
         buffer_size: the buffer size (None: the protocol's).
@@ -270,10 +263,8 @@ def method_at_task(name: str, options: BenchOptions, device: torch.device) -> Me
     """Method ``name`` at task ``options.task`` of ``options.benchmark``'s shapes
     (:data:`BENCH_SHAPES`), built from its plan (:func:`bench_plan`; ``options`` with the
     protocol's values filled in: :func:`with_protocol`) as training builds it; every earlier task
-    seen through ``prefill`` (its memory full), in the benchmark's class-il scenario or, for a
-    method that needs the task at test time (PNN), as task-il; the loop's optimiser
-    (:func:`xder_methods.make_optimizer`: the plan's optimiser and lr, as task ``options.task`` of
-    a run begins). The network's weights
+    seen through ``prefill`` (its memory full), the loop's optimiser (:func:`xder_methods.make_optimizer`:
+    the plan's optimiser and lr, as task ``options.task`` of a run begins). The network's weights
     come from the plan's seed and the data from a CPU generator of seed 1, then move to
     ``device``: the same on every device (the method's own draws come from the run's generator on
     ``device``)."""
@@ -294,8 +285,8 @@ def method_at_task(name: str, options: BenchOptions, device: torch.device) -> Me
     generator = run_generator(plan, device)
     try:
         method: Any = build_method(plan, net, setting, transforms, generator)
-    except MethodConfigError:  # needs the task at test time (PNN): the same steps, as task-il
-        setting = dataclasses.replace(setting, scenario="task-il")  # another refusal is raised again
+    except MethodConfigError:  # a method needing the task at test time (PNN) is measured as task-il
+        setting = dataclasses.replace(setting, scenario="task-il")  # (the same steps); else raised again
         method = build_method(plan, net, setting, transforms, generator)
     data_gen = torch.Generator().manual_seed(1)
     n_items = per_class * per_task
@@ -392,11 +383,20 @@ def wait_for_start(folder: Path, timeout: float = 600.0) -> None:
         time.sleep(0.005)
 
 
+def _protocol_width(defaults: BenchmarkDefaults) -> int | None:
+    """The protocol's ``resnet18-cifar`` width (64 unless it sets one); None for another backbone
+    (an MLP has no width)."""
+    if defaults.backbone != "resnet18-cifar":
+        return None
+    return int(defaults.backbone_options.get("width", 64))
+
+
 def with_protocol(options: BenchOptions, defaults: BenchmarkDefaults) -> BenchOptions:
     """``options`` with ``backbone``, ``width``, ``batch_size`` and ``buffer_size`` left None
-    taken from the protocol's ``defaults`` (EfficientNet-B2 on ``seq-miniimg``, the CIFAR
-    ResNet18 on the others); ``options`` itself is left as it is. (The buffer size's range is the
-    method config's to check, as a run's: :func:`bench_plan`.)
+    taken from the protocol's ``defaults`` (EfficientNet-B2 on ``seq-miniimg``, the MNIST MLP on
+    ``seq-mnist``, the CIFAR ResNet18 on the others; a width for the ResNet only); ``options``
+    itself is left as it is. (The buffer size's range is the method config's to check, as a
+    run's: :func:`bench_plan`.)
 
     Raises:
         SettingError: a width or batch size below 1.
@@ -404,7 +404,7 @@ def with_protocol(options: BenchOptions, defaults: BenchmarkDefaults) -> BenchOp
     options = replace(
         options,
         backbone=defaults.backbone if options.backbone is None else options.backbone,
-        width=int(defaults.backbone_options.get("width", 64)) if options.width is None else options.width,
+        width=_protocol_width(defaults) if options.width is None else options.width,
         batch_size=defaults.batch_size if options.batch_size is None else options.batch_size,
         buffer_size=defaults.buffer_size if options.buffer_size is None else options.buffer_size,
     )

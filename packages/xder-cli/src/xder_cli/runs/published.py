@@ -2,7 +2,9 @@
 published and claimed, beside ``presets/``).
 
 The file holds the X-DER paper's Table 1 (every row and column, JT and FT included) and the DER
-paper's Table 2 on Seq-CIFAR-10 (Class-IL and Task-IL FAA); its header comment gives the layout::
+paper's Table 2 on Seq-CIFAR-10 (Class-IL and Task-IL FAA); the DER paper's other benchmarks have
+sections that name their source and hold no figure yet (:func:`benchmark_paper` is the DER paper's,
+:func:`published_benchmarks` leaves them out). Its header comment gives the layout::
 
     [sources.x-der]
     paper = "X-DER paper (Boschini et al., ...)"
@@ -37,6 +39,7 @@ __all__ = [
     "benchmark_paper",
     "paper_methods",
     "paper_name",
+    "paper_title",
     "published_analyses",
     "published_at",
     "published_benchmarks",
@@ -205,9 +208,18 @@ def paper_name(paper: str) -> str:
     Raises:
         SettingError: no shipped table is of ``paper``.
     """
+    title = paper_title(paper)  # raises for an unknown paper
+    return f"{title}'s {_load_raw()['sources'][paper]['table'].split(',')[0]}"
+
+
+def paper_title(paper: str) -> str:
+    """A paper in words, from its source: ``X-DER paper``, ``DER paper``.
+
+    Raises:
+        SettingError: no shipped table is of ``paper``.
+    """
     _source(paper)
-    raw = _load_raw()["sources"][paper]
-    return f"{raw['paper'].split(' (')[0]}'s {raw['table'].split(',')[0]}"
+    return str(_load_raw()["sources"][paper]["paper"].split(" (")[0])
 
 
 def benchmark_paper(benchmark: str) -> str | None:

@@ -1,6 +1,8 @@
 """``table`` (reproduction): every row of a paper's published table for one benchmark and buffer
 size (:mod:`xder_cli.runs.published`: the X-DER paper's Table 1, the DER paper's Table 2 on
-``seq-cifar10``), each entry with its default preset (a variant, e.g. ``xder-rpc``, with its preset
+``seq-cifar10``; on the DER paper's benchmarks whose figures are not transcribed, ``seq-mnist``,
+``seq-tinyimg``, ``perm-mnist``, ``rot-mnist`` and ``mnist-360``, the rows its ``paper`` preset
+holds there), each entry with its default preset (a variant, e.g. ``xder-rpc``, with its preset
 entry, ``paper:xder-rpc``), over the seeds; methods without a buffer train once (their run
 directories, ``<entry>-s<seed>``, carry no buffer size, so tables of several buffer sizes in one
 folder share them). ``table.md`` / ``table.csv``: per entry our FAA and FF, the published value,
@@ -9,7 +11,9 @@ then the papers' claims about the table (``papers/claims.toml``, e.g. "X-DER's F
 DER++'s"), each checked on our rows as holds / does not hold / not separated
 (:mod:`xder_cli.runs.claims`). On a protocol other than ``paper`` (``laptop``) the table is a
 quick one: the published values are shown for orientation only and no difference with them is
-judged; the claims are checked all the same. A benchmark with no published results at all
+judged; the claims are checked all the same. A Domain-IL or general benchmark
+(:func:`xder_data.benchmark_scenario`) has no Task-IL column, and ``table.md`` says why in one line
+(:func:`no_task_il_line`). A benchmark with no published results at all
 (``seq-digits``) trains and tabulates every method of the X-DER paper's Table 1
 (:func:`xder_cli.runs.published.xder_table_methods`: ``joint``, ``sgd``, ``lwf_mc``, ``er``,
 ``gdumb``, ``er_ace``, ``rpc``, ``bic``, ``icarl``, ``lucir``, ``der``, ``derpp``, ``xder``; not
@@ -66,15 +70,17 @@ from xder_cli.runs.published import (
     benchmark_paper,
     paper_methods,
     paper_name,
+    paper_title,
     published_at,
     published_benchmarks,
 )
 from xder_cli.runs.records import Outcome, Results
 from xder_cli.runs.scheduler import PlannedRun
 from xder_cli.runs.settings import Notify, ignore
-from xder_data import DEFAULT_PROTOCOL
+from xder_data import DEFAULT_PROTOCOL, benchmark_scenario
 from xder_eval import PublishedResult, compare_to_published
 from xder_eval.plots import new_figure, save_figure
+from xder_methods import SCENARIO_ACCURACY, ContinualSetting, Scenario
 
 __all__ = [
     "TABLE_CSV",
@@ -82,8 +88,10 @@ __all__ = [
     "TABLE_MD",
     "Table",
     "TableEntry",
+    "no_task_il_line",
     "plan_table",
     "plot_table",
+    "reports_task_il",
     "summarize_table",
     "table_csv",
     "table_entries",
@@ -136,6 +144,26 @@ TABLE_CSV_COLUMNS = (
     "wall_time_s_mean",
 )
 """The header of ``table.csv``: one line per entry (empty cells where a value is undefined)."""
+
+
+def reports_task_il(scenario: Scenario) -> bool:
+    """Whether a table of a ``scenario`` benchmark has a Task-IL column: ``class-il`` and
+    ``task-il`` (:attr:`xder_methods.ContinualSetting.reports_task_il`)."""
+    return ContinualSetting((1,), (1,), scenario=scenario).reports_task_il
+
+
+def no_task_il_line(benchmark: str, scenario: Scenario) -> str | None:
+    """The one line a table of ``benchmark`` gives for having no Task-IL column (None where it has
+    one): a Domain-IL benchmark's tasks all hold the same classes, a general stream is one task."""
+    if reports_task_il(scenario):
+        return None
+    if scenario == "domain-il":
+        why = "every task holds the same classes, so a task's own classes are all of them"
+        faa = "its Domain-IL accuracy"
+    else:
+        why = "one stream without task boundaries, a single task to the learner"
+        faa = "the accuracy over every class at the stream's end"
+    return f"No Task-IL column: {benchmark} is {scenario} ({why}); FAA is {faa}."
 
 
 def table_metrics(results: Results | None) -> dict[str, float | None]:
@@ -247,14 +275,18 @@ def summarize_table(
         times = [float(r["wall_time_s"]) for r in done if r["wall_time_s"] is not None]
         row["wall_time_s"] = sum(times) / len(times) if times else None
         rows.append(row)
+    scenario = benchmark_scenario(common["benchmark"])
+    accuracy = SCENARIO_ACCURACY[scenario]
+    task_il = " and Task-IL FAA" if reports_task_il(scenario) else ""
     return {
         **common,
         "buffer_size": buffer_size,
         "paper": paper,
         "paper_name": paper_name(paper),
+        "scenario": scenario,
         "mode": mode,
         "sources": list(dict.fromkeys(p.source for p in published)),
-        "metric": "FAA and FF (%, Class-IL, test) and Task-IL FAA; published: the paper protocol's",
+        "metric": f"FAA and FF (%, {accuracy}, test){task_il}; published: the paper protocol's",
         "rule": TWO_SE_RULE if mode == "judged" else None,
         "rows": rows,
         "claims": check_table_claims(common["benchmark"], buffer_size, table_rows, per_seed),
@@ -280,20 +312,28 @@ def _minutes(seconds: float | None) -> str:
 def table_markdown(summary: Summary) -> str:
     """``table.md``: one row per entry; which columns depends on the summary's ``mode``."""
     mode, benchmark, protocol = summary["mode"], summary["benchmark"], summary["protocol"]
+    scenario = summary.get("scenario", "class-il")
+    metrics = [m for m in METRICS if m != "task_il" or reports_task_il(scenario)]
     on = benchmark if protocol == DEFAULT_PROTOCOL else f"{benchmark}, protocol {protocol} (a quick table)"
     seeds = ", ".join(map(str, summary["seeds"]))
+    task_il = " and the Task-IL FAA" if "task_il" in metrics else ""
+    accuracy = SCENARIO_ACCURACY[scenario]
     lines = [
         f"# Table: {on}, buffer {summary['buffer_size']}",
         "",
-        "Ours: final average accuracy FAA and final forgetting FF (Class-IL, test split, %) and the Task-IL "
-        f"FAA, mean ± sample std over the finished seeds of {seeds} (n); each method with its preset (the "
-        "preset column); one run: the mean wall time of a finished run (training and evaluation, resumed "
-        "parts summed).",
+        f"Ours: final average accuracy FAA and final forgetting FF ({accuracy}, test split, %){task_il}, "
+        f"mean ± sample std over the finished seeds of {seeds} (n); each method with its preset (the preset "
+        "column); one run: the mean wall time of a finished run (training and evaluation, resumed parts "
+        "summed).",
     ]
+    no_task_il = no_task_il_line(benchmark, scenario)
+    if no_task_il:
+        lines.append(no_task_il)
     sources = "; ".join(summary["sources"])
     rows = summary["rows"]
     paper = summary.get("paper", XDER_TABLE)
     of_paper = set(paper_methods(paper)) | {p.entry for p in published_at(benchmark, summary["buffer_size"])}
+    of_paper |= {e.name for e in table_entries(benchmark, summary["buffer_size"], protocol, paper=paper)}
     if benchmark_paper(benchmark) != paper or any(r["entry"] not in of_paper for r in rows):
         named = ", ".join(r["entry"] for r in rows if r["entry"] not in of_paper)
         lines.append(
@@ -301,7 +341,9 @@ def table_markdown(summary: Summary) -> str:
         )
     if mode == "ours only":
         at = f" at buffer {summary['buffer_size']}" if benchmark in published_benchmarks() else ""
-        lines.append(f"No published results for {benchmark}{at}: ours alone.")
+        own = benchmark_paper(benchmark)  # a paper's benchmark whose figures are not transcribed
+        why = f" (the {paper_title(own)}'s are not transcribed)" if own and not at else ""
+        lines.append(f"No published results for {benchmark}{at}{why}: ours alone.")
     elif mode == "orientation":
         lines.append(
             f"Published: {sources}, on the paper protocol: shown for orientation only, since protocol "
@@ -322,17 +364,17 @@ def table_markdown(summary: Summary) -> str:
     # paper's table only); Δ and the 2-SE judgement on the paper protocol.
     shown = {
         m: mode != "ours only" and (m != "task_il" or any(r[m]["published"] is not None for r in rows))
-        for m in METRICS
+        for m in metrics
     }
     header = ["method", "preset"]
-    for m in METRICS:
+    for m in metrics:
         header += [_LABELS[m]] + ([f"{_LABELS[m]} published"] if shown[m] else [])
         header += [f"Δ {_LABELS[m]}", "> 2 SE"] if shown[m] and mode == "judged" else []
     header += ["n", "one run"]
     lines += ["", "| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
     for row in summary["rows"]:
         cells = [row["entry"], row["preset"] or "-"]
-        for metric in METRICS:
+        for metric in metrics:
             c = row[metric]
             cells.append(fmt_stat(c["mean"], c["std"]))
             if shown[metric]:

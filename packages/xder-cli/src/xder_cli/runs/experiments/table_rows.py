@@ -12,12 +12,13 @@ from typing import Any
 
 from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.experiments.common import run_config
-from xder_cli.runs.presets import DEFAULT_ORDER, list_presets, preset_entry
+from xder_cli.runs.presets import DEFAULT_ORDER, list_presets, preset_entries, preset_entry
 from xder_cli.runs.published import (
     XDER_TABLE,
     benchmark_paper,
     paper_methods,
     paper_name,
+    paper_title,
     published_at,
     published_table,
 )
@@ -71,6 +72,31 @@ def _variant_preset(benchmark: str, buffer_size: int, entry: str, method: str, p
     )
 
 
+def _preset_rows(benchmark: str, buffer_size: int, paper: str) -> list[tuple[str, str]]:
+    """The rows of ``paper``'s table on ``benchmark``, one of its benchmarks whose figures are not
+    transcribed (``published.toml`` names its source but holds no figure): the entries of the
+    ``paper`` preset's table of ``benchmark`` (its paper protocol) without a buffer and at
+    ``buffer_size``, the methods the authors ran there; the paper's row order first
+    (:func:`~xder_cli.runs.published.paper_methods`), then the preset's.
+
+    Raises:
+        SettingError: the preset has no entry of ``benchmark`` at ``buffer_size``.
+    """
+    entries = [
+        e for e in preset_entries("paper") if (e.benchmark, e.protocol) == (benchmark, DEFAULT_PROTOCOL)
+    ]
+    sizes = sorted({e.buffer_size for e in entries if e.buffer_size is not None})
+    if buffer_size not in sizes:
+        at = f"at buffer sizes {', '.join(map(str, sizes))}" if sizes else "at no buffer size"
+        raise SettingError(
+            f"{benchmark} has no published figures, and the paper preset holds the rows the "
+            f"{paper_title(paper)} ran on it {at}: pick one with {option('buffer_size')}"
+        )
+    order = paper_methods(paper)
+    rows = [(e.name, e.method) for e in entries if e.buffer_size in (None, buffer_size)]
+    return sorted(rows, key=lambda row: order.index(row[1]) if row[1] in order else len(order))
+
+
 def table_paper(benchmark: str, paper: str | None = None) -> str:
     """The paper whose table's methods ``experiment table`` trains: ``paper`` where given (a
     source of ``published.toml``, :func:`xder_cli.runs.published.table_papers`), else the paper
@@ -120,7 +146,7 @@ def table_entries(
     chosen = table_paper(benchmark, paper)
     if chosen == benchmark_paper(benchmark):
         published = published_table(benchmark, buffer_size)  # raises where there is none at that size
-        candidates = [(p.entry, p.method) for p in published]
+        candidates = [(p.entry, p.method) for p in published] or _preset_rows(benchmark, buffer_size, chosen)
     else:
         published = published_at(benchmark, buffer_size)
         candidates = [(m, m) for m in paper_methods(chosen)]
