@@ -160,7 +160,7 @@ class PNN(MethodBase[PNNConfig]):
     with ``run.scenario = "task-il"``).
 
     State: every column and adapter (all built at the start, so a checkpoint has one shape), the
-    current task; ``net`` is column 0.
+    current task; ``net`` is column 0 (what an analysis of ``net`` sees).
 
     Differences from the authors' code:
 
@@ -185,6 +185,8 @@ class PNN(MethodBase[PNNConfig]):
       task's end); a task's classes are scored by its own column even before it trains (the
       untrained column: the Task-IL baseline of forward transfer), where mammoth does not
       evaluate PNN before training.
+    * Each task's column and adapters train with the loop's optimiser (the run's momentum and
+      weight decay; none in the ``paper`` preset), where the authors build a plain SGD per column.
     """
 
     def __init__(
