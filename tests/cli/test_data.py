@@ -38,7 +38,7 @@ def test_info_json_has_the_promised_keys(capsys) -> None:
 def test_info_text_and_class_order(capsys) -> None:
     assert main(["data", "info", "seq-digits", "--class-order", "reversed"]) == 0
     out = capsys.readouterr().out
-    assert "seq-digits: 5 tasks x 2 classes" in out
+    assert "seq-digits (class-il): 5 tasks x 2 classes" in out
     assert "task 1: " in out
     assert out.splitlines()[3].endswith("| 9, 8")
 
@@ -293,7 +293,7 @@ def test_prepare_mnist_then_info_then_train(tmp_path: Path, capsys) -> None:
     assert main(["data", "info", "seq-mnist", "--data-root", str(root)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(
-        "seq-mnist: 5 tasks x 2 classes\n  30 train / 10 test examples of shape (1, 28, 28)"
+        "seq-mnist (class-il): 5 tasks x 2 classes\n  30 train / 10 test examples of shape (1, 28, 28)"
     )
     assert (
         "protocol full: 1 epochs, batch 10, replay 10, lr 0.03 (none), buffer 200, backbone mnist-mlp" in out

@@ -288,3 +288,16 @@ def test_an_unknown_name_points_to_plugins(argv: list[str], tmp_path: Path, caps
     assert err.rstrip().endswith("; one a plugin registers? load it with --plugin MODULE_OR_FILE")
     assert len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_method_refuses_a_scenario_in_one_line(tmp_path: Path, capsys) -> None:
+    """A method that needs task boundaries refuses a general stream before training, with one
+    line naming it, the scenario and why, and leaves no run behind."""
+    argv = ["train", "--benchmark", "digits-360", "--method", "lwf", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    assert _error(capsys) == (
+        "xder-run train: error: lwf cannot run a general benchmark: it distils from the previous "
+        "task's model, and a general stream is one task, so it would never distil "
+        "(it runs class-il, task-il)"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -122,7 +122,7 @@ def test_class_order_forward_and_backward(tmp_path: Path, capsys) -> None:
     argv = ["experiment", "class-order", "--methods", "er", "--seeds", "0,1", "--out", str(out), *TINY]
     assert main([*argv, "--threads", "1"]) == 0
     printed = capsys.readouterr().out
-    assert printed.count(" finished | FAA ") == 4
+    assert printed.count(" finished | Class-IL FAA ") == 4
     # Each run's log says the thread count its numbers come from, as xder-run train does.
     log = (out / "runs" / "er-natural-s0" / "log.txt").read_text().splitlines()
     assert log[0] == "threads: 1 (fixed)"

@@ -64,7 +64,7 @@ def test_data_info_summarises_my_pngs(tmp_path: Path, capsys) -> None:
     data = my_images(tmp_path / "my_images")
     assert main(["data", "info", "folder", "--data-root", str(data)]) == 0
     out = capsys.readouterr().out
-    assert "folder: 3 tasks x 2 classes" in out
+    assert "folder (class-il): 3 tasks x 2 classes" in out
     assert "36 train / 12 test examples of shape (3, 8, 8) (uint8)" in out
     assert "task 1: 12 train / 4 test | apple, bee" in out
     assert "task 3: 12 train / 4 test | egg, fern" in out

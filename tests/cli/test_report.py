@@ -115,7 +115,7 @@ def test_report_of_a_runs_folder(runs: Path, tmp_path: Path, capsys, saved_figur
     assert rows[1]["missing_seeds"] == "2"
 
     payload = json.loads((out / "report.json").read_text())
-    assert payload["setting"] == "class-il"
+    assert payload["setting"] == "scenario"
     assert [(o["method"], o["overrides"]) for o in payload["overrides"]] == [
         ("sgd", {"train.epochs": 1, "backbone.width": 4}),
         ("er", {"train.epochs": 1, "backbone.width": 4}),

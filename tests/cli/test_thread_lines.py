@@ -153,7 +153,7 @@ def test_the_summary_says_when_more_than_one_count_was_used(
     print_summary(results | {"environment": {"device": device, "threads": used}}, tmp_path)
     lines = capsys.readouterr().out.splitlines()
     assert lines[:2] == [
-        "FAA 90.00  FF 5.00  |  Task-IL FAA 99.00  |  wall time 12.0 s",
+        "Class-IL FAA 90.00  FF 5.00  |  Task-IL FAA 99.00  |  wall time 12.0 s",
         f"results: {tmp_path / 'results.json'}  plots: {tmp_path / 'plots'}",
     ]
     assert lines[2:] == ([] if note is None else [note])
@@ -176,6 +176,6 @@ def test_train_says_its_count_under_its_first_line(
         "--threads 1 fixes the count"
     )
     assert [line[:9] for line in lines[2:7]] == [f"task {t}/5 " for t in range(1, 6)]
-    assert lines[7].startswith("FAA ")
+    assert lines[7].startswith("Class-IL FAA ")
     assert lines[8].startswith("results: ")
     assert len(lines) == 9  # one count throughout: no line about it in the summary

@@ -313,3 +313,63 @@ def test_a_resumed_run_continues_its_logs(tmp_path: Path, monkeypatch) -> None:
                 row = items(record.history.item)
                 epochs += [row["epoch"]] if "epoch" in row else []
     assert epochs == [1, 2, 3, 4, 5]
+
+
+# ---------------------------------------------------------------------------------------------
+# Scenarios: each accuracy under its name, nothing of one the scenario does not report
+
+
+def hparams_metrics(accumulator) -> list[str]:
+    """The metrics the TensorBoard HParams plugin was told of."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    content = accumulator.PluginTagToContent("hparams")["_hparams_/experiment"]
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content).experiment
+    return [info.name.tag for info in experiment.metric_infos]
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "tasks", "own", "final"),
+    [
+        ("perm-digits", ["--set", "train.tasks=2"], "domain_il", ["final/faa", "final/ff"]),
+        ("digits-360", [], "accuracy", ["final/faa"]),
+    ],
+)
+def test_a_scenario_without_task_il_logs_its_own_accuracy_and_no_task_il(
+    benchmark: str, tasks: list[str], own: str, final: list[str], tmp_path: Path, monkeypatch
+) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    quiet_wandb(monkeypatch, tmp_path / "home")
+    out = tmp_path / "runs"
+    argv = ["train", "--benchmark", benchmark, "--method", "sgd", "--out", str(out), *tasks]
+    argv += ["--epochs", "1", "--device", "cpu"]  # the MLP of the digits' scenarios: no width
+    assert main([*argv, "--logger", "tensorboard", "--logger", "wandb"]) == 0
+    (run,) = out.iterdir()
+    expected = results(run)
+    accumulator = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    accumulator.Reload()
+    tags = set(accumulator.Tags()["scalars"])
+    n = len(expected["accuracy_matrix"])
+    per_task = {t for t in tags if "/" in t and not t.startswith(("train/", "final/"))}
+    assert per_task == {f"{own}/task_{j}" for j in range(n)} | {f"{own}/average"}
+    last = {j: accumulator.Scalars(f"{own}/task_{j}")[-1].value for j in range(n)}
+    assert list(last.values()) == pytest.approx(expected["accuracy_matrix"][-1], abs=1e-4)
+    assert {t for t in tags if t.startswith("final/")} == {
+        f"final/{k}" for k in ("faa", "ff", "bwt") if expected[k] is not None
+    } | {"final/wall_time_s"}
+    assert sorted(hparams_metrics(accumulator)) == final
+    texts = {t.split("/")[0] for t in accumulator.Tags()["tensors"]}
+    assert "accuracy_matrix" in texts
+    assert "task_il_accuracy_matrix" not in texts
+
+    (folder,) = (run / "wandb").glob("offline-run-*")
+    (log,) = folder.glob("run-*.wandb")
+    records = list(wandb_records(log))
+    history = [items(r.history.item) for r in records if r.WhichOneof("record_type") == "history"]
+    logged = set().union(*(row for row in history if "task" in row))
+    assert {k for k in logged if "il" in k or k.startswith("accuracy")} == {
+        f"{own}/task_{j}" for j in range(n)
+    } | {f"{own}/average"}
+    assert not list((folder / "files" / "media" / "table").glob("task_il_accuracy_matrix_*"))
+    assert list((folder / "files" / "media" / "table").glob("accuracy_matrix_*"))

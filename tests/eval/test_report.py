@@ -327,14 +327,14 @@ def test_csv_exactly() -> None:
     ff_std = f"{5 / math.sqrt(2):.4f}"
     til_ff_std = f"{sample_std([0.0, 7.5, 10.0]):.4f}"
     assert report_csv(report).splitlines() == [
-        "benchmark,buffer,method,preset,settings,n,seeds,missing_seeds,faa_mean,faa_std,ff_mean,ff_std,"
+        "benchmark,scenario,buffer,method,preset,settings,n,seeds,missing_seeds,faa_mean,faa_std,ff_mean,ff_std,"
         "task_il_faa_mean,task_il_faa_std,task_il_ff_mean,task_il_ff_std,runs,"
         "published_faa,published_faa_std,published_ff,published_ff_std,published_seeds,published_source",
-        f"seq-a,0,sgd,none,,2,0;1,2,31.0000,{s2},97.5000,{ff_std},80.0000,0.0000,0.0000,0.0000,"
+        f"seq-a,class-il,0,sgd,none,,2,0;1,2,31.0000,{s2},97.5000,{ff_std},80.0000,0.0000,0.0000,0.0000,"
         "runs/sgd-seq-a-m0-s0;runs/sgd-seq-a-m0-s1,,,,,,",
-        f"seq-a,200,er,none,,3,0;1;2,,70.0000,10.0000,20.0000,10.0000,85.0000,5.0000,5.8333,{til_ff_std},"
+        f"seq-a,class-il,200,er,none,,3,0;1;2,,70.0000,10.0000,20.0000,10.0000,85.0000,5.0000,5.8333,{til_ff_std},"
         "runs/er-seq-a-m200-s0;runs/er-seq-a-m200-s1;runs/er-seq-a-m200-s2,,,,,,",
-        "seq-a,500,derpp,none,,1,0,1;2,60.0000,,40.0000,,80.0000,,0.0000,,runs/derpp-seq-a-m500-s0,,,,,,",
+        "seq-a,class-il,500,derpp,none,,1,0,1;2,60.0000,,40.0000,,80.0000,,0.0000,,runs/derpp-seq-a-m500-s0,,,,,,",
     ]
 
 
@@ -474,10 +474,12 @@ def test_report_dict_is_strict_json_with_every_number() -> None:
     payload = report_dict(report, task_il=True)
     json.dumps(payload, allow_nan=False)
     assert payload["setting"] == "task-il"
+    til = {"scenario": "class-il", "accuracy": "Task-IL"}
     assert payload["columns"] == [
-        {"benchmark": "seq-a", "buffer_size": 200, "buffered": True},
-        {"benchmark": "seq-a", "buffer_size": 500, "buffered": True},
+        {"benchmark": "seq-a", "buffer_size": 200, "buffered": True} | til,
+        {"benchmark": "seq-a", "buffer_size": 500, "buffered": True} | til,
     ]
+    assert [t["accuracy"] for t in payload["tables"]] == ["Task-IL"]
     er = next(g for g in payload["groups"] if g["method"] == "er")
     assert er["seeds"] == [0, 1, 2]
     assert er["class_il"]["faa"] == {
@@ -536,3 +538,61 @@ def test_runs_without_defined_forgetting_show_no_ff() -> None:
     summary = summarize_group(GroupKey("b", 0, "joint", "none", ""), [record])
     assert summary.class_il.ff.mean is None
     assert summary.class_il.faa.mean == 85.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Scenarios
+
+
+def test_scenarios_the_caller_gives_shape_the_groups_and_tables() -> None:
+    """A Domain-IL run (no Task-IL matrix) and a stream (one task) beside Class-IL runs, with the
+    facts of their scenarios: each group holds only its scenario's accuracies, each scenario its
+    own table, in the order of the facts; Task-IL cannot be asked of them. Without their facts, a
+    report knows only class-il and lists them."""
+    from xder_eval.report import CLASS_IL, ReportTable, ScenarioFacts
+
+    facts = {
+        "class-il": CLASS_IL,
+        "domain-il": ScenarioFacts("Domain-IL", task_il=False),
+        "general": ScenarioFacts("Accuracy", task_il=False, forgetting=False),
+    }
+    domain = record("er", 0, [[80.0], [60.0, 70.0]], benchmark="perm-a")
+    domain.results.update(scenario="domain-il", task_il_accuracy_matrix=None)
+    stream = record("er", 0, [[25.0]], benchmark="stream-a")
+    stream.results.update(scenario="general", task_il_accuracy_matrix=None)
+    records = [record("er", 0, ER[0]), domain, stream]
+
+    report = build_report(records, scenarios=facts)
+    assert not report.problems
+    by_benchmark = {g.key.benchmark: g for g in report.groups}
+    assert {b: g.key.scenario for b, g in by_benchmark.items()} == {
+        "seq-a": "class-il",
+        "perm-a": "domain-il",
+        "stream-a": "general",
+    }
+    assert by_benchmark["perm-a"].task_il is None
+    assert by_benchmark["perm-a"].setting(False).faa.mean == 65.0
+    assert by_benchmark["perm-a"].setting(False).ff.mean == 20.0
+    assert by_benchmark["stream-a"].setting(False).ff.mean is None  # one task: nothing to forget
+    with pytest.raises(ValueError, match="no Task-IL accuracy"):
+        by_benchmark["perm-a"].setting(True)
+    er = report.rows[0]
+    assert report.tables() == (
+        ReportTable("Class-IL", True, (report.columns[1],), (er,)),
+        ReportTable("Domain-IL", True, (report.columns[0],), (er,)),
+        ReportTable("Accuracy", False, (report.columns[2],), (er,)),
+    )
+    assert [c.benchmark for c in report.without_task_il()] == ["perm-a", "stream-a"]
+    with pytest.raises(ValueError, match=r"no Task-IL accuracy in domain-il, general \(perm-a, stream-a\)"):
+        report_markdown(report, task_il=True)
+    markdown = report_markdown(report)
+    assert "Domain-IL final average accuracy FAA (final forgetting FF)" in markdown
+    assert "| er | none | 25.00 n=1 |" in markdown
+
+    unknown = build_report(records)  # class-il only
+    assert [g.key.benchmark for g in unknown.groups] == ["seq-a"]
+    assert [p.kind for p in unknown.problems] == ["unreadable", "unreadable"]
+    assert (
+        "names the scenario 'domain-il', which this report does not know (class-il)"
+        in unknown.problems[0].message
+    )

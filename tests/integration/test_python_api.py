@@ -174,3 +174,15 @@ def test_the_run_example_trains_resumes_loads_and_analyses(tmp_path: Path, monke
     ece = namespace["ece"]["ece"]
     assert 0.0 <= ece <= 1.0
     assert lines[2] == f"ECE {100 * ece:.2f}%"
+
+
+def test_the_data_and_the_methods_name_the_same_scenarios() -> None:
+    """xder-data and xder-methods import no sibling, so each spells the scenarios a benchmark can
+    declare; the two spellings are one list."""
+    import typing
+
+    import xder_data
+    import xder_methods
+
+    assert typing.get_args(xder_data.Scenario) == typing.get_args(xder_methods.Scenario)
+    assert typing.get_args(xder_methods.Scenario) == xder_methods.SCENARIOS

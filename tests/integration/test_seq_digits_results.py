@@ -121,10 +121,12 @@ def test_quickstart_main_job(tmp_path: Path) -> None:
     )
     for t in range(5):
         assert re.match(rf"task {t + 1}/5 \| class-il \[[ \d.]+\] avg [\d.]+ \| task-il avg", lines[1 + t])
-    assert re.fullmatch(r"FAA [\d.]+  FF -?[\d.]+  \|  Task-IL FAA [\d.]+  \|  wall time [\d.]+ s", lines[6])
+    assert re.fullmatch(
+        r"Class-IL FAA [\d.]+  FF -?[\d.]+  \|  Task-IL FAA [\d.]+  \|  wall time [\d.]+ s", lines[6]
+    )
     assert lines[7] == f"results: {run / 'results.json'}  plots: {run / 'plots'}"
     assert results["complete"] is True
-    assert lines[6].startswith(f"FAA {results['faa']:.2f}  FF {results['ff']:.2f}")
+    assert lines[6].startswith(f"Class-IL FAA {results['faa']:.2f}  FF {results['ff']:.2f}")
     for name in ("config.toml", "events.jsonl", "checkpoint.pt"):
         assert (run / name).is_file(), name
     assert {p.name for p in (run / "plots").iterdir()} == {

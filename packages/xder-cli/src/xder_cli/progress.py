@@ -6,7 +6,6 @@ note of a report on a seed run more than once (:func:`repeated_seed_notes`)."""
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -16,9 +15,10 @@ from typing import Any
 from tqdm import tqdm
 
 from xder_cli.runs import rundir
+from xder_cli.runs._stats import fmt
 from xder_cli.runs.lifecycle import RunDisplay
 from xder_cli.runs.recorder import ThreadNews
-from xder_cli.runs.records import Results
+from xder_cli.runs.records import Results, own_metric, results_scenario
 from xder_cli.runs.report import WrittenReport
 from xder_cli.runs.scheduler import outcome_note
 from xder_methods import (
@@ -39,6 +39,7 @@ __all__ = [
     "print_summary",
     "progress_bar",
     "repeated_seed_notes",
+    "summary_figures",
     "thread_line",
     "threads_summary",
 ]
@@ -248,17 +249,32 @@ class OutcomeLines:
         )
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{value:.2f}"
+def summary_figures(results: Results) -> str:
+    """The figures of a run's summary line, named by its scenario
+    (:func:`~xder_cli.runs.records.results_scenario`): the scenario's own FAA and FF (Class-IL,
+    Task-IL or Domain-IL; a general stream's accuracy at its end, one task: no forgetting), then
+    Task-IL's FAA where a Class-IL run also reports it.
+
+    >>> summary_figures({"scenario": "domain-il", "faa": 53.49, "ff": 26.58, "task_il_faa": None})
+    'Domain-IL FAA 53.49  FF 26.58'
+    >>> summary_figures({"scenario": "general", "faa": 25.08, "ff": None, "task_il_faa": None})
+    'Accuracy 25.08'
+    """
+    scenario = results_scenario(results)
+    name = SCENARIO_ACCURACY[scenario]
+    if scenario == "general":
+        return f"{name} {fmt(results['faa'])}"
+    text = f"{name} FAA {fmt(own_metric(results, 'faa'))}  FF {fmt(own_metric(results, 'ff'))}"
+    if scenario == "class-il":
+        text += f"  |  Task-IL FAA {fmt(results['task_il_faa'])}"
+    return text
 
 
 def print_summary(results: Results, run_dir: Path) -> None:
-    """The run's last lines: its figures, where its files are, and on a CPU whether it trained on
-    more than one thread count (its numbers then do not repeat: :func:`threads_summary`)."""
-    print(
-        f"FAA {_fmt(results['faa'])}  FF {_fmt(results['ff'])}  |  Task-IL FAA {_fmt(results['task_il_faa'])}"
-        f"  |  wall time {results['wall_time_s']:.1f} s"
-    )
+    """The run's last lines: its figures (:func:`summary_figures`), where its files are, and on a
+    CPU whether it trained on more than one thread count (its numbers then do not repeat:
+    :func:`threads_summary`)."""
+    print(f"{summary_figures(results)}  |  wall time {results['wall_time_s']:.1f} s")
     print(f"results: {run_dir / rundir.RESULTS}  plots: {run_dir / rundir.PLOTS}")
     environment = results.get("environment", {})
     note = threads_summary(str(environment.get("device", "")), environment.get("threads", []))

@@ -47,8 +47,10 @@ class PublishedResult:
         entry: the method's registry name (``derpp``), or a variant's preset entry name
             (``xder-rpc``: X-DER with RPC future heads).
         method: the registered method the entry runs (``xder`` for every X-DER variant).
-        faa: final average accuracy (%, Class-IL).
-        ff: final forgetting (%, Class-IL); None where the paper gives none (JT, GDumb: "-").
+        faa: final average accuracy (%) in the benchmark's own scenario: Class-IL, Domain-IL
+            (Permuted and Rotated MNIST), a general stream's accuracy at its end (MNIST-360).
+        ff: final forgetting (%, the same scenario's); None where the paper gives none (JT,
+            GDumb: "-"; a general stream, one task).
         faa_std, ff_std: the paper's standard deviations over its runs; None where not given.
         task_il, task_il_std: the Task-IL final average accuracy (%) and its std, where the paper
             prints one (the DER paper's Table 2); else None.

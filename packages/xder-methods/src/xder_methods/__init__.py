@@ -62,6 +62,7 @@ from xder_methods.core.registry import (
     method_class,
     method_config_class,
     register_method,
+    registered_name,
 )
 from xder_methods.core.schedule import (
     PROTOCOL_METHOD_FIELDS,
@@ -408,6 +409,7 @@ __all__ = [
     "quadratic_penalty",
     "rank_within_class",
     "register_method",
+    "registered_name",
     "regular_simplex",
     "replay_exemplars",
     "reptile_update",

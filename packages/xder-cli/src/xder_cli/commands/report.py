@@ -39,7 +39,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Tabulate the final average accuracy (FAA) and final forgetting (FF) of complete runs as "
             "mean ± sample std over seeds: one row per method (and preset, and any setting on which its "
             "runs differ), one column per benchmark and buffer size, buffer-less methods in every column "
-            "of their benchmark. Plots the accuracy after each task (mean ± std band) per column and the "
+            "of their benchmark. The accuracy is each scenario's own (Class-IL, Domain-IL, a general "
+            "stream's with no FF), one table a scenario, no column of a metric a scenario lacks. "
+            "Plots the accuracy after each task (mean ± std band) per column and the "
             "mean accuracy matrix per group. Runs without results.json, unreadable or incomplete runs, "
             "and missing seeds are listed, not fatal; with no complete run at all, nothing is written "
             "(exit status 2). DIR receives table.md, table.csv, report.json, "
@@ -63,7 +65,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"folder for the tables, plots and report.json (default: {REPORT_OUT})",
     )
     report.add_argument(
-        "--task-il", action="store_true", help="tabulate and plot Task-IL accuracy instead of Class-IL"
+        "--task-il", action="store_true", help="tabulate and plot Task-IL, not the scenario's own accuracy"
     )
     add_plugin_argument(report)
     report.set_defaults(handler="report")

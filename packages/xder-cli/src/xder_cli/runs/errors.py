@@ -62,6 +62,7 @@ OPTIONS = (
     "train_run",  # train_run(..., resume=True) continues a run
     "analyze_run",  # analyze_run(...) analyses one
     "resume",
+    "task_il",  # write_report's Task-IL tables
     "grid",  # spec_from_preset's PRESET:BENCHMARK:BUFFER:ENTRY
     "out",  # the folder of a sweep or an experiment
     "seeds",  # ExperimentOptions (and a sweep's seeds) ...

@@ -9,7 +9,11 @@ method's state) it is a named mapping of ``Any``; where its keys are fixed it is
 """
 
 # No `from __future__ import annotations`: the TypedDicts read NotRequired at runtime.
-from typing import Any, Literal, NotRequired, TypedDict
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast
+
+if TYPE_CHECKING:  # the records import no library package (torch): the command line reads them
+    from xder_methods import Scenario
 
 __all__ = [
     "Attempt",
@@ -24,6 +28,8 @@ __all__ = [
     "Section",
     "Settings",
     "Status",
+    "own_metric",
+    "results_scenario",
 ]
 
 Section = dict[str, Any]
@@ -80,6 +86,33 @@ class Metrics(TypedDict):
     val_task_il_bwt: NotRequired[float | None]
     val_task_il_average_accuracy: NotRequired[list[float]]
     forgetting_defined: bool
+
+
+def results_scenario(results: Mapping[str, Any]) -> "Scenario":
+    """The scenario of a ``results.json`` (:data:`xder_methods.Scenario`): its ``scenario``, and
+    ``class-il`` for one written before results named their scenario.
+
+    >>> results_scenario({"scenario": "domain-il"}), results_scenario({"faa": 50.0})
+    ('domain-il', 'class-il')
+    """
+    return cast("Scenario", results.get("scenario") or "class-il")
+
+
+def own_metric(results: Mapping[str, Any], key: str) -> Any:
+    """A ``results.json``'s ``key`` (``faa``, ``ff``, ``val_faa``...) of the run's own accuracy:
+    in a ``task-il`` run, whose Class-IL metrics are null, Task-IL's (``task_il_faa``,
+    ``val_task_il_faa``...); elsewhere ``key``'s (Class-IL, Domain-IL, a general stream's).
+    None where the results have none.
+
+    >>> own_metric({"scenario": "task-il", "faa": None, "val_task_il_faa": 91.0}, "val_faa")
+    91.0
+    >>> own_metric({"scenario": "domain-il", "faa": 53.5}, "faa")
+    53.5
+    """
+    if results_scenario(results) == "task-il":
+        val = "val_" if key.startswith("val_") else ""
+        key = f"{val}task_il_{key.removeprefix('val_')}"
+    return results.get(key)
 
 
 class Environment(TypedDict):

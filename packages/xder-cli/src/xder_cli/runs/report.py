@@ -4,7 +4,11 @@ analysed runs.
 
 Reading is here; grouping, statistics, tables and plots are :mod:`xder_eval.report`. A run that
 cannot be used (no results.json, unreadable files, ``complete: false``) is listed, never fatal;
-only a path that does not exist, or a folder holding no run directory, is an error. The
+only a path that does not exist, or a folder holding no run directory, is an error. Each run's
+``scenario`` (:data:`xder_methods.Scenario`) says what its table shows (:func:`report_scenarios`):
+runs of one scenario make one table, named by its accuracy (Class-IL, Domain-IL, a general
+stream's Accuracy, with no FF), runs of several make one table each; a benchmark whose runs name
+two scenarios, or Task-IL asked of a scenario without it, is an error. The
 published results shipped beside the presets (:mod:`xder_cli.runs.published`) are passed in, so
 each group of runs on a paper protocol that matches a published entry shows its published FAA
 (FF).
@@ -39,6 +43,7 @@ from xder_eval import (
     RepeatedSeed,
     Report,
     RunRecord,
+    ScenarioFacts,
     analyses_dict,
     analyses_markdown,
     analysis_rows,
@@ -53,7 +58,7 @@ from xder_eval import (
     report_dict,
     report_markdown,
 )
-from xder_methods import MethodError
+from xder_methods import SCENARIO_ACCURACY, SCENARIOS, ContinualSetting, MethodError
 from xder_models import UnknownBackboneError
 
 __all__ = [
@@ -63,6 +68,7 @@ __all__ = [
     "group_overrides",
     "read_run",
     "report_analyses",
+    "report_scenarios",
     "write_report",
 ]
 
@@ -173,6 +179,45 @@ def report_analyses(
     return markdown, payload, plots
 
 
+def report_scenarios() -> dict[str, ScenarioFacts]:
+    """What a report shows of each scenario (:data:`xder_methods.SCENARIOS`, in their order): its
+    own accuracy's name (:data:`xder_methods.SCENARIO_ACCURACY`), the accuracies its setting
+    reports (:class:`xder_methods.ContinualSetting`), and forgetting but in a general stream, one
+    task to the learner."""
+    facts: dict[str, ScenarioFacts] = {}
+    for scenario in SCENARIOS:
+        setting = ContinualSetting((1,), (1,), scenario=scenario)  # what the scenario reports
+        facts[scenario] = ScenarioFacts(
+            SCENARIO_ACCURACY[scenario],
+            class_il=setting.reports_class_il,
+            task_il=setting.reports_task_il,
+            forgetting=scenario != "general",  # one task to the learner: nothing to forget
+        )
+    return facts
+
+
+def _check_scenarios(report: Report, task_il: bool) -> None:
+    """Refuse a report that would mix scenarios in a column, or show Task-IL where it means nothing."""
+    by_benchmark: dict[str, list[str]] = {}
+    for column in report.columns:
+        found = by_benchmark.setdefault(column.benchmark, [])
+        if column.scenario not in found:
+            found.append(column.scenario)
+    for benchmark, scenarios in by_benchmark.items():
+        if len(scenarios) > 1:
+            raise RunDirError(
+                f"the runs on {benchmark} name {len(scenarios)} scenarios ({', '.join(scenarios)}): one "
+                "benchmark, two problems; report each scenario's runs apart"
+            )
+    lacking = report.without_task_il() if task_il else ()
+    if lacking:
+        names = ", ".join(dict.fromkeys(f"{c.benchmark} ({c.scenario})" for c in lacking))
+        raise RunDirError(
+            f"{option('task_il')}: no Task-IL accuracy in {names}, where a task's classes are all the "
+            f"classes; report without {option('task_il')}, or without those runs"
+        )
+
+
 class GroupOverrides(TypedDict):
     """A group trained with settings its preset and protocol do not give (:func:`group_overrides`):
     its :class:`~xder_eval.GroupKey`'s fields and those settings (dotted keys)."""
@@ -183,6 +228,7 @@ class GroupOverrides(TypedDict):
     preset: str
     settings: str
     buffered: bool
+    scenario: str
     overrides: Settings
 
 
@@ -212,6 +258,7 @@ def group_overrides(
                     "preset": k.preset,
                     "settings": k.settings,
                     "buffered": k.buffered,
+                    "scenario": k.scenario,
                     "overrides": found,
                 }
             )
@@ -236,6 +283,7 @@ def _key_of(override: GroupOverrides) -> GroupKey:
         preset=o["preset"],
         settings=o["settings"],
         buffered=o["buffered"],
+        scenario=o["scenario"],
     )
 
 
@@ -280,18 +328,21 @@ def write_report(paths: Sequence[str | Path], out: str | Path, *, task_il: bool 
     ``table.csv``, ``report.json``, ``curves_<benchmark>_m<buffer>.png`` per column and
     ``matrix_<benchmark>_m<buffer>_<method>.png`` per group (the method's row name when it has
     several rows; buffer 0 for buffer-less methods), and for analysed runs ``analyses.md`` and
-    their plots. A group matching a published entry shows the published value beside its own
-    (Class-IL). Runs are grouped by the settings that define them (:data:`NOT_DEFINING` never
-    tells runs apart).
+    their plots. The tables show each scenario's own accuracy, one table per scenario
+    (:func:`report_scenarios`), or Task-IL with ``task_il``. A group matching a published entry
+    shows the published value beside its own. Runs are grouped by the settings that define them
+    (:data:`NOT_DEFINING` never tells runs apart).
 
     Raises:
         RunDirError: a path that names no run directory, run directories none of which is
-            complete (nothing is written then), or an output folder that cannot be made.
+            complete (nothing is written then), runs on one benchmark that name two scenarios,
+            ``task_il`` with runs of a scenario that has no Task-IL (nothing written either), or an
+            output folder that cannot be made.
     """
     run_dirs = find_run_dirs([str(p) for p in paths])
     records = [read_run(path) for path in run_dirs]
     analysed = {str(path): found for path in run_dirs if (found := read_analysis(path)) is not None}
-    report = build_report(records, published_results(), ignore=NOT_DEFINING)
+    report = build_report(records, published_results(), ignore=NOT_DEFINING, scenarios=report_scenarios())
     if not report.groups:
         kinds = Counter(problem.kind for problem in report.problems if problem.path)
         why = ", ".join(f"{count} {_PROBLEM_WORDS.get(kind, kind)}" for kind, count in sorted(kinds.items()))
@@ -299,6 +350,7 @@ def write_report(paths: Sequence[str | Path], out: str | Path, *, task_il: bool 
             f"no complete run to report among the {len(records)} run directories read ({why}): nothing "
             f"written; finish them first ({option('train_run')} {option('resume')} RUN_DIR continues one)"
         )
+    _check_scenarios(report, task_il)
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)

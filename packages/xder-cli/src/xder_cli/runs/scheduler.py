@@ -44,7 +44,7 @@ from xder_cli.runs import rundir
 from xder_cli.runs.errors import RunDirError
 from xder_cli.runs.lifecycle import RunDisplay, RunLife, Start
 from xder_cli.runs.plugins import load_plugins, loaded_plugins
-from xder_cli.runs.records import Attempt, Config, Node, Outcome, Status
+from xder_cli.runs.records import Attempt, Config, Node, Outcome, Status, own_metric
 from xder_cli.runs.settings import build_plan
 
 __all__ = [
@@ -131,9 +131,9 @@ def run_outcome(run_dir: Path, status: Status, error: str | None = None) -> Outc
     attempts = read_attempts(run_dir)
     return {
         "status": status,
-        "val_faa": results.get("val_faa") if results is not None else None,
-        "faa": results.get("faa") if results is not None else None,
-        "ff": results.get("ff") if results is not None else None,
+        "val_faa": own_metric(results, "val_faa") if results is not None else None,
+        "faa": own_metric(results, "faa") if results is not None else None,
+        "ff": own_metric(results, "ff") if results is not None else None,
         "wall_time_s": results.get("wall_time_s") if results is not None else None,
         "error": error,
         "node": attempts[-1].get("node") if attempts else None,

@@ -6,17 +6,24 @@ record). Each one logs, under the run directory:
 * the configuration (every section of ``config.toml``) as hyperparameters;
 * per epoch: the mean of each loss term (``train/<term>``), the learning rate (``train/lr``) and
   the sampled gradient norms (``train/grad_norm/<group>``);
-* per task: the Class-IL accuracy of every seen task (``class_il/task_<j>``) and their mean
-  (``class_il/average``), the Task-IL ones (``task_il/...``), and ``val_class_il/...`` with a
-  validation split: row t of the accuracy matrix is the values logged after task t;
-* at the end: the accuracy matrices whole and the final metrics of ``results.json``
-  (``final/faa``, ``final/ff``, ...).
+* per task, each accuracy the run's scenario reports under its name (:func:`accuracy_tag`): the
+  accuracy of every seen task (``class_il/task_<j>``, ``domain_il/task_<j>`` in Domain-IL,
+  ``accuracy/task_<j>`` in a general stream) and their mean (``class_il/average``...), Task-IL's
+  beside Class-IL's (``task_il/...``; ``task_il/...`` alone in a Task-IL run), and the same
+  with a ``val_`` prefix with a validation split: row t of the accuracy matrix is the values
+  logged after task t; nothing of an accuracy the scenario does not report (Task-IL in
+  Domain-IL or a general stream);
+* at the end: the accuracy matrices whole (those ``results.json`` holds) and its final metrics
+  under its keys (``final/faa``, ``final/ff``, ...: ``faa`` is the scenario's own accuracy,
+  Class-IL, Domain-IL or a general stream's; a metric null in ``results.json`` is not logged).
 
 TensorBoard (the ``tensorboard`` extra; torch's ``SummaryWriter``) writes event files to
 ``RUN_DIR/tensorboard/``. Its step is the number of epochs trained so far over the whole sequence
 (task t ends at step ``(t + 1) * epochs``); the hyperparameters go to the HParams plugin and the
 accuracy matrices are also Markdown tables (``accuracy_matrix``, ``task_il_accuracy_matrix``).
-A resumed run hides (``purge_step``) what was logged after its checkpoint.
+The HParams plugin's metrics are the final ones the scenario has (``final/faa``, ``final/ff``
+where it has tasks to forget, ``final/task_il_faa`` where it reports Task-IL). A resumed run hides
+(``purge_step``) what was logged after its checkpoint.
 
 Weights & Biases (the ``wandb`` extra) writes ``RUN_DIR/wandb/``, offline unless ``WANDB_MODE``
 says otherwise (``WANDB_MODE=online`` with a login uploads as it trains; ``wandb sync
@@ -44,7 +51,7 @@ from typing import Any
 
 from xder_cli.runs.errors import SettingError, TrackerError, option
 from xder_cli.runs.records import Settings
-from xder_methods import Callback, EpochRecord, FitState, TaskRecord
+from xder_methods import SCENARIO_ACCURACY, Callback, ContinualSetting, EpochRecord, FitState, TaskRecord
 
 __all__ = [
     "FINAL_METRICS",
@@ -53,6 +60,7 @@ __all__ = [
     "TensorBoardTracker",
     "Tracker",
     "WandbTracker",
+    "accuracy_tag",
     "check_loggers",
     "flatten_config",
     "start_loggers",
@@ -122,15 +130,52 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _task_values(record: TaskRecord) -> dict[str, float]:
-    """The accuracies of a finished task as ``class_il/task_<j>`` etc. (row ``record.task`` of the
-    matrices), with their means."""
+def accuracy_tag(setting: ContinualSetting, task_il: bool = False) -> str:
+    """The tag prefix of an accuracy of a run in ``setting``: its scenario's own
+    (:data:`xder_methods.SCENARIO_ACCURACY`, in lower case with underscores), or Task-IL's.
+
+    >>> accuracy_tag(ContinualSetting((10, 10), (64,), scenario="domain-il"))
+    'domain_il'
+    >>> accuracy_tag(ContinualSetting((2, 2), (64,)), task_il=True)
+    'task_il'
+    """
+    name = "Task-IL" if task_il else SCENARIO_ACCURACY[setting.scenario]
+    return name.lower().replace("-", "_")
+
+
+def _prefixes(setting: ContinualSetting) -> list[str]:
+    """The tag prefixes of the accuracies a run in ``setting`` logs per task."""
+    own = [accuracy_tag(setting)] if setting.reports_class_il else []
+    til = [accuracy_tag(setting, task_il=True)] if setting.reports_task_il else []
+    return [*own, *til, *(f"val_{p}" for p in own + til)]
+
+
+def _final_metrics(setting: ContinualSetting) -> list[str]:
+    """The keys of ``results.json`` a run in ``setting`` has numbers for at its end (the HParams
+    plugin's metrics): its own accuracy's FAA, FF where it has tasks to forget (a general stream
+    is one task), and Task-IL's FAA where it reports Task-IL (with its FF where that is its own)."""
+    keys = []
+    if setting.reports_class_il:
+        keys += ["faa", *(["ff"] if setting.scenario != "general" else [])]
+    if setting.reports_task_il:
+        keys += ["task_il_faa", *([] if setting.reports_class_il else ["task_il_ff"])]
+    return keys
+
+
+def _task_values(record: TaskRecord, setting: ContinualSetting) -> dict[str, float]:
+    """The accuracies of a finished task that ``setting``'s scenario reports, as
+    ``<accuracy_tag>/task_<j>`` (row ``record.task`` of the matrices), with their means."""
     seen = record.task + 1
-    rows = {"class_il": record.class_il, "task_il": record.task_il[:seen]}
-    if record.val_class_il is not None:
-        rows["val_class_il"] = record.val_class_il
-    if record.val_task_il is not None:
-        rows["val_task_il"] = record.val_task_il[:seen]
+    own, til = accuracy_tag(setting), accuracy_tag(setting, task_il=True)
+    rows = {}
+    if setting.reports_class_il:
+        rows[own] = record.class_il
+    if setting.reports_task_il:
+        rows[til] = record.task_il[:seen]
+    if setting.reports_class_il and record.val_class_il is not None:
+        rows[f"val_{own}"] = record.val_class_il
+    if setting.reports_task_il and record.val_task_il is not None:
+        rows[f"val_{til}"] = record.val_task_il[:seen]
     out: dict[str, float] = {}
     for prefix, row in rows.items():
         finite = [v for v in row if _number(v) is not None]
@@ -215,10 +260,14 @@ class TensorBoardTracker(Tracker):
             task, epoch = self.resumed_at
             purge = task * self.epochs + epoch + 1  # hide what was logged after the checkpoint
         self.writer = SummaryWriter(str(self.folder), purge_step=purge)
-        metrics = {f"final/{key}": 0.0 for key in ("faa", "ff", "task_il_faa")}
+        self.hparams = hparams
+
+    def on_fit_start(self, loop: FitState) -> None:
+        # The configuration, and the final metrics of the run's scenario (known once its data is).
+        metrics = {f"final/{key}": 0.0 for key in _final_metrics(loop.setting)}
         file_writer = self.writer.file_writer
         assert file_writer is not None  # SummaryWriter opens it in __init__
-        for summary in hparams(flatten_config(self.config), metrics):
+        for summary in self.hparams(flatten_config(self.config), metrics):
             file_writer.add_summary(summary)
         self.writer.flush()
 
@@ -233,7 +282,7 @@ class TensorBoardTracker(Tracker):
 
     def on_task_end(self, loop: FitState, record: TaskRecord) -> None:
         step = self.step(loop)
-        for tag, value in _task_values(record).items():
+        for tag, value in _task_values(record, loop.setting).items():
             self.writer.add_scalar(tag, value, step)
         self.writer.flush()
 
@@ -243,7 +292,7 @@ class TensorBoardTracker(Tracker):
             self.writer.add_scalar(tag, value, step)
         results = self.results()
         for key in ("accuracy_matrix", "task_il_accuracy_matrix"):
-            if results.get(key):
+            if results.get(key):  # null where the scenario does not report it
                 self.writer.add_text(key, _matrix_markdown(results[key]), step)
 
     def close(self, *, failed: bool) -> None:
@@ -281,7 +330,9 @@ class WandbTracker(Tracker):
         self.run.define_metric("epoch")
         self.run.define_metric("train/*", step_metric="epoch")
         self.run.define_metric("task")
-        for prefix in ("class_il", "task_il", "val_class_il", "val_task_il"):
+
+    def on_fit_start(self, loop: FitState) -> None:
+        for prefix in _prefixes(loop.setting):  # the accuracies of the run's scenario
             self.run.define_metric(f"{prefix}/*", step_metric="task")
 
     @property
@@ -295,13 +346,15 @@ class WandbTracker(Tracker):
         self.run.log({"epoch": self.step(loop), **_epoch_values(record)})
 
     def on_task_end(self, loop: FitState, record: TaskRecord) -> None:
-        self.run.log({"task": record.task + 1, **_task_values(record)})
+        self.run.log({"task": record.task + 1, **_task_values(record, loop.setting)})
 
     def on_fit_end(self, loop: FitState) -> None:
         results = self.results()
         tables = {}
         for key in ("accuracy_matrix", "task_il_accuracy_matrix"):
-            matrix = results.get(key) or []
+            matrix = results.get(key)
+            if matrix is None:  # a matrix the scenario does not report
+                continue
             width = max((len(row) for row in matrix), default=0)
             columns: list[str | int] = ["after_task", *(f"task_{j}" for j in range(width))]
             data = [[t, *row, *[None] * (width - len(row))] for t, row in enumerate(matrix)]

@@ -4,12 +4,14 @@ The input is what a run directory holds, already parsed (:class:`RunRecord`: its
 sections of ``config.toml`` and the ``results.json`` object); this package reads no file. A
 :class:`Report` is built in three steps:
 
-1. **Status.** A run enters the means only when its results say ``complete: true`` and hold an
-   accuracy matrix. Every other run is listed as a :class:`RunProblem` (no ``results.json``,
-   unreadable files, ``complete: false`` with the number of tasks done) instead of failing the
-   report.
+1. **Status.** A run enters the means only when its results say ``complete: true``, name a
+   scenario the report knows (``scenario``, ``class-il`` where absent; the caller gives each
+   scenario's :class:`ScenarioFacts`, class-il alone by default) and hold the accuracy matrices
+   that scenario reports. Every other run is listed as a :class:`RunProblem` (no
+   ``results.json``, unreadable files, ``complete: false`` with the number of tasks done)
+   instead of failing the report.
 2. **Grouping.** Complete runs are grouped by ``(benchmark, buffer size, method, preset,
-   settings)``. ``settings`` names the configuration keys on which runs of the same method and
+   settings, scenario)``. ``settings`` names the configuration keys on which runs of the same method and
    preset disagree *within one (benchmark, buffer) cell*: for each (method, preset) the keys that
    vary inside any of its cells are collected, and every group of that (method, preset) is
    labelled with its values of those keys, e.g. ``"train.epochs=1"`` (the ``--set`` spelling).
@@ -21,7 +23,10 @@ sections of ``config.toml`` and the ``results.json`` object); this package reads
    between benchmarks (their protocols) labels nothing. A run on a protocol other than ``full``
    (``run.protocol``) counts as a benchmark of its own, named ``"<benchmark> (<protocol>)"``, e.g.
    ``seq-cifar10 (laptop)``.
-3. **Table.** One row per (method, preset, settings), one column per (benchmark, buffer size).
+3. **Table.** One row per (method, preset, settings), one column per (benchmark, buffer size),
+   each column of one scenario; the columns of scenarios whose accuracy is the same name make one
+   table (:meth:`Report.tables`: Class-IL, Domain-IL, a general stream's Accuracy with no FF,
+   Task-IL), so runs of two scenarios are never one table.
    Runs of methods without a buffer (FT, JT, LwF.MC: no ``method.buffer_size`` in their
    configuration) fill every buffer column of their benchmark, as in the paper's Table 1; a
    benchmark holding only such runs gets one column. A replay method run with buffer size 0 is
@@ -43,7 +48,9 @@ sections of ``config.toml`` and the ``results.json`` object); this package reads
 Statistics are the mean and the sample standard deviation (``ddof=1``) over a group's distinct
 seeds, one run each; with one seed there is no standard deviation. Accuracies are in percent, as
 in ``results.json``. FAA and FF are recomputed from the accuracy matrices
-(:mod:`xder_eval.metrics`), Class-IL by default and Task-IL on request.
+(:mod:`xder_eval.metrics`), each scenario's own accuracy by default and Task-IL on request (an
+error where a scenario has none); an accuracy a scenario does not report is no column, CSV value
+(empty) or JSON statistics (null).
 
 matplotlib (the ``[plots]`` extra) is imported only when a plot is drawn.
 
@@ -57,14 +64,17 @@ Every public name is here.
 from xder_eval.report.figures import file_token, plot_report_curves, plot_report_matrix
 from xder_eval.report.grouping import group_runs, summarize_group
 from xder_eval.report.records import (
+    CLASS_IL,
     RUN_IDENTITY_KEYS,
     GroupKey,
     GroupSummary,
     Report,
     ReportColumn,
     ReportRow,
+    ReportTable,
     RunProblem,
     RunRecord,
+    ScenarioFacts,
 )
 from xder_eval.report.render import CSV_COLUMNS, report_csv, report_dict, report_markdown, report_problems
 from xder_eval.report.statistics import (
@@ -79,6 +89,7 @@ from xder_eval.report.statistics import (
 from xder_eval.report.table import build_report, group_title
 
 __all__ = [
+    "CLASS_IL",
     "CSV_COLUMNS",
     "RUN_IDENTITY_KEYS",
     "GroupKey",
@@ -87,8 +98,10 @@ __all__ = [
     "Report",
     "ReportColumn",
     "ReportRow",
+    "ReportTable",
     "RunProblem",
     "RunRecord",
+    "ScenarioFacts",
     "SeedStats",
     "SettingSummary",
     "build_report",

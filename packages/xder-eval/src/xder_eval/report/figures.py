@@ -25,10 +25,15 @@ def plot_report_curves(
     report: Report, column: ReportColumn, path: str | Path, *, task_il: bool = False, note: str | None = None
 ) -> Path:
     """The paper's Fig. "accuracies" for one (benchmark, buffer): the mean accuracy on the seen
-    tasks after each task, one line per row shown in ``column`` (buffer-less methods included),
-    with a band of ± one sample std over seeds where there are two or more. ``note``: a line
-    above the title (e.g. the overrides the runs were trained with)."""
-    setting = "Task-IL" if task_il else "Class-IL"
+    tasks after each task (the column's scenario's own accuracy, Task-IL's with ``task_il``;
+    its name in the title and the axis label), one line per row shown in ``column``
+    (buffer-less methods included), with a band of ± one sample std over seeds where there are
+    two or more. ``note``: a line above the title (e.g. the overrides the runs were trained with).
+
+    Raises:
+        ValueError: ``task_il`` on a column whose scenario has no Task-IL.
+    """
+    words = _accuracy_words(report, column, task_il)
     fig = new_figure(7.5, 4.5)
     ax = fig.add_subplot()
     longest = 1
@@ -49,26 +54,39 @@ def plot_report_curves(
             ax.fill_between(tasks, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
             drawn += (mean - std).tolist() + (mean + std).tolist()
     ax.set_xlabel("tasks trained")
-    ax.set_ylabel(f"{setting} accuracy on seen tasks (%)")
+    ax.set_ylabel(f"{words} on seen tasks (%)")
     set_percent_axis(ax, drawn)
     ax.set_xlim(0.7, longest + 0.3)
     ax.set_xticks(np.arange(1, longest + 1, max(1, math.ceil(longest / 20))))
     ax.grid(alpha=0.3)
     legend_outside(ax)
-    ax.set_title(f"{column.header}: mean ± std over seeds")
+    ax.set_title(f"{column.header}, {words}: mean ± std over seeds")
     return save_figure(fig, path, run=note)
 
 
 def plot_report_matrix(
     report: Report, group: GroupSummary, path: str | Path, *, task_il: bool = False, note: str | None = None
 ) -> Path:
-    """Heat map of a group's mean accuracy matrix (:func:`xder_eval.plot_accuracy_matrix`);
-    ``note``: a line above the title (e.g. the overrides the runs were trained with)."""
-    setting = "Task-IL" if task_il else "Class-IL"
-    where = ReportColumn(group.key.benchmark, group.key.buffer_size).header
+    """Heat map of a group's mean accuracy matrix (:func:`xder_eval.plot_accuracy_matrix`): its
+    scenario's own accuracy, Task-IL's with ``task_il``, named in the title; ``note``: a line
+    above the title (e.g. the overrides the runs were trained with).
+
+    Raises:
+        ValueError: ``task_il`` on a group whose scenario has no Task-IL.
+    """
+    k = group.key
+    column = ReportColumn(k.benchmark, k.buffer_size, scenario=k.scenario)
+    words = _accuracy_words(report, column, task_il).replace("Accuracy", "accuracy")
     return plot_accuracy_matrix(
         [list(row) for row in group.setting(task_il).matrix_mean],
         path,
-        title=f"{report.row_of(group).name} on {where}\nmean {setting} accuracy (%), n={group.n}",
+        title=f"{report.row_of(group).name} on {column.header}\nmean {words} (%), n={group.n}",
         run=note,
     )
+
+
+def _accuracy_words(report: Report, column: ReportColumn, task_il: bool) -> str:
+    """The accuracy a plot of ``column`` shows, in a phrase: ``Domain-IL accuracy``."""
+    if task_il and not report.facts(column.scenario).task_il:
+        raise ValueError(f"{column.header}: no Task-IL accuracy in {column.scenario}")
+    return "Task-IL accuracy" if task_il else report.facts(column.scenario).accuracy_words

@@ -1,8 +1,8 @@
 """Which runs enter a report and how they group (steps 1 and 2 of :mod:`xder_eval.report`): a run
-enters the means only when its results are complete and hold its accuracy matrices (else it is a
-:class:`RunProblem`); the runs that do are grouped by (benchmark, buffer size, method, preset,
-settings), and each group is summarized over its seeds, one run a seed
-(:mod:`xder_eval.report.statistics`)."""
+enters the means only when its results are complete, name a scenario the report knows and hold
+the accuracy matrices of that scenario (else it is a :class:`RunProblem`); the runs that do are
+grouped by (benchmark, buffer size, method, preset, settings, scenario), and each group is
+summarized over its seeds, one run a seed (:mod:`xder_eval.report.statistics`)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,20 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xder_eval.report.records import RUN_IDENTITY_KEYS, GroupKey, GroupSummary, RunProblem, RunRecord
-from xder_eval.report.statistics import count_each_seed_once, summarize_setting
+from xder_eval.report.records import (
+    CLASS_IL,
+    RUN_IDENTITY_KEYS,
+    GroupKey,
+    GroupSummary,
+    RunProblem,
+    RunRecord,
+    ScenarioFacts,
+)
+from xder_eval.report.statistics import SettingSummary, count_each_seed_once, summarize_setting
 
 __all__ = ["group_runs", "summarize_group"]
+
+_CLASS_IL_ONLY: Mapping[str, ScenarioFacts] = {"class-il": CLASS_IL}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -32,6 +42,7 @@ class _Run:
     preset: str
     flat_config: dict[str, Any]
     buffered: bool = True
+    scenario: str = "class-il"
 
     def describe(self) -> str:
         parts = [self.method or "?", "on", self.benchmark or "?"]
@@ -91,6 +102,7 @@ def _identify(record: RunRecord) -> _Run:
         preset=str(run.get("preset", "none")),
         flat_config=_flatten(config),
         buffered=buffered,
+        scenario=str(results.get("scenario") or "class-il"),  # results.json before scenarios
     )
 
 
@@ -105,8 +117,9 @@ def _matrix_ok(matrix: Any) -> bool:
     return True
 
 
-def _status(run: _Run) -> RunProblem | None:
-    """None for a run that enters the means, else why it does not."""
+def _status(run: _Run, scenarios: Mapping[str, ScenarioFacts]) -> RunProblem | None:
+    """None for a run that enters the means, else why it does not (``scenarios``: those the
+    report knows)."""
     record = run.record
     known: dict[str, Any] = {  # RunProblem's keyword arguments
         "path": record.path,
@@ -131,7 +144,7 @@ def _status(run: _Run) -> RunProblem | None:
             **known,
         )
     n_tasks = _int_or_none(results.get("n_tasks"))
-    matrix = results.get("accuracy_matrix") or []
+    matrix = results.get("accuracy_matrix") or results.get("task_il_accuracy_matrix") or []
     tasks_done = _int_or_none(results.get("tasks_done"))
     if tasks_done is None and isinstance(matrix, Sequence):
         tasks_done = len(matrix)
@@ -144,16 +157,27 @@ def _status(run: _Run) -> RunProblem | None:
             n_tasks=n_tasks,
             **known,
         )
-    if not _matrix_ok(results.get("accuracy_matrix")) or not _matrix_ok(
-        results.get("task_il_accuracy_matrix")
-    ):
+    facts = scenarios.get(run.scenario)
+    if facts is None:
         return RunProblem(
             "unreadable",
-            f"{record.path}: results.json has no valid accuracy_matrix/task_il_accuracy_matrix "
-            f"({run.describe()})",
+            f"{record.path}: results.json names the scenario {run.scenario!r}, which this report does not "
+            f"know ({', '.join(scenarios)}) ({run.describe()})",
+            **known,
+        )
+    needed = [key for key, used in _MATRICES.items() if getattr(facts, used)]
+    if not all(_matrix_ok(results.get(key)) for key in needed):
+        return RunProblem(
+            "unreadable",
+            f"{record.path}: results.json has no valid {'/'.join(needed)} ({run.describe()})",
             **known,
         )
     return None
+
+
+_MATRICES = {"accuracy_matrix": "class_il", "task_il_accuracy_matrix": "task_il"}
+"""Each accuracy matrix of ``results.json`` and the :class:`ScenarioFacts` field saying whether a
+scenario reports it."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,31 +207,35 @@ _UNSET = _Unset()
 
 
 def group_runs(
-    records: Iterable[RunRecord], ignore: Collection[str] = ()
+    records: Iterable[RunRecord],
+    ignore: Collection[str] = (),
+    *,
+    scenarios: Mapping[str, ScenarioFacts] = _CLASS_IL_ONLY,
 ) -> tuple[dict[GroupKey, list[RunRecord]], list[RunProblem]]:
     """Split ``records`` into groups of complete runs and a list of the runs left out.
 
     See the module docstring for the grouping rule; ``ignore``: flattened keys that do not define a
-    run (e.g. ``run.device``), never compared. Returns the groups (records in input order)
-    and the run-level problems (``unreadable``, ``missing``, ``incomplete``) in input order.
+    run (e.g. ``run.device``), never compared; ``scenarios``: the facts of the scenarios the report
+    knows (a run of another is unreadable). Returns the groups (records in input order) and the
+    run-level problems (``unreadable``, ``missing``, ``incomplete``) in input order.
     """
     included: list[_Run] = []
     problems: list[RunProblem] = []
     for record in records:
         run = _identify(record)
-        problem = _status(run)
+        problem = _status(run, scenarios)
         if problem is None:
             included.append(run)
         else:
             problems.append(problem)
 
-    cells: dict[tuple[Any, ...], list[_Run]] = defaultdict(
-        list
-    )  # (benchmark, buffer, buffered, method, preset)
+    # (benchmark, buffer, buffered, method, preset, scenario)
+    cells: dict[tuple[Any, ...], list[_Run]] = defaultdict(list)
     for run in included:
-        cells[(run.benchmark, run.buffer_size, run.buffered, run.method, run.preset)].append(run)
+        cell = (run.benchmark, run.buffer_size, run.buffered, run.method, run.preset, run.scenario)
+        cells[cell].append(run)
     varying: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for (_, _, _, method, preset), runs in cells.items():
+    for (_, _, _, method, preset, _), runs in cells.items():
         keys = set().union(*(run.flat_config for run in runs)) - RUN_IDENTITY_KEYS - set(ignore)
         for key in keys:
             first = runs[0].flat_config.get(key, _UNSET)
@@ -215,11 +243,13 @@ def group_runs(
                 varying[(method, preset)].add(key)
 
     groups: dict[GroupKey, list[RunRecord]] = defaultdict(list)
-    for (benchmark, buffer_size, buffered, method, preset), runs in cells.items():
+    for (benchmark, buffer_size, buffered, method, preset, scenario), runs in cells.items():
         label_keys = sorted(varying[(method, preset)])
         for run in runs:
             label = ", ".join(f"{k}={_format_value(run.flat_config.get(k, _UNSET))}" for k in label_keys)
-            groups[GroupKey(benchmark, buffer_size, method, preset, label, buffered)].append(run.record)
+            groups[GroupKey(benchmark, buffer_size, method, preset, label, buffered, scenario)].append(
+                run.record
+            )
     return dict(groups), problems
 
 
@@ -239,10 +269,13 @@ def _seed_of(record: RunRecord) -> int:
     return seed
 
 
-def summarize_group(key: GroupKey, records: Sequence[RunRecord]) -> GroupSummary:
+def summarize_group(
+    key: GroupKey, records: Sequence[RunRecord], facts: ScenarioFacts = CLASS_IL
+) -> GroupSummary:
     """Mean and sample std over seeds of FAA, FF, the accuracy curve and the accuracy matrix,
-    for Class-IL and Task-IL, one run per seed (:func:`count_each_seed_once`: the others are
-    the summary's ``repeated``); the runs that count are sorted by seed.
+    for each accuracy of the group's scenario (``facts``: Class-IL and Task-IL by default), one
+    run per seed (:func:`count_each_seed_once`: the others are the summary's ``repeated``); the
+    runs that count are sorted by seed.
 
     Raises:
         ValueError: no records, or a record without valid results (use :func:`group_runs`).
@@ -250,18 +283,23 @@ def summarize_group(key: GroupKey, records: Sequence[RunRecord]) -> GroupSummary
     if not records:
         raise ValueError(f"group {key} has no runs")
     for run in records:
-        if run.results is None or _status(_identify(run)) is not None:
+        if run.results is None or _status(_identify(run), {key.scenario: facts}) is not None:
             raise ValueError(f"{run.path} is not a complete run")
     runs, repeated = count_each_seed_once(records, seed=_seed_of, path=lambda r: r.path)
-    class_il = [_as_float_rows(r.results["accuracy_matrix"]) for r in runs]  # type: ignore[index]
-    task_il = [_as_float_rows(r.results["task_il_accuracy_matrix"]) for r in runs]  # type: ignore[index]
-    # A run can declare forgetting meaningless (JT trained once after the last task: the paper's "-").
-    defined = all((r.results or {}).get("forgetting_defined", True) for r in runs)
+    # A run can declare forgetting meaningless (JT trained once after the last task: the paper's
+    # "-"); a scenario of one task has none.
+    defined = facts.forgetting and all((r.results or {}).get("forgetting_defined", True) for r in runs)
+
+    def summary(matrix: str) -> SettingSummary | None:
+        if not getattr(facts, _MATRICES[matrix]):
+            return None
+        return summarize_setting([_as_float_rows(r.results[matrix]) for r in runs], defined)  # type: ignore[index]
+
     return GroupSummary(
         key=key,
         seeds=tuple(_seed_of(r) for r in runs),
         paths=tuple(r.path for r in runs),
-        class_il=summarize_setting(class_il, defined),
-        task_il=summarize_setting(task_il, defined),
+        class_il=summary("accuracy_matrix"),
+        task_il=summary("task_il_accuracy_matrix"),
         repeated=tuple(repeated),
     )

@@ -1,16 +1,16 @@
 """The report's table (steps 3 and 4 of :mod:`xder_eval.report`): every group summarized, its
 missing and repeated seeds listed as problems, one row per (method, preset, settings) in the
-paper's Table 1 order, one column per (benchmark, buffer size), and each group matched with the
-published cell it belongs to."""
+paper's Table 1 order, one column per (benchmark, buffer size) with its scenario, and each group
+matched with the published cell it belongs to."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 from xder_eval.published import PublishedResult
-from xder_eval.report.grouping import _identify, group_runs, summarize_group
+from xder_eval.report.grouping import _CLASS_IL_ONLY, _identify, group_runs, summarize_group
 from xder_eval.report.records import (
     GroupKey,
     GroupSummary,
@@ -19,6 +19,7 @@ from xder_eval.report.records import (
     ReportRow,
     RunProblem,
     RunRecord,
+    ScenarioFacts,
 )
 
 __all__ = ["build_report", "group_title"]
@@ -47,16 +48,20 @@ def _method_rank(method: str) -> tuple[int, str]:
 
 
 def build_report(
-    records: Iterable[RunRecord], published: Iterable[PublishedResult] = (), *, ignore: Collection[str] = ()
+    records: Iterable[RunRecord],
+    published: Iterable[PublishedResult] = (),
+    *,
+    ignore: Collection[str] = (),
+    scenarios: Mapping[str, ScenarioFacts] = _CLASS_IL_ONLY,
 ) -> Report:
-    """Group ``records`` (:func:`group_runs`, ``ignore`` as there), summarize every group, lay out
-    the table and list the problems; match each group with the ``published`` cell it belongs to,
-    if any.
+    """Group ``records`` (:func:`group_runs`, ``ignore`` and ``scenarios`` as there), summarize
+    every group, lay out the table and list the problems; match each group with the
+    ``published`` cell it belongs to, if any.
 
     Never raises on a bad run: it becomes a :class:`RunProblem`.
     """
     records = list(records)
-    grouped, problems = group_runs(records, ignore)
+    grouped, problems = group_runs(records, ignore, scenarios=scenarios)
 
     expected: dict[str, set[int]] = defaultdict(set)  # every seed tried on a benchmark
     for record in records:
@@ -67,7 +72,7 @@ def build_report(
     summaries: list[GroupSummary] = []
     group_problems: list[RunProblem] = []
     for key in sorted(grouped, key=lambda k: (k.benchmark, k.buffer_size, *_method_rank(k.method), k)):
-        summary = summarize_group(key, grouped[key])
+        summary = summarize_group(key, grouped[key], scenarios[key.scenario])
         missing = tuple(sorted(expected[key.benchmark] - set(summary.seeds)))
         summary = dataclasses.replace(summary, missing_seeds=missing)
         summaries.append(summary)
@@ -116,9 +121,10 @@ def build_report(
         for method, preset, settings in row_keys
     )
 
-    buffered = {(g.key.benchmark, g.key.buffer_size, True) for g in summaries if g.key.buffered}
-    benchmarks = {g.key.benchmark for g in summaries}
-    columns = sorted(buffered | {(b, 0, False) for b in benchmarks if not any(c[0] == b for c in buffered)})
+    keys = [g.key for g in summaries]
+    buffered = {(k.benchmark, k.scenario, k.buffer_size, True) for k in keys if k.buffered}
+    benchmarks = {(k.benchmark, k.scenario) for k in keys}
+    columns = sorted(buffered | {(*b, 0, False) for b in benchmarks if not any(c[:2] == b for c in buffered)})
     cells = list(published)
     matched = {}
     for group in summaries:
@@ -129,9 +135,10 @@ def build_report(
     return Report(
         groups=tuple(summaries),
         rows=rows,
-        columns=tuple(ReportColumn(b, m, buffered) for b, m, buffered in columns),
+        columns=tuple(ReportColumn(b, m, buffered, scenario) for b, scenario, m, buffered in columns),
         problems=tuple(problems + group_problems),
         published=matched,
+        scenarios=dict(scenarios),
     )
 
 
@@ -142,7 +149,7 @@ def _variant_name(method: str, preset: str, settings: str) -> str:
 def group_title(key: GroupKey) -> str:
     """A group in words: ``er [none] on seq-cifar10 m200`` (its method, preset and settings, on
     its column)."""
-    where = ReportColumn(key.benchmark, key.buffer_size, key.buffered).header
+    where = ReportColumn(key.benchmark, key.buffer_size, key.buffered, key.scenario).header
     return f"{_variant_name(key.method, key.preset, key.settings)} on {where}"
 
 

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from collections.abc import Hashable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 import torch
 from torch import Tensor, nn
 
 from xder_methods.core.protocols import (
+    SCENARIOS,
     Batch,
     ContinualSetting,
+    Scenario,
     StepOutput,
     StepPolicy,
     TaskBudget,
     TaskData,
     Transforms,
 )
+from xder_methods.core.registry import registered_name
 
 if TYPE_CHECKING:
     from xder_methods.parts.buffer import Buffer
@@ -63,6 +66,14 @@ class MethodBase(nn.Module, Generic[ConfigT]):
     until then): a method's own training passes follow it through
     :func:`~xder_methods.core.passes.train_passes`."""
 
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {}
+    """The scenarios (:data:`~xder_methods.Scenario`) the method cannot run in, each with why, one
+    clause read after "<method> cannot run a <scenario> benchmark: "; empty (the default): it runs
+    in every one. The constructor refuses a setting of one of them before it builds anything
+    (:meth:`ContinualSetting.require <xder_methods.ContinualSetting.require>`, naming the method
+    by its registered name), so that a run stops with one line. A method that does not subclass
+    this class calls ``setting.require`` in its own constructor."""
+
     def __init__(
         self,
         net: nn.Module,
@@ -71,6 +82,10 @@ class MethodBase(nn.Module, Generic[ConfigT]):
         config: ConfigT,
         generator: torch.Generator | None = None,
     ) -> None:
+        why = self.refused_scenarios.get(setting.scenario)
+        if why is not None:
+            runs = tuple(s for s in SCENARIOS if s not in self.refused_scenarios)
+            setting.require(registered_name(type(self)), runs, why)
         super().__init__()
         self.net = net
         self.setting = setting

@@ -22,6 +22,7 @@ __all__ = [
     "method_class",
     "method_config_class",
     "register_method",
+    "registered_name",
 ]
 
 _METHODS: dict[str, tuple[type, type]] = {}
@@ -64,6 +65,13 @@ def check_schedule(config: object, schedule: TrainingSchedule) -> None:
 def list_methods() -> list[str]:
     """Registered method names, sorted."""
     return sorted(_METHODS)
+
+
+def registered_name(cls: type) -> str:
+    """The name ``cls`` is registered under, else that of its nearest registered base class,
+    else the class's own name (what a method's messages call it)."""
+    names = {registered: name for name, (registered, _) in _METHODS.items()}
+    return next((names[base] for base in cls.__mro__ if base in names), cls.__name__)
 
 
 def _lookup(name: str) -> tuple[type, type]:

@@ -8,13 +8,15 @@ has a closed form (paper Eq. 11), computed on the device without a host synchron
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, Transforms
+from xder_methods.core.protocols import Batch, ContinualSetting, Scenario, StepOutput, Transforms
 from xder_methods.core.registry import register_method
 from xder_methods.parts.gradients import assign_gradients, flatten_gradients
 from xder_methods.parts.replay import ReplayConfig
@@ -96,7 +98,18 @@ class AGEM(EpisodicMemory[AGEMConfig]):
     lr 0.03, no momentum or weight decay, batch 32, 50 epochs; minibatch_size 32. Where the
     run differs, it is the loop's, not this class's (a fresh SGD optimiser per task: the same
     without momentum).
+
+    Scenarios: it runs class-il, task-il and domain-il, and refuses general
+    (:attr:`refused_scenarios`): it stores each task's share of the memory at the task's end,
+    which a general stream never has.
     """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "general": (
+            "it stores each task's share of its memory at the task's end, and a general stream "
+            "has no task ends"
+        ),
+    }
 
     def __init__(
         self,

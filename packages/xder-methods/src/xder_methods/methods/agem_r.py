@@ -4,11 +4,13 @@ the authors' code: mammoth ``models/agem_r.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from torch import Tensor
 
-from xder_methods.core.protocols import Batch, StepOutput, TaskData
+from xder_methods.core.protocols import Batch, Scenario, StepOutput, TaskData
 from xder_methods.core.registry import register_method
 from xder_methods.methods.agem import AGEM, AGEMConfig
 from xder_methods.parts.replay import prefill_reservoir
@@ -68,7 +70,12 @@ class AGEMR(AGEM):
 
     Protocol values (mammoth ``best_args``, ``seq-cifar10``, buffers 200, 500 and 5120): lr 0.03,
     batch 32, minibatch_size 32, 50 epochs, no momentum (the ``paper`` preset).
+
+    Scenarios: every one (it needs no task boundaries; A-GEM's refusal of ``general`` is
+    lifted).
     """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {}
 
     def observe(self, batch: Batch) -> StepOutput:
         """A-GEM's step (the stream loss; the reference gradient on a memory minibatch, projected

@@ -79,9 +79,9 @@ X-DER tables):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -89,7 +89,15 @@ from torch import Tensor, nn
 
 from xder_methods.core.errors import check_settings
 from xder_methods.core.passes import train_passes
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskBudget, TaskData, Transforms
+from xder_methods.core.protocols import (
+    Batch,
+    ContinualSetting,
+    Scenario,
+    StepOutput,
+    TaskBudget,
+    TaskData,
+    Transforms,
+)
 from xder_methods.core.registry import register_method
 from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.replay import (
@@ -265,7 +273,23 @@ class BiC(PreviousModelTeacher[BiCConfig]):
     the start of each task t >= 1, always in eval mode, outside ``optimizer_parameters``), the
     replay part ``buffer`` and the held-out part ``holdout`` of the memory, and the per-task
     bias layers ``bias_alpha`` / ``bias_beta`` ((n_tasks,) each, identity until trained).
+
+    Scenarios: it runs class-il and task-il, and refuses domain-il and general
+    (:attr:`refused_scenarios`): its bias layer rescales each task's new classes against the old
+    ones (a Domain-IL task brings none) and is trained at each task's end (a general stream has
+    none).
     """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "domain-il": (
+            "its bias layer rescales each task's new classes against the old ones, and a "
+            "domain-il task brings no new classes"
+        ),
+        "general": (
+            "it holds out part of each task and trains its bias layer at the task's end, and a "
+            "general stream has no task ends"
+        ),
+    }
 
     # Buffers registered in __init__, declared for the type checker.
     bias_alpha: Tensor

@@ -22,11 +22,13 @@ all outputs).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from torch import Tensor
 
-from xder_methods.core.protocols import Batch
+from xder_methods.core.protocols import Batch, Scenario
 from xder_methods.core.registry import register_method
 from xder_methods.methods.derpp import DERpp, DERppConfig
 from xder_methods.parts.losses import asymmetric_mask, masked_cross_entropy
@@ -45,7 +47,23 @@ class DERppACEConfig(DERppConfig):
 
 @register_method("derpp_ace", DERppACEConfig)
 class DERppACE(DERpp[DERppACEConfig]):
-    """DER++ with ER-ACE's masked stream cross-entropy (see the module docstring)."""
+    """DER++ with ER-ACE's masked stream cross-entropy (see the module docstring).
+
+    Scenarios: it runs class-il and task-il, and refuses domain-il and general
+    (:attr:`refused_scenarios`): ER-ACE's, for the same reasons (a general stream would make it
+    plain DER++).
+    """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "domain-il": (
+            "its asymmetric cross-entropy keeps the new classes' loss off the past classes' "
+            "logits, and a domain-il task brings no new classes"
+        ),
+        "general": (
+            "its asymmetric cross-entropy masks from the second task on, and a general stream is "
+            "one task, so it would be plain DER++"
+        ),
+    }
 
     def stream_loss(self, logits: Tensor, batch: Batch) -> Tensor:
         """ER-ACE's masked cross-entropy (the buffer still stores the raw logits)."""

@@ -35,9 +35,11 @@ docs/methods.md, "What the competitors compute"):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
-from xder_methods.core.protocols import Batch, StepOutput
+from xder_methods.core.protocols import Batch, Scenario, StepOutput
 from xder_methods.core.registry import register_method
 from xder_methods.methods.er import ER
 from xder_methods.parts.losses import asymmetric_mask, masked_cross_entropy, seen_class_cross_entropy
@@ -55,7 +57,25 @@ class ERACEConfig(ReplayConfig):
 
 @register_method("er_ace", ERACEConfig)
 class ERACE(ER[ERACEConfig]):
-    """Experience Replay with Asymmetric Cross-Entropy (see the module docstring)."""
+    """Experience Replay with Asymmetric Cross-Entropy (see the module docstring).
+
+    Scenarios: it runs class-il and task-il, and refuses domain-il and general
+    (:attr:`refused_scenarios`): the asymmetric cross-entropy keeps the new classes' loss off
+    the past classes' logits (a Domain-IL task brings no new classes) and masks from the second
+    task on (a general stream is one task: it would be plain ER), as the authors' code lists it
+    (class-il, task-il).
+    """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "domain-il": (
+            "its asymmetric cross-entropy keeps the new classes' loss off the past classes' "
+            "logits, and a domain-il task brings no new classes"
+        ),
+        "general": (
+            "its asymmetric cross-entropy masks from the second task on, and a general stream is "
+            "one task, so it would be plain ER"
+        ),
+    }
 
     def observe(self, batch: Batch) -> StepOutput:
         num_seen = self.seen_classes(batch.task)

@@ -4,13 +4,15 @@ catastrophic forgetting in neural networks", PNAS 2017)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from xder_methods.core.errors import check_settings
-from xder_methods.core.protocols import ContinualSetting, TaskData, Transforms
+from xder_methods.core.protocols import ContinualSetting, Scenario, TaskData, Transforms
 from xder_methods.core.registry import register_method
 from xder_methods.parts.anchoring import AnchoredFineTuning, quadratic_penalty
 from xder_methods.parts.gradients import flat_parameters, per_example_gradients
@@ -144,7 +146,18 @@ class OnlineEWC(AnchoredFineTuning[OnlineEWCConfig]):
       (docs/methods.md, "What the competitors compute").
     * State: F and theta* are flat buffers over ``net.parameters()`` (mammoth's ``get_params``
       order), so checkpoints and resume carry them.
+
+    Scenarios: it runs class-il, task-il and domain-il, and refuses general
+    (:attr:`refused_scenarios`): the penalty's Fisher information and anchors are taken at each
+    task's end, which a general stream never has.
     """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "general": (
+            "it takes its Fisher information and anchors at each task's end, and a general stream"
+            " has no task ends"
+        ),
+    }
 
     def __init__(
         self,

@@ -4,8 +4,9 @@ al., NeurIPS 2020, Table 2; mammoth ``models/fdr.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -13,7 +14,7 @@ from torch import Tensor, nn
 
 from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import MethodConfigError
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
+from xder_methods.core.protocols import Batch, ContinualSetting, Scenario, StepOutput, TaskData, Transforms
 from xder_methods.core.registry import register_method
 from xder_methods.core.schedule import batch_bounds
 from xder_methods.parts.buffer import Buffer
@@ -103,7 +104,17 @@ class FDR(MethodBase[FDRConfig]):
     * Cross-entropy over all outputs, future classes included (mammoth's ``self.loss``); buffer
       items augmented at every draw, independently of the stream (mammoth's
       ``get_data(..., transform=self.transform)``).
+
+    Scenarios: it runs class-il, task-il and domain-il, and refuses general
+    (:attr:`refused_scenarios`): the memory (items and their outputs) is stored at each task's
+    end, which a general stream never has. The authors' code lists FDR as general-continual only
+    because their general runner never calls ``end_task``: there its memory stays empty and FDR
+    is plain SGD.
     """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "general": "it stores its memory at each task's end, and a general stream has no task ends",
+    }
 
     manual_optimization = True
 

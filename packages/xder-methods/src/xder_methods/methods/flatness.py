@@ -46,16 +46,16 @@ Hyperparameters (the X-DER paper lists none for this study; our choices and thei
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from xder_methods.core.errors import check_settings
-from xder_methods.core.protocols import Batch, StepOutput
+from xder_methods.core.protocols import Batch, Scenario, StepOutput
 from xder_methods.core.registry import register_method
 from xder_methods.methods.er import ER
 from xder_methods.parts.networks import frozen_batchnorm_stats
@@ -248,7 +248,19 @@ class ERFlat(ER[ERFlatConfig]):
     """The stable-regime study's learner (X-DER paper Sec. 6.2): task 0 minimises
     ``CE(stream) + mu * regulariser(stream)`` with no replay (plain SGD, the reservoir buffer
     filling as ER's does); from task 1 on it is :class:`~xder_methods.methods.er.ER`. Cross-entropy spans
-    all outputs, as ER's does, so both tasks use the same output space."""
+    all outputs, as ER's does, so both tasks use the same output space.
+
+    Scenarios: it runs class-il, task-il and domain-il, and refuses general
+    (:attr:`refused_scenarios`): the stable regime ends at the second task's start, and a
+    general stream is one task (it would never replay).
+    """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "general": (
+            "it trains the first task regularised and without replay and replays from the second "
+            "on, and a general stream is one task, so it would never replay"
+        ),
+    }
 
     def regulariser(self, x: Tensor, y: Tensor) -> Tensor:
         """The configured regulariser (unweighted) of the batch ``(x, y)``, BatchNorm statistics

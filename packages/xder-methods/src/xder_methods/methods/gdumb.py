@@ -53,7 +53,7 @@ import bisect
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -66,6 +66,7 @@ from xder_methods.core.protocols import (
     Batch,
     ContinualSetting,
     MethodConfig,
+    Scenario,
     StepOutput,
     TaskData,
     Transforms,
@@ -388,7 +389,25 @@ class GDumb(MethodBase[GDumbConfig]):
 
     State: the memory (``buffer``), the classes seen (``seen``), the network's initial weights
     (``initial_state``) and the network trained at the last fit (``net``), all in ``state_dict``.
+
+    Scenarios: it runs class-il and task-il, and refuses domain-il and general
+    (:attr:`refused_scenarios`): the greedy sampler balances classes, not input distributions:
+    once every class holds its share no later example enters, so in Domain-IL the memory keeps
+    the first task's inputs and in a general stream each class's earliest examples, not the
+    stream's later rotations (the authors' code lists it for class-il and task-il only).
     """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "domain-il": (
+            "its sampler balances classes only: once each class holds its share no later example "
+            "enters, so the memory would keep the first task's inputs only"
+        ),
+        "general": (
+            "its sampler balances classes only: once each class holds its share no later example "
+            "enters, so the memory would keep each class's earliest examples, not the stream's "
+            "later ones"
+        ),
+    }
 
     seen: Tensor  # the buffer registered in __init__, declared for the type checker
 

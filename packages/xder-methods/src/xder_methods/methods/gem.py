@@ -9,15 +9,16 @@ found through the dual quadratic program (Eq. 10-11), solved on the CPU with ``q
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from xder_methods.core.errors import MethodConfigError
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, Transforms
+from xder_methods.core.protocols import Batch, ContinualSetting, Scenario, StepOutput, Transforms
 from xder_methods.core.registry import register_method
 from xder_methods.parts.gradients import assign_gradients, flatten_gradients
 from xder_methods.parts.replay import ReplayConfig
@@ -179,7 +180,18 @@ class GEM(EpisodicMemory[GEMConfig]):
     lr 0.03, no momentum or weight decay, batch 32, 50 epochs; gamma 0.5. Where the run
     differs, it is the loop's, not this class's (a fresh SGD optimiser per task: the same
     without momentum).
+
+    Scenarios: it runs class-il, task-il and domain-il, and refuses general
+    (:attr:`refused_scenarios`): the memory is stored per task at the task's end and the step
+    constrained per past task; a general stream has no task ends.
     """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "general": (
+            "it stores each task's memory at the task's end and constrains the step per past "
+            "task, and a general stream has no task ends"
+        ),
+    }
 
     def __init__(
         self,

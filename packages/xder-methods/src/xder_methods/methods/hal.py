@@ -5,8 +5,9 @@ paper's release)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, ClassVar, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +16,15 @@ from torch import Tensor, nn
 from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import check_settings
 from xder_methods.core.passes import train_passes
-from xder_methods.core.protocols import Backbone, Batch, ContinualSetting, StepOutput, TaskData, Transforms
+from xder_methods.core.protocols import (
+    Backbone,
+    Batch,
+    ContinualSetting,
+    Scenario,
+    StepOutput,
+    TaskData,
+    Transforms,
+)
 from xder_methods.core.registry import register_method
 from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.networks import frozen_copy
@@ -190,7 +199,17 @@ class HAL(MethodBase[HALConfig]):
       (mammoth deletes it at the task's end).
     * Cross-entropy over all outputs, future classes included, everywhere (mammoth's
       ``self.loss``). Anchors are learned at the end of every task, the last included (mammoth).
+
+    Scenarios: it runs class-il, task-il and domain-il, and refuses general
+    (:attr:`refused_scenarios`): the anchors are learned at each task's end, which a general
+    stream never has. In ``domain-il`` each task's end adds an anchor of every class (every task
+    has every class), kept beside the earlier tasks' (:meth:`anchor_rows`), as mammoth's HAL
+    appends them.
     """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "general": "it learns its anchors at each task's end, and a general stream has no task ends",
+    }
 
     manual_optimization = True
 
@@ -210,8 +229,9 @@ class HAL(MethodBase[HALConfig]):
         self.training_lr: float | None = None  # the lr of the last step
         self.anchors: Tensor
         self.phi: Tensor
-        # Row c: the anchor of class c, learned at the end of c's task; zero until then.
-        self.register_buffer("anchors", torch.zeros(setting.num_classes, *setting.input_shape, device=device))
+        # One row per class of each task (anchor_rows), learned at the task's end; zero until then.
+        rows = sum(setting.classes_per_task)
+        self.register_buffer("anchors", torch.zeros(rows, *setting.input_shape, device=device))
         self.register_buffer("phi", torch.zeros(int(cast(Backbone, net).num_features), device=device))
 
     def replay_memory(self) -> Buffer:
@@ -223,9 +243,17 @@ class HAL(MethodBase[HALConfig]):
         self.phi.zero_()
         self.memory.offered = 0
 
+    def anchor_rows(self, task: int) -> tuple[int, int]:
+        """Rows ``[start, end)`` of :attr:`anchors` that hold ``task``'s anchors, one per class of
+        the task in label order: after the earlier tasks' rows. In ``class-il`` they are the
+        task's labels; in ``domain-il``, where every task has every class, each task adds its own
+        anchor of every class (mammoth's HAL appends one per class of each task)."""
+        start = sum(self.setting.classes_per_task[:task])
+        return start, start + self.setting.classes_per_task[task]
+
     def active_anchors(self, task: int) -> Tensor:
-        """(A, ...) the anchors in use during ``task``: those of every class of the earlier tasks."""
-        return self.anchors[: self.setting.class_range(task)[0]]
+        """(A, ...) the anchors in use during ``task``: those of every class of each earlier task."""
+        return self.anchors[: self.anchor_rows(task)[0]]
 
     def prefill(self, task: int, data: TaskData) -> None:
         """The task's anchors (:meth:`end_task`), then its rows into the memory by reservoir
@@ -270,6 +298,7 @@ class HAL(MethodBase[HALConfig]):
     def end_task(self, task: int, data: TaskData) -> None:
         """Learn one anchor per class of ``task`` (see the class docstring)."""
         start, end = self.setting.class_range(task)
+        first, last = self.anchor_rows(task)
         finetuned = self.finetuned_copy()
         current = cast(Backbone, frozen_copy(self.net))
         anchors = torch.rand(
@@ -288,7 +317,7 @@ class HAL(MethodBase[HALConfig]):
 
         steps = range(self.config.steps_on_anchors)
         train_passes(steps, ascent, optimizer, policy=self.step_policy, device=self.device)
-        self.anchors[start:end] = anchors.detach()
+        self.anchors[first:last] = anchors.detach()
 
     def finetuned_copy(self) -> nn.Module:
         """A copy of the network after ``finetuning_epochs`` SGD steps on buffer batches (train

@@ -40,8 +40,9 @@ Deviations from the paper and from the authors' code (mammoth), which the X-DER 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import ClassVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -51,6 +52,7 @@ from xder_methods.core.protocols import (
     Backbone,
     Batch,
     ContinualSetting,
+    Scenario,
     StepOutput,
     TaskBudget,
     TaskData,
@@ -110,7 +112,24 @@ class ICaRLConfig(ExemplarReplayConfig):
 @register_method("icarl", ICaRLConfig)
 class ICaRL(LwFMC[ICaRLConfig]):
     """iCaRL: LwF.MC's distillation on the stream and replayed exemplars, a herding memory, and
-    nearest-mean-of-exemplars prediction (see the module docstring)."""
+    nearest-mean-of-exemplars prediction (see the module docstring).
+
+    Scenarios: it runs class-il and task-il, and refuses domain-il and general
+    (:attr:`refused_scenarios`): the distillation, the exemplars and the nearest-mean classes
+    are the old and new classes of each task (a Domain-IL task brings no new classes), rebuilt
+    at each task's end (a general stream has none).
+    """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "domain-il": (
+            "it distils the old classes' outputs, trains the new classes' and keeps exemplars of "
+            "each new class, and a domain-il task brings no new classes"
+        ),
+        "general": (
+            "it distils from the previous task's model and rebuilds its exemplars at each task's "
+            "end, and a general stream has no task ends"
+        ),
+    }
 
     # Buffers registered in __init__, declared for the type checker.
     class_means: Tensor

@@ -49,6 +49,18 @@ class Joint(MethodBase[JointConfig]):
 
     With ``mode="final"`` the rows of the accuracy matrix before the last task come from the
     untrained network; only the last row (FAA) is meaningful, as in the paper (FF is "-").
+
+    Scenarios: every one. In ``domain-il`` the union of the tasks is every domain's data over the
+    one label set (mammoth's ``joint``). On a ``general`` stream (one task to the learner) both
+    modes are the DER paper's JOINT (mammoth's ``joint_gcl``): the network, untrained until the
+    stream's end, trains on everything the stream showed, shuffled (not in the stream's order,
+    which the loop keeps for the other methods), in batches of the run's batch size with the
+    last partial batch kept where the protocol keeps it (``digits-360``, ``mnist-360``), then
+    is evaluated; the cross-entropy spans every class. Where it differs from ``joint_gcl``: it
+    trains the schedule's epochs (the protocols' 1; ``joint_gcl`` always 1), with the loop's
+    optimiser (SGD at the run's lr and momentum, which the protocols set to 0, as ``joint_gcl``'s
+    plain SGD), and augments the stored rows anew each epoch (``joint_gcl`` keeps the stream's
+    augmented views; the 360 streams augment nothing, so the two are the same).
     """
 
     @property

@@ -60,9 +60,9 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -74,6 +74,7 @@ from xder_methods.core.protocols import (
     Backbone,
     Batch,
     ContinualSetting,
+    Scenario,
     StepOutput,
     TaskBudget,
     TaskData,
@@ -260,7 +261,24 @@ def _head_parameter_ids(net: nn.Module) -> set[int]:
 @register_method("lucir", LUCIRConfig)
 class LUCIR(PreviousModelTeacher[LUCIRConfig]):
     """LUCIR: cosine classifier, less-forget feature distillation, margin ranking, imprinting,
-    class-balanced fine-tuning and a herding memory (see the module docstring)."""
+    class-balanced fine-tuning and a herding memory (see the module docstring).
+
+    Scenarios: it runs class-il and task-il, and refuses domain-il and general
+    (:attr:`refused_scenarios`): the cosine head's new classes are imprinted and balanced
+    against the old ones per task (a Domain-IL task brings no new classes), the teacher and
+    exemplars renewed at each task's end (a general stream has none).
+    """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "domain-il": (
+            "its cosine head imprints each task's new classes and balances them against the old "
+            "ones, and a domain-il task brings no new classes"
+        ),
+        "general": (
+            "it distils from the previous task's model and rebuilds its exemplars at each task's "
+            "end, and a general stream has no task ends"
+        ),
+    }
 
     imprinted: Tensor  # the buffer registered in __init__, declared for the type checker
 

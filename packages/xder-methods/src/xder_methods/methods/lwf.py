@@ -8,8 +8,9 @@ sigmoid targets: here the old classes are distilled through a temperature-soften
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +21,7 @@ from xder_methods.core.passes import train_passes
 from xder_methods.core.protocols import (
     Backbone,
     Batch,
+    Scenario,
     StepOutput,
     StepPolicy,
     TaskBudget,
@@ -226,7 +228,23 @@ class LwF(PreviousModelTeacher[LwFConfig]):
       parameter to the loss (``wd_reg = 0.0005``), whose gradient ``2 * wd_reg * theta`` is SGD's
       ``weight_decay = 0.001``; mammoth since 2022 passes ``optim_wd = 0.0005`` to SGD instead.
       Either is a schedule setting here (``train.weight_decay``), outside the logged loss.
+
+    Scenarios: it runs class-il and task-il, and refuses domain-il and general
+    (:attr:`refused_scenarios`): the distillation is over the old classes and the warm-up over
+    the new ones (a Domain-IL task brings no new classes), from the previous task's model (a
+    general stream is one task).
     """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "domain-il": (
+            "it distils the old classes' outputs and warms up the new classes' head, and a "
+            "domain-il task brings no new classes"
+        ),
+        "general": (
+            "it distils from the previous task's model, and a general stream is one task, so it "
+            "would never distil"
+        ),
+    }
 
     def prepare_task(self, task: int, data: TaskData, budget: TaskBudget) -> None:
         """The warm-up of the new head before every task t >= 1 (:func:`warm_up_head`)."""

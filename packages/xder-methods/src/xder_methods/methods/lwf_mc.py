@@ -22,14 +22,16 @@ Deviations:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from xder_methods.core.base import ConfigT
-from xder_methods.core.protocols import Batch, StepOutput
+from xder_methods.core.protocols import Batch, Scenario, StepOutput
 from xder_methods.core.registry import register_method
 from xder_methods.parts.teacher import PreviousModelTeacher
 
@@ -76,7 +78,24 @@ def binary_cross_entropy_per_item(logits: Tensor, targets: Tensor) -> Tensor:
 @register_method("lwf_mc", LwFMCConfig)
 class LwFMC(PreviousModelTeacher[ConfigT]):
     """LwF.MC: sigmoid cross-entropy on the new classes plus sigmoid distillation from the model
-    of the previous task on the old ones (see the module docstring)."""
+    of the previous task on the old ones (see the module docstring).
+
+    Scenarios: it runs class-il and task-il, and refuses domain-il and general
+    (:attr:`refused_scenarios`): the new classes are trained against the previous task's model's
+    outputs on the old ones (a Domain-IL task brings no new classes; a general stream is one
+    task, with no previous model).
+    """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "domain-il": (
+            "it trains the new classes against the previous model's outputs on the old ones, and "
+            "a domain-il task brings no new classes"
+        ),
+        "general": (
+            "it distils from the previous task's model, and a general stream is one task, so it "
+            "would never distil"
+        ),
+    }
 
     @torch.no_grad()
     def teacher_logits(self, x: Tensor) -> Tensor:

@@ -37,14 +37,15 @@ Details:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
 from xder_methods.core.errors import MethodConfigError
-from xder_methods.core.protocols import Batch, ContinualSetting, TaskData, Transforms
+from xder_methods.core.protocols import Batch, ContinualSetting, Scenario, TaskData, Transforms
 from xder_methods.core.registry import register_method
 from xder_methods.methods.er import ER
 from xder_methods.parts.heads import polytope_logits, regular_simplex
@@ -80,7 +81,23 @@ class RPCConfig(ReplayConfig):
 
 @register_method("rpc", RPCConfig)
 class RPC(ER[RPCConfig]):
-    """ER through a fixed Regular Polytope Classifier (see the module docstring)."""
+    """ER through a fixed Regular Polytope Classifier (see the module docstring).
+
+    Scenarios: it runs class-il and task-il, and refuses domain-il and general
+    (:attr:`refused_scenarios`): the class-balanced memory is filled at each task's end (a
+    general stream has none) with the task's new classes (a Domain-IL task brings none), as the
+    authors' code lists it (class-il, task-il).
+    """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "domain-il": (
+            "its memory shares its free slots among each task's new classes, and a domain-il task"
+            " brings no new classes"
+        ),
+        "general": (
+            "it fills its class-balanced memory at each task's end, and a general stream has no task ends"
+        ),
+    }
 
     polytope: Tensor
 

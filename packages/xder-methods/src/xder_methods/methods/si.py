@@ -4,14 +4,15 @@ Intelligence", ICML 2017)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
 from xder_methods.core.errors import check_settings
-from xder_methods.core.protocols import ContinualSetting, TaskData, Transforms
+from xder_methods.core.protocols import ContinualSetting, Scenario, TaskData, Transforms
 from xder_methods.core.registry import register_method
 from xder_methods.parts.anchoring import AnchoredFineTuning, quadratic_penalty
 from xder_methods.parts.gradients import flat_parameters, flatten_gradients
@@ -150,7 +151,18 @@ class SI(AnchoredFineTuning[SIConfig]):
       seen so far, as FT's (docs/methods.md, "What the competitors compute").
     * State: ``omega``, ``Omega`` and ``theta*`` are flat buffers over ``net.parameters()``
       (mammoth's ``get_params`` order), so checkpoints, mid-task included, carry them.
+
+    Scenarios: it runs class-il, task-il and domain-il, and refuses general
+    (:attr:`refused_scenarios`): the path integral is consolidated into the penalty at each
+    task's end, which a general stream never has.
     """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "general": (
+            "it consolidates its path integral into the penalty at each task's end, and a general"
+            " stream has no task ends"
+        ),
+    }
 
     def __init__(
         self,

@@ -10,9 +10,9 @@ the paper's Eq. 11).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import MethodConfigError, check_settings
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, TaskData, Transforms
+from xder_methods.core.protocols import Batch, ContinualSetting, Scenario, StepOutput, TaskData, Transforms
 from xder_methods.core.registry import register_method
 from xder_methods.parts.buffer import Buffer
 from xder_methods.parts.heads import polytope_logits, regular_simplex
@@ -156,7 +156,23 @@ class XDER(MethodBase[XDERConfig]):
     code only rescales above g) and skips rows whose stored ground-truth logit is <= 0;
     duplicates and non-updated rows are written to a scratch row instead of being masked out,
     so that a step needs no host synchronisation.
+
+    Scenarios: it runs class-il and task-il, and refuses domain-il and general
+    (:attr:`refused_scenarios`): the past and future heads are the classes of past and future
+    tasks (in Domain-IL every task has every class), the memory's logits updated at each task's
+    boundaries (a general stream has none).
     """
+
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "domain-il": (
+            "its past and future heads are the classes of past and future tasks, and in domain-il"
+            " every task has every class"
+        ),
+        "general": (
+            "it updates its memory's logits and prepares its future heads at each task's "
+            "boundaries, and a general stream has no task ends"
+        ),
+    }
 
     visits: Tensor  # the buffer registered in __init__, declared for the type checker
 

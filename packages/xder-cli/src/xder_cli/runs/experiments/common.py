@@ -20,10 +20,11 @@ from xder_cli.runs._stats import fmt, fmt_stat, mean_std
 from xder_cli.runs.defaults import EXPERIMENT_RUNS
 from xder_cli.runs.defaults import EXPERIMENT_SEEDS as DEFAULT_SEEDS
 from xder_cli.runs.errors import RunDirError, SettingError, option
-from xder_cli.runs.records import Config, Outcome, Results, Settings
+from xder_cli.runs.records import Config, Outcome, Results, Settings, own_metric, results_scenario
 from xder_cli.runs.scheduler import LogOutput, PlannedRun, outcome_note, run_retries, train_runs
 from xder_cli.runs.settings import Notify, build_plan, defines, resolve_config, settings_text
 from xder_data import DEFAULT_PROTOCOL, canonical_protocol
+from xder_methods import SCENARIO_ACCURACY
 
 __all__ = [
     "DEFAULT_SEEDS",
@@ -369,17 +370,23 @@ def run_experiment(
 
 
 def faa_metrics(results: Results | None) -> dict[str, float | None]:
-    """``faa`` and ``ff`` of a results.json (None where it has none)."""
+    """``faa`` and ``ff`` of a results.json, of the run's own accuracy
+    (:func:`~xder_cli.runs.records.own_metric`: Task-IL's in a Task-IL run); None where it has
+    none."""
     if results is None:
         return {"faa": None, "ff": None}
-    return {"faa": results.get("faa"), "ff": results.get("ff")}
+    return {"faa": own_metric(results, "faa"), "ff": own_metric(results, "ff")}
 
 
-def describe_faa(results: Results | None, label: str = "FAA") -> str:
-    """A finished run's figures on a progress line: ``FAA 12.34, FF 56.78`` (``label`` names the
-    FAA: ``test FAA`` where no validation split is held out)."""
+def describe_faa(results: Results | None, label: str | None = None) -> str:
+    """A finished run's figures on a progress line: ``Class-IL FAA 12.34, FF 56.78``, the FAA
+    named after the run's scenario (``Domain-IL FAA``; a general stream's ``Accuracy 12.34``, one
+    task: no FF) unless ``label`` names it (``test FAA`` where no validation split is held out)."""
     m = faa_metrics(results)
-    return f"{label} {fmt(m['faa'])}, FF {fmt(m['ff'])}"
+    scenario = results_scenario(results or {})
+    if scenario == "general" and label is None:
+        return f"{SCENARIO_ACCURACY[scenario]} {fmt(m['faa'])}"
+    return f"{label or SCENARIO_ACCURACY[scenario] + ' FAA'} {fmt(m['faa'])}, FF {fmt(m['ff'])}"
 
 
 def run_records(
