@@ -189,18 +189,24 @@ def test_the_optimiser_gets_the_current_column_and_its_adapters_only(tiny_net, t
 
 
 @pytest.mark.parametrize(
-    ("scenario", "classes"),
-    [("class-il", (2, 2)), ("domain-il", (2, 2)), ("general", (4,))],
+    ("scenario", "classes", "why"),
+    [
+        (
+            "class-il",
+            (2, 2),
+            "it needs the task at test time; run a class-il benchmark with run.scenario=task-il",
+        ),
+        ("domain-il", (2, 2), "it needs the task at test time, and a column of its own per task's classes"),
+        ("general", (4,), "it needs the task at test time, and task boundaries to add its columns"),
+    ],
 )
-def test_pnn_refuses_every_scenario_but_task_il(scenario, classes, tiny_net, transforms) -> None:
+def test_pnn_refuses_every_scenario_but_task_il(scenario, classes, why, tiny_net, transforms) -> None:
     setting = ContinualSetting(classes, (1, 2, 2), scenario=scenario)
-    line = (
-        f"pnn cannot run a {scenario} benchmark: it needs the task at test time; run a class-il "
-        "benchmark with run.scenario=task-il (it runs task-il)"
-    )
     with pytest.raises(MethodConfigError) as error:
         create_method("pnn", net=tiny_net(4), setting=setting, transforms=transforms)
-    assert str(error.value) == line
+    assert str(error.value) == f"pnn cannot run a {scenario} benchmark: {why} (it runs task-il)"
+    with pytest.raises(MethodConfigError, match=f"cannot run a {scenario} benchmark"):  # before the backbone
+        create_method("pnn", net=nn.Linear(4, 4), setting=setting, transforms=transforms)
 
 
 def test_pnn_refuses_a_backbone_without_stages(transforms) -> None:

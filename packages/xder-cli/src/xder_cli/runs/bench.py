@@ -77,7 +77,6 @@ from xder_data import (
 from xder_methods import (
     ContinualSetting,
     FitState,
-    MethodConfigError,
     NonFiniteLossError,
     OpCounter,
     StepGraphs,
@@ -90,6 +89,7 @@ from xder_methods import (
     autocast,
     batch_bounds,
     make_optimizer,
+    method_class,
     method_config_class,
     protocol_fields,
     run_epoch,
@@ -279,15 +279,13 @@ def method_at_task(name: str, options: BenchOptions, device: torch.device) -> Me
         Normalize(mean, std),
         StrongAugment(image, mean, std),
     )
-    setting = ContinualSetting((per_task,) * n_tasks, shape)
+    # A method that refuses class-il (PNN: it needs the task at test time) is measured as task-il.
+    task_il = "class-il" in getattr(method_class(name), "refused_scenarios", {})
+    setting = ContinualSetting((per_task,) * n_tasks, shape, scenario="task-il" if task_il else "class-il")
     plan = bench_plan(name, options)
     net = build_network(plan, num_classes, device)
     generator = run_generator(plan, device)
-    try:
-        method: Any = build_method(plan, net, setting, transforms, generator)
-    except MethodConfigError:  # a method needing the task at test time (PNN) is measured as task-il
-        setting = dataclasses.replace(setting, scenario="task-il")  # (the same steps); else raised again
-        method = build_method(plan, net, setting, transforms, generator)
+    method: Any = build_method(plan, net, setting, transforms, generator)
     data_gen = torch.Generator().manual_seed(1)
     n_items = per_class * per_task
     task_x = torch.randint(0, 256, (n_items, *shape), generator=data_gen, dtype=torch.uint8).to(device)

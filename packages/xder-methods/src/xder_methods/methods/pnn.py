@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from xder_methods.core.base import MethodBase
 from xder_methods.core.errors import MethodConfigError
-from xder_methods.core.protocols import Batch, ContinualSetting, StepOutput, Transforms
+from xder_methods.core.protocols import Batch, ContinualSetting, Scenario, StepOutput, Transforms
 from xder_methods.core.registry import register_method
 
 __all__ = ["PNN", "LateralAdapter", "PNNConfig", "StagedBackbone", "progressive_forward"]
@@ -156,8 +156,8 @@ class PNN(MethodBase[PNNConfig]):
     :meth:`predict` gives every class the logit of its own task's column (column t's head for
     task t's classes): the loop's Task-IL argmax inside the task's classes is then PNN's
     prediction with the task given. Class-IL means nothing here (the column is chosen by the
-    task), so PNN refuses every scenario but ``task-il`` (a class-il benchmark runs as task-il
-    with ``run.scenario = "task-il"``).
+    task), so PNN refuses every scenario but ``task-il`` (:attr:`refused_scenarios`; a class-il
+    benchmark runs as task-il with ``run.scenario = "task-il"``).
 
     State: every column and adapter (all built at the start, so a checkpoint has one shape), the
     current task; ``net`` is column 0 (what an analysis of ``net`` sees).
@@ -189,6 +189,12 @@ class PNN(MethodBase[PNNConfig]):
       weight decay; none in the ``paper`` preset), where the authors build a plain SGD per column.
     """
 
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
+        "class-il": "it needs the task at test time; run a class-il benchmark with run.scenario=task-il",
+        "domain-il": "it needs the task at test time, and a column of its own per task's classes",
+        "general": "it needs the task at test time, and task boundaries to add its columns",
+    }
+
     def __init__(
         self,
         net: nn.Module,
@@ -197,11 +203,7 @@ class PNN(MethodBase[PNNConfig]):
         config: PNNConfig,
         generator: torch.Generator | None = None,
     ) -> None:
-        setting.require(
-            "pnn",
-            ("task-il",),
-            "it needs the task at test time; run a class-il benchmark with run.scenario=task-il",
-        )
+        super().__init__(net, setting, transforms, config, generator)  # refuses all but task-il
         if not isinstance(net, StagedBackbone):
             raise MethodConfigError(
                 "pnn needs a backbone that gives its stages (pnn_stages: mnist-mlp and resnet18-cifar do), "
@@ -209,7 +211,6 @@ class PNN(MethodBase[PNNConfig]):
             )
         if len(net.pnn_stages()) < 2:
             raise MethodConfigError("pnn needs a backbone of at least two stages (its features and its head)")
-        super().__init__(net, setting, transforms, config, generator)
         initial = copy.deepcopy(net)
         self.columns = nn.ModuleList(copy.deepcopy(initial) for _ in range(setting.n_tasks - 1))
         shapes = self._activation_shapes()
