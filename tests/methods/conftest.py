@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -26,6 +27,10 @@ class TinyNet(nn.Module):
         self.body = nn.Sequential(*layers)
         self.classifier = nn.Linear(16, num_classes)
         self.num_features = 16
+
+    def pnn_stages(self) -> tuple[nn.Module, ...]:
+        """Its features and its head, as PNN's stages (xder_methods.StagedBackbone)."""
+        return self.body, self.classifier
 
     def forward_features(self, x: Tensor) -> Tensor:
         return self.body(x)
@@ -124,6 +129,21 @@ def setting_of(stream: Stream) -> ContinualSetting:
         tuple(stream.train_x.shape[1:]),
         scenario=stream.scenario,  # type: ignore[arg-type]
     )
+
+
+TASK_GIVEN = frozenset({"pnn"})
+"""The methods that run only with the task given at test time (task-il): the registry-wide tests
+train them on the class-incremental stream as task-il (:func:`stream_for`)."""
+
+
+def stream_for(name: str, stream: Stream) -> Stream:
+    """``stream`` in the scenario method ``name`` runs in: task-il for :data:`TASK_GIVEN`."""
+    return dataclasses.replace(stream, scenario="task-il") if name in TASK_GIVEN else stream
+
+
+@pytest.fixture(name="stream_for")
+def stream_for_fixture():
+    return stream_for
 
 
 @pytest.fixture(name="make_stream")

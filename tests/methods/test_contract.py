@@ -146,9 +146,12 @@ def test_the_loop_sets_the_runs_step_policy() -> None:
 
 
 @pytest.mark.parametrize("name", list_methods())
-def test_every_registered_method_keeps_the_contract(name, stream, setting_of, tiny_net, transforms) -> None:
-    """Each, built on the test stream: a ContinualMethod, whose replay memory is a buffer or None."""
-    setting = setting_of(stream)
+def test_every_registered_method_keeps_the_contract(
+    name, stream, setting_of, tiny_net, transforms, stream_for
+) -> None:
+    """Each, built on the test stream (in its scenario): a ContinualMethod, whose replay memory is
+    a buffer or None."""
+    setting = setting_of(stream_for(name, stream))
     method = create_method(name, net=tiny_net(setting.num_classes), setting=setting, transforms=transforms)
     assert isinstance(method, ContinualMethod)
     memory = method.replay_memory()

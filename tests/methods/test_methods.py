@@ -78,8 +78,10 @@ class CountInputs(nn.Module):
 
 @pytest.mark.parametrize("name", list_methods())
 def test_every_method_trains_evaluates_and_round_trips(
-    name, stream, transforms, tiny_net, setting_of
+    name, stream, transforms, tiny_net, setting_of, stream_for
 ) -> None:
+    stream = stream_for(name, stream)
+
     def at_chance(num_classes: int) -> nn.Module:
         """TinyNet seed 1: untrained, it gives every test item of task 0 the same class (50%)."""
         torch.manual_seed(1)
@@ -116,13 +118,14 @@ def test_every_method_trains_evaluates_and_round_trips(
 @pytest.mark.parametrize("name", list_methods())
 @pytest.mark.parametrize("stop_after", [2, 3])  # a task boundary and mid-task (2 epochs per task)
 def test_every_method_resumes_to_the_uninterrupted_run(
-    name, stop_after, stream, transforms, tiny_net, setting_of, snapshot_after
+    name, stop_after, stream, transforms, tiny_net, setting_of, snapshot_after, stream_for
 ) -> None:
     """Fit interrupted after ``stop_after`` epochs (what a checkpoint holds), then resumed by a
     fresh method in a process whose global random state differs: the same accuracy matrices as an
     uninterrupted fit. BatchNorm (running statistics) and momentum (optimiser state) included, so
     everything a method keeps (buffers, teachers, importances, anchors) must be in its state."""
     schedule = TrainingSchedule(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
+    stream = stream_for(name, stream)
 
     def fresh(seed: int = 0):
         method = build(name, stream, transforms, lambda n: tiny_net(n, batchnorm=True), setting_of)
@@ -161,7 +164,7 @@ PROTOCOL_FILLED = {
     "er": REPLAY, "er_ace": REPLAY, "er_flat": REPLAY, "fdr": REPLAY, "gem": REPLAY, "gss": REPLAY,
     "hal": REPLAY, "icarl": REPLAY, "lucir": REPLAY, "mer": REPLAY, "rpc": REPLAY, "xder": REPLAY,
     "gdumb": ("buffer_size",),  # its own fitting batch is not the protocol's replay batch
-    "ewc_on": (), "joint": (), "lwf": (), "lwf_mc": (), "sgd": (), "si": (),
+    "ewc_on": (), "joint": (), "lwf": (), "lwf_mc": (), "pnn": (), "sgd": (), "si": (),
 }  # fmt: skip
 """Which method fields a benchmark's protocol fills, per method, pinned: a change to a config's
 declaration (``FILLED_BY_PROTOCOL``) is a visible change here."""

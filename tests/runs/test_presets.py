@@ -189,15 +189,15 @@ def test_agem_r_paper_values_on_seq_cifar10_and_no_mer_entry() -> None:
 
 # The DER paper's other benchmarks: the methods of mammoth's best_args (tag neurips2020), written out
 # by hand: those without a buffer (with joint, which the authors' utils/main.py runs on sgd's entry)
-# and those at each buffer size. PNN is not registered (no entry).
+# and those at each buffer size; PNN (Task-IL only) on seq-mnist and seq-tinyimg.
 DER_PAPER_ENTRIES: dict[str, tuple[set[str], tuple[int, ...], set[str]]] = {
     "seq-mnist": (
-        {"sgd", "joint", "ewc_on", "si", "lwf"},
+        {"sgd", "joint", "ewc_on", "si", "lwf", "pnn"},
         (200, 500, 5120),
         {"er", "mer", "gem", "agem", "agem_r", "icarl", "fdr", "gss", "hal", "der", "derpp"},
     ),
     "seq-tinyimg": (
-        {"sgd", "joint", "ewc_on", "si", "lwf"},
+        {"sgd", "joint", "ewc_on", "si", "lwf", "pnn"},
         (200, 500, 5120),
         {"er", "agem", "agem_r", "icarl", "fdr", "der", "derpp"},
     ),
@@ -478,3 +478,16 @@ def test_missing_entries_are_one_line_errors() -> None:
         preset_values("paper:xder-rpc", "seq-cifar100", "er", 500)
     with pytest.raises(SettingError, match="unknown preset"):
         preset_values("nope", "seq-cifar100", "er", 500)
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "lr", "epochs", "batch_size"),
+    [("seq-cifar10", 0.03, 50, 32), ("seq-mnist", 0.1, 1, 10), ("seq-tinyimg", 0.03, 100, 32)],
+)
+def test_pnn_paper_entries_run_the_benchmark_as_task_il(benchmark, lr, epochs, batch_size) -> None:
+    """mammoth's best_args, pnn (no buffer): lr 0.03 / 0.1 / 0.03, batch and epochs the protocol's;
+    the entry runs the class-il benchmark as task-il, the only scenario PNN accepts."""
+    assert default_preset(benchmark, "pnn", None) == "paper"
+    plan = build_plan(resolve_config("pnn", benchmark, preset=None, settings={}))
+    assert plan.settings.scenario == "task-il"
+    assert (plan.schedule.lr, plan.schedule.epochs, plan.schedule.batch_size) == (lr, epochs, batch_size)

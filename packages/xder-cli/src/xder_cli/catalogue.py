@@ -87,6 +87,7 @@ METHODS = Registry(
         "lwf",
         "lwf_mc",
         "mer",
+        "pnn",
         "rpc",
         "sgd",
         "si",

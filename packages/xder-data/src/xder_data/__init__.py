@@ -29,6 +29,7 @@ from xder_data.benchmark import (
     benchmark_options,
     benchmark_scenario,
     canonical_protocol,
+    check_scenario,
     list_benchmarks,
     list_protocols,
     load_benchmark,
@@ -38,6 +39,7 @@ from xder_data.benchmark import (
     task_indices,
     validation_split,
     with_class_order,
+    with_scenario,
     with_validation,
 )
 from xder_data.cifar10 import (  # registers seq-cifar10
@@ -161,6 +163,7 @@ __all__ = [
     "benchmark_scenario",
     "canonical_protocol",
     "channel_stats",
+    "check_scenario",
     "cifar100_coarse_names",
     "cifar100_superclasses",
     "decode_mask",
@@ -204,5 +207,6 @@ __all__ = [
     "verify_cifar10",
     "verify_cifar100",
     "with_class_order",
+    "with_scenario",
     "with_validation",
 ]

@@ -1,8 +1,9 @@
 """The pure functions that shape a benchmark: its class order (:func:`resolve_class_order`,
-:func:`remap_labels`, :func:`with_class_order`), its tasks' rows (:func:`task_indices`) and its
-validation split (:func:`validation_split`, :func:`with_validation`). Nothing is rewritten in
-place: a shaped benchmark is a new :class:`~xder_data.benchmark.Benchmark`. Public names are
-re-exported by :mod:`xder_data.benchmark`."""
+:func:`remap_labels`, :func:`with_class_order`), its tasks' rows (:func:`task_indices`), its
+validation split (:func:`validation_split`, :func:`with_validation`) and the scenario it runs in
+(:func:`check_scenario`, :func:`with_scenario`). Nothing is rewritten in place: a shaped
+benchmark is a new :class:`~xder_data.benchmark.Benchmark`. Public names are re-exported by
+:mod:`xder_data.benchmark`."""
 
 from __future__ import annotations
 
@@ -22,11 +23,13 @@ if TYPE_CHECKING:
 __all__ = [
     "VALIDATION_SEED",
     "ClassOrderSpec",
+    "check_scenario",
     "remap_labels",
     "resolve_class_order",
     "task_indices",
     "validation_split",
     "with_class_order",
+    "with_scenario",
     "with_validation",
 ]
 
@@ -129,6 +132,36 @@ def with_class_order(bench: Benchmark, spec: ClassOrderSpec, seed: int = 0) -> B
     if bench.class_names is not None:
         changes["class_names"] = tuple(bench.class_names[c] for c in order)
     return dataclasses.replace(bench, **changes)
+
+
+def check_scenario(name: str, own: str, scenario: str) -> None:
+    """Whether benchmark ``name``, of scenario ``own``, can run in ``scenario``: in its own, or a
+    ``class-il`` benchmark as ``task-il`` (:func:`with_scenario`); readable before any data is
+    (with :func:`~xder_data.benchmark.benchmark_scenario`).
+
+    Raises:
+        BenchmarkOptionError: any other change (a domain-il or general benchmark's tasks are not
+            class-incremental; a task-il benchmark cannot hide the task again).
+    """
+    if scenario != own and not (own == "class-il" and scenario == "task-il"):
+        raise BenchmarkOptionError(
+            f"benchmark {name!r} is {own}: it cannot run as {scenario} "
+            "(only a class-il benchmark runs as task-il)"
+        )
+
+
+def with_scenario(bench: Benchmark, scenario: str) -> Benchmark:
+    """The benchmark run in ``scenario``: its own (``bench`` unchanged), or ``task-il`` for a
+    ``class-il`` benchmark (the same tasks and rows, the task given at test time: Task-IL is its
+    accuracy, and methods that need the task, such as PNN, accept it).
+
+    Raises:
+        BenchmarkOptionError: any other change (:func:`check_scenario`).
+    """
+    check_scenario(bench.name, bench.scenario, scenario)
+    if scenario == bench.scenario:
+        return bench
+    return dataclasses.replace(bench, scenario="task-il")
 
 
 def with_validation(bench: Benchmark, fraction: float = 0.1) -> Benchmark:

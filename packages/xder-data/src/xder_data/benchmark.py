@@ -22,11 +22,13 @@ from torch import Tensor
 from xder_data._shaping import (
     VALIDATION_SEED,
     ClassOrderSpec,
+    check_scenario,
     remap_labels,
     resolve_class_order,
     task_indices,
     validation_split,
     with_class_order,
+    with_scenario,
     with_validation,
 )
 from xder_data.augment import Transform
@@ -52,6 +54,7 @@ __all__ = [
     "benchmark_options",
     "benchmark_scenario",
     "canonical_protocol",
+    "check_scenario",
     "list_benchmarks",
     "list_protocols",
     "load_benchmark",
@@ -61,6 +64,7 @@ __all__ = [
     "task_indices",
     "validation_split",
     "with_class_order",
+    "with_scenario",
     "with_validation",
 ]
 DEFAULT_PROTOCOL = "full"

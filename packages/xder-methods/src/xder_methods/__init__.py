@@ -151,6 +151,7 @@ from xder_methods.methods.lwf_mc import (
     distillation_targets,
 )
 from xder_methods.methods.mer import MER, MERConfig, reptile_update
+from xder_methods.methods.pnn import PNN, LateralAdapter, PNNConfig, StagedBackbone, progressive_forward
 from xder_methods.methods.rpc import RPC, RPCConfig
 from xder_methods.methods.sgd import FineTuning, FineTuningConfig
 from xder_methods.methods.si import SI, SIConfig, path_contribution, si_importance, si_penalty
@@ -225,6 +226,7 @@ __all__ = [
     "LOAD_ENV",
     "LUCIR",
     "MER",
+    "PNN",
     "PROTOCOL_METHOD_FIELDS",
     "RECHECK_SECONDS",
     "RPC",
@@ -280,6 +282,7 @@ __all__ = [
     "Joint",
     "JointConfig",
     "LUCIRConfig",
+    "LateralAdapter",
     "LwF",
     "LwFConfig",
     "LwFMC",
@@ -295,6 +298,7 @@ __all__ = [
     "OnlineEWC",
     "OnlineEWCConfig",
     "OpCounter",
+    "PNNConfig",
     "PreviousModelTeacher",
     "RPCConfig",
     "ReplayCheck",
@@ -304,6 +308,7 @@ __all__ = [
     "SIConfig",
     "Scenario",
     "ScoredBuffer",
+    "StagedBackbone",
     "StepGraphs",
     "StepNotReplayable",
     "StepOutput",
@@ -396,6 +401,7 @@ __all__ = [
     "per_task_share",
     "polytope_logits",
     "process_seconds",
+    "progressive_forward",
     "project_agem",
     "project_gem",
     "protocol_fields",

@@ -60,6 +60,13 @@ class MNISTMLP(nn.Module):
         """The second hidden layer (an MLP has no spatial map; Grad-CAM over it is one value)."""
         return self.fc2
 
+    def pnn_stages(self) -> tuple[nn.Module, ...]:
+        """The network as PNN's chain of stages (``xder_methods.StagedBackbone``): the first
+        hidden layer with its ReLU, the second hidden layer before its ReLU, the classifier; its
+        laterals join before the second ReLU and at the logits, as the authors' PNN MLP builds
+        them (mammoth ``backbone/MNISTMLP_PNN.py``)."""
+        return (nn.Sequential(nn.Flatten(), self.fc1, nn.ReLU()), self.fc2, self.classifier)
+
     def forward_features(self, x: Tensor) -> Tensor:
         features: Tensor = self.features(x.flatten(1))
         return features

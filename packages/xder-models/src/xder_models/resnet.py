@@ -75,6 +75,22 @@ class ResNet18CIFAR(nn.Module):
         """The last residual block: Grad-CAM's recommended target for ResNets."""
         return self.layer4[-1]
 
+    def pnn_stages(self) -> tuple[nn.Module, ...]:
+        """The network as PNN's chain of stages (``xder_methods.StagedBackbone``): the stem with
+        the first residual stage, the second, the third, the fourth with the global average
+        pooling, the classifier; its laterals join the outputs of the last four, as the authors'
+        PNN ResNet builds them (mammoth ``backbone/ResNet18_PNN.py``: into ``layer2``-``layer4``
+        and the logits; a stage's output is after a ReLU, so pooling the fourth stage's sum with
+        its lateral equals adding the pooled two)."""
+        stem = nn.Sequential(self.conv1, self.bn1, nn.ReLU(), self.layer1)
+        return (
+            stem,
+            self.layer2,
+            self.layer3,
+            nn.Sequential(self.layer4, nn.AdaptiveAvgPool2d(1), nn.Flatten()),
+            self.classifier,
+        )
+
     def forward_features(self, x: Tensor) -> Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
         out = self.layer4(self.layer3(self.layer2(self.layer1(out))))

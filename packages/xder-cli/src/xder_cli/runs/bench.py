@@ -89,6 +89,7 @@ from xder_methods import (
     autocast,
     batch_bounds,
     make_optimizer,
+    method_class,
     method_config_class,
     protocol_fields,
     run_epoch,
@@ -278,7 +279,9 @@ def method_at_task(name: str, options: BenchOptions, device: torch.device) -> Me
         Normalize(mean, std),
         StrongAugment(image, mean, std),
     )
-    setting = ContinualSetting((per_task,) * n_tasks, shape)
+    # A method that refuses class-il (PNN: it needs the task at test time) is measured as task-il.
+    task_il = "class-il" in getattr(method_class(name), "refused_scenarios", {})
+    setting = ContinualSetting((per_task,) * n_tasks, shape, scenario="task-il" if task_il else "class-il")
     plan = bench_plan(name, options)
     net = build_network(plan, num_classes, device)
     generator = run_generator(plan, device)
@@ -295,7 +298,7 @@ def method_at_task(name: str, options: BenchOptions, device: torch.device) -> Me
         options.task * per_task, (options.task + 1) * per_task, device=device
     ).repeat_interleave(per_class)
     # The steps and the epoch are the training loop's own (xder_methods.run_step, run_epoch).
-    stream = _SyntheticTask(task_x, task_y, (per_task,) * n_tasks)
+    stream = _SyntheticTask(task_x, task_y, (per_task,) * n_tasks, setting.scenario)
     loop = FitState(method, cast(TaskStream, stream), plan.fit_schedule, generator)
     loop.optimizer = make_optimizer(method.optimizer_parameters(), plan.fit_schedule)
     return MethodAtTask(plan, net, method, loop, task_x, task_y, options.task, n_tasks)

@@ -12,7 +12,7 @@ from torch import nn
 
 from xder_cli.runs.errors import SettingError, option
 from xder_cli.runs.settings import Notify, RunPlan, ignore
-from xder_data import Benchmark, Progress, load_benchmark
+from xder_data import Benchmark, Progress, load_benchmark, with_scenario
 from xder_data.benchmark import ClassOrderSpec, no_progress
 from xder_methods import ContinualMethod, ContinualSetting, Transforms, create_method
 from xder_models import create_backbone
@@ -78,7 +78,8 @@ def load_data(
     notify: Notify = ignore,
     read_progress: Progress = no_progress,
 ) -> Benchmark:
-    """The plan's benchmark (its class order, validation split, protocol and options), read from
+    """The plan's benchmark (its class order, validation split, protocol, options and the scenario
+    ``run.scenario`` runs it in: :func:`xder_data.with_scenario`), read from
     ``data_root`` (default: the plan's ``run.data_root``) and placed as ``data_device`` (default:
     the plan's ``run.data_device``) says;
     ``notify`` hears where the data stay and the benchmark's notes, ``read_progress`` wraps the
@@ -94,6 +95,8 @@ def load_data(
         progress=read_progress,
         **plan.benchmark,
     )
+    if settings.scenario != "benchmark":
+        bench = with_scenario(bench, settings.scenario)
     bench = place_data(bench, device, data_device or settings.data_device, notify)
     for note in bench.notes:
         notify(f"note: {note}")

@@ -61,7 +61,9 @@ from xder_data import (
     BenchmarkDefaults,
     benchmark_defaults,
     benchmark_option_types,
+    benchmark_scenario,
     canonical_protocol,
+    check_scenario,
 )
 from xder_data import benchmark_options as benchmark_option_defaults
 from xder_methods import (
@@ -134,6 +136,9 @@ class RunSettings:
             settings are the ``[train]``, ``[backbone]`` and buffer defaults, and the presets are
             looked up under it. ``paper``, its name before, reads as ``full``.
         validation: fraction of train held out for model selection (0: none).
+        scenario: the scenario the benchmark runs in: ``benchmark`` (its own, the default), or
+            ``task-il`` for a class-il benchmark (the task given at test time: Task-IL accuracy
+            only; what PNN needs): :func:`xder_data.with_scenario`.
         data_device: where the data live while training: ``device`` (the training device),
             ``host`` (page-locked host memory, each batch copied over), or ``auto`` (the device
             when the data take less than half of its free memory, else the host).
@@ -165,6 +170,7 @@ class RunSettings:
     preset: str = "none"
     protocol: str = DEFAULT_PROTOCOL
     validation: float = 0.0
+    scenario: Literal["benchmark", "class-il", "task-il", "domain-il", "general"] = "benchmark"
     data_device: Literal["auto", "device", "host"] = "auto"
     loggers: list[Literal["tensorboard", "wandb"]] = dataclasses.field(default_factory=list)
     threads: int = 0
@@ -199,6 +205,7 @@ RUN_KEYS: dict[str, Role] = {
     "seed": Role.DEFINES,
     "class_order": Role.DEFINES,
     "validation": Role.DEFINES,
+    "scenario": Role.DEFINES,
     "device": Role.PLACES,
     "data_root": Role.PLACES,
     "data_device": Role.PLACES,
@@ -431,6 +438,8 @@ def build_plan(config: Mapping[str, Mapping[str, Any]]) -> RunPlan[Any]:
             raise SettingError(f"the configuration has no run.{required}")
     settings = RunSettings(**run)
     benchmark_defaults(settings.benchmark, settings.protocol)  # an unknown one is the user's to fix
+    if settings.scenario != "benchmark":  # said before any data is read (load_data applies it)
+        check_scenario(settings.benchmark, benchmark_scenario(settings.benchmark), settings.scenario)
     benchmark = benchmark_settings(settings.benchmark, config.get("benchmark", {}))
     schedule = TrainingSchedule(
         **validate_section("train", config.get("train", {}), TrainingSchedule, what="[train]")

@@ -23,6 +23,7 @@ from xder_methods.methods import (  # noqa: F401  (each registers its method)
     lwf,
     lwf_mc,
     mer,
+    pnn,
     rpc,
     sgd,
     si,
