@@ -87,3 +87,29 @@ def test_flatten_gradients_by_hand() -> None:
         flatten_gradients(params, grads[:2])
     with pytest.raises(ValueError, match="longer"):
         flatten_gradients(params[:2], grads)
+
+
+class _Aliased(nn.Module):
+    """One linear layer reachable as ``fc`` and as ``body.0``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.body = nn.Sequential(self.fc, nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x.flatten(1))
+
+
+def test_per_example_gradients_keep_the_networks_parameters_and_refuse_an_aliased_module() -> None:
+    """After the call the network holds the same parameter objects (those the optimiser steps); a
+    module registered under two names would come back with new ones, so it is refused."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3))
+    held = [id(p) for p in net.parameters()]
+    x, y = torch.rand(6, 1, 2, 2), torch.tensor([0, 1, 2, 0, 1, 2])
+    with torch.no_grad():
+        per_example_gradients(net, F.cross_entropy, x, y)
+    assert [id(p) for p in net.parameters()] == held
+    with pytest.raises(ValueError, match="registered once"):
+        per_example_gradients(_Aliased(), F.cross_entropy, x, y)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from xder_models._registry import register_backbone
 
@@ -47,9 +48,11 @@ class MNISTMLP(nn.Module):
         super().__init__()
         if num_classes < 1 or in_features < 1:
             raise ValueError("num_classes and in_features must be positive")
+        # Each layer registered once: a module reachable under two names (fc1 and features.0)
+        # comes back from torch.func.functional_call with new parameter objects, which the
+        # optimiser no longer holds (per-example gradients: GSS's scores, oEWC's Fisher).
         self.fc1 = nn.Linear(in_features, HIDDEN)
         self.fc2 = nn.Linear(HIDDEN, HIDDEN)
-        self.features = nn.Sequential(self.fc1, nn.ReLU(), self.fc2, nn.ReLU())
         self.classifier = nn.Linear(HIDDEN, num_classes)
         self.num_features = HIDDEN
         for layer in (self.fc1, self.fc2, self.classifier):
@@ -68,7 +71,7 @@ class MNISTMLP(nn.Module):
         return (nn.Sequential(nn.Flatten(), self.fc1, nn.ReLU()), self.fc2, self.classifier)
 
     def forward_features(self, x: Tensor) -> Tensor:
-        features: Tensor = self.features(x.flatten(1))
+        features: Tensor = F.relu(self.fc2(F.relu(self.fc1(x.flatten(1)))))
         return features
 
     def forward_head(self, features: Tensor) -> Tensor:

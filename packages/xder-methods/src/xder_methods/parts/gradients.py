@@ -66,7 +66,17 @@ def per_example_gradients(
     Returns:
         ``({name: (N, *param.shape)}, (N,) the items' objective values, without gradient)``, the names in
         ``net.named_parameters()`` order.
+
+    Raises:
+        ValueError: ``net`` holds a module under two names (e.g. a layer both an attribute and an
+            entry of a Sequential): ``functional_call`` would leave it new parameter objects.
     """
+    if len(list(net.named_modules(remove_duplicate=False))) != len(list(net.named_modules())):
+        raise ValueError(
+            "per-example gradients need each module of the network registered once: a module "
+            "reachable under two names comes back from torch.func.functional_call with new "
+            "parameters, which the optimiser no longer holds"
+        )
     params = {name: p.detach() for name, p in net.named_parameters() if p.requires_grad or not trainable_only}
     constants = {name: p.detach() for name, p in net.named_parameters() if name not in params}
     constants.update(net.named_buffers())
