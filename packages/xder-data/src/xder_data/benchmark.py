@@ -508,6 +508,17 @@ def load_benchmark(
     return bench.to(device)
 
 
+def _layout(bench: Benchmark) -> str:
+    """The tasks and their classes in words (``data info``'s first line)."""
+    if bench.scenario == "general":
+        return f"one stream of {bench.num_classes} classes, no task boundaries"
+    if bench.scenario == "domain-il":
+        return f"{bench.n_tasks} tasks, each of the same {bench.num_classes} classes"
+    if len(set(bench.classes_per_task)) == 1:
+        return f"{bench.n_tasks} tasks x {bench.classes_per_task[0]} classes"
+    return f"{bench.n_tasks} tasks, classes per task {list(bench.classes_per_task)}"
+
+
 def benchmark_info(
     bench: Benchmark, protocol: str = DEFAULT_PROTOCOL, options: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -519,8 +530,9 @@ def benchmark_info(
         options: the benchmark options it was loaded with, shown as ``"options"``.
 
     Returns:
-        ``name``, ``scenario``, ``n_tasks``, ``classes_per_task``, ``num_classes``, ``class_order``,
-        ``train_size``, ``test_size``, ``input_shape``, ``dtype``, ``mean``, ``std``,
+        ``name``, ``scenario``, ``layout`` (the tasks and classes in words), ``n_tasks``,
+        ``classes_per_task``, ``num_classes``, ``class_order``, ``train_size``, ``test_size``,
+        ``input_shape``, ``dtype``, ``mean``, ``std``,
         ``class_names`` (None without names), ``options``, ``notes``, ``tasks`` (per task: ``task``,
         ``classes`` (mapped labels), ``original_classes``, ``train_size``, ``test_size``, and
         ``val_size`` with a validation split), ``val_size`` with a validation split,
@@ -534,6 +546,7 @@ def benchmark_info(
     info: dict[str, Any] = {
         "name": bench.name,
         "scenario": bench.scenario,
+        "layout": _layout(bench),
         "n_tasks": bench.n_tasks,
         "classes_per_task": list(bench.classes_per_task),
         "num_classes": bench.num_classes,

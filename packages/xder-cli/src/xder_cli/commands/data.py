@@ -66,15 +66,7 @@ def _info(args: Any, root: Path) -> int:
 
 
 def _print_info(info: dict[str, Any]) -> None:
-    name = f"{info['name']} ({info['scenario']})"
-    if info["scenario"] == "general":
-        print(f"{name}: one stream of {info['num_classes']} classes, no task boundaries")
-    elif info["scenario"] == "domain-il":
-        print(f"{name}: {info['n_tasks']} tasks, each of the same {info['num_classes']} classes")
-    elif len(set(info["classes_per_task"])) == 1:
-        print(f"{name}: {info['n_tasks']} tasks x {info['classes_per_task'][0]} classes")
-    else:
-        print(f"{name}: {info['n_tasks']} tasks, classes per task {info['classes_per_task']}")
+    print(f"{info['name']} ({info['scenario']}): {info['layout']}")
     val = f", {info['val_size']} validation" if "val_size" in info else ""
     given = {k: v for k, v in info["options"].items() if v is not None}
     if given:

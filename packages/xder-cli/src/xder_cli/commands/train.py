@@ -148,8 +148,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=TRAIN_EXAMPLES,
         help=f"train one run (default: {DEFAULT_METHOD} on {DEFAULT_BENCHMARK}) into a run directory",
         description=(
-            "Train a continual learner on a benchmark (class-, domain-incremental or a general stream: its "
-            "scenario), evaluating every seen task "
+            "Train a continual learner on a benchmark of any scenario, evaluating every seen task "
             "after each task. The run directory OUT/<date>-<method>-<benchmark>-m<buffer>-s<seed>/ "
             "receives config.toml, events.jsonl, results.json, checkpoint.pt and plots/; one process at a "
             "time writes it (RUN_DIR/.lock). "
