@@ -64,3 +64,17 @@ def test_a_run_logged_elsewhere_or_from_before_the_benchmark_section_is_reused(t
     rundir.write_config(tmp_path / "config.toml", stored)
     with pytest.raises(RunDirError, match=r"was trained with train\.epochs = 2"):
         _check_existing(run, tmp_path)
+
+
+def test_a_run_from_before_run_scenario_is_the_benchmarks_own_scenario(tmp_path: Path) -> None:
+    """A config.toml written before run.scenario existed ran the benchmark's own scenario: the
+    default; one that asked for task-il is another run."""
+    run, _ = plan_class_order("seq-digits", ["er"], [0], {"train.epochs": 1})
+    stored = json.loads(json.dumps(run.config))
+    del stored["run"]["scenario"]
+    rundir.write_config(tmp_path / "config.toml", stored)
+    _check_existing(run, tmp_path)
+    stored["run"]["scenario"] = "task-il"
+    rundir.write_config(tmp_path / "config.toml", stored)
+    with pytest.raises(RunDirError, match=r"run\.scenario"):
+        _check_existing(run, tmp_path)

@@ -22,7 +22,7 @@ from xder_cli.runs.defaults import EXPERIMENT_SEEDS as DEFAULT_SEEDS
 from xder_cli.runs.errors import RunDirError, SettingError, option
 from xder_cli.runs.records import Config, Outcome, Results, Settings, own_metric, results_scenario
 from xder_cli.runs.scheduler import LogOutput, PlannedRun, outcome_note, run_retries, train_runs
-from xder_cli.runs.settings import Notify, build_plan, defines, resolve_config, settings_text
+from xder_cli.runs.settings import Notify, RunSettings, build_plan, defines, resolve_config, settings_text
 from xder_data import DEFAULT_PROTOCOL, canonical_protocol
 from xder_methods import SCENARIO_ACCURACY
 
@@ -234,6 +234,8 @@ def _normalised(config: Config) -> Config:
     }
     if "protocol" in body.get("run", {}):  # recorded under the protocol's former name, perhaps
         body["run"]["protocol"] = canonical_protocol(body["run"]["protocol"])
+    if body.get("run", {}).get("scenario") == RunSettings.scenario:  # the default, or a run from
+        del body["run"]["scenario"]  # before the setting: either runs the benchmark's own
     normalised: Config = json.loads(json.dumps({s: values for s, values in body.items() if values}))
     return normalised
 
