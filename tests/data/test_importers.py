@@ -447,6 +447,8 @@ def test_benchmark_info_of_seq_digits() -> None:
     info = benchmark_info(load_benchmark("seq-digits"))
     assert list(info) == [
         "name",
+        "scenario",
+        "layout",
         "n_tasks",
         "classes_per_task",
         "num_classes",

@@ -21,6 +21,7 @@ from xder_methods import (
     Batch,
     Buffer,
     Callback,
+    ContinualSetting,
     DERpp,
     FineTuning,
     MethodBase,
@@ -67,9 +68,9 @@ def test_the_opt_in_rule_on_classes_made_now() -> None:
     class Inherits(Declares):
         pass
 
-    net = torch.nn.Linear(1, 1)
-    assert Declares(net, None, None, None).graph_key() == "declared"
-    assert Inherits(net, None, None, None).graph_key() is None
+    net, setting = torch.nn.Linear(1, 1), ContinualSetting((1,), (1,))
+    assert Declares(net, setting, None, None).graph_key() == "declared"
+    assert Inherits(net, setting, None, None).graph_key() is None
 
 
 @pytest.mark.parametrize("name", ["sgd", "er", "derpp", "xder"])

@@ -710,7 +710,7 @@ def test_a_manual_step_drops_earlier_gradients_as_the_loop_does() -> None:
     with torch.no_grad():
         net.weight.fill_(1.0)
         net.bias.fill_(2.0)
-    method = MethodBase(net, None, None, None)
+    method = MethodBase(net, ContinualSetting((1,), (1,)), None, None)
     method.optimizer = torch.optim.SGD(net.parameters(), lr=0.5, weight_decay=0.1)
     net.weight.grad, net.bias.grad = torch.full((1, 1), 3.0), torch.full((1,), 3.0)  # a step's leftovers
     calls = []

@@ -288,7 +288,7 @@ def test_the_der_papers_benchmarks_without_figures_take_the_rows_its_preset_hold
     assert {"seq-mnist", "seq-tinyimg"}.isdisjoint(published_benchmarks())  # no figure
     table2 = ["joint", "sgd", "ewc_on", "si", "lwf", "er", "gem", "agem", "icarl", "fdr", "gss", "hal"]
     mnist = table_entries("seq-mnist", 500)
-    assert [e.name for e in mnist] == [*table2, "der", "derpp", "mer", "agem_r"]
+    assert [e.name for e in mnist] == [*table2, "der", "derpp", "mer", "agem_r", "pnn"]
     assert table_entries("seq-mnist", 500, paper="der") == mnist
     assert all(e.published is None and e.preset is None for e in mnist)
     assert all(default_preset("seq-mnist", e.method, 500) == "paper" for e in mnist)
@@ -307,6 +307,7 @@ def test_the_der_papers_benchmarks_without_figures_take_the_rows_its_preset_hold
         "der",
         "derpp",
         "agem_r",
+        "pnn",
     ]
     with pytest.raises(SettingError, match="seq-mnist has no published figures, and the paper preset holds"):
         table_entries("seq-mnist", 300)

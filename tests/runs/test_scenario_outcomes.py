@@ -45,3 +45,13 @@ def test_the_outcome_and_line_take_the_scenarios_own_figures(results, outcome, l
     assert (found["val_faa"], found["faa"], found["ff"]) == outcome
     assert describe_faa(results) == line
     assert describe_faa(results, "test FAA").startswith(f"test FAA {outcome[1]:.2f}, FF ")
+
+
+def test_a_task_il_run_on_a_class_il_table_fills_only_the_task_il_column() -> None:
+    """PNN's run (task-il) in a Class-IL table: no Class-IL FAA or FF of its own (its own accuracy,
+    Task-IL, is not the columns'), its Task-IL FAA in the Task-IL column."""
+    from xder_cli.runs.experiments.table import table_metrics
+
+    results = {"scenario": "task-il", "faa": None, "ff": None, "task_il_faa": 91.5, "task_il_ff": 2.0,
+               "wall_time_s": 3.0}  # fmt: skip
+    assert table_metrics(results) == {"faa": None, "ff": None, "task_il": 91.5, "wall_time_s": 3.0}  # type: ignore[arg-type]

@@ -167,12 +167,18 @@ def no_task_il_line(benchmark: str, scenario: Scenario) -> str | None:
 
 
 def table_metrics(results: Results | None) -> dict[str, float | None]:
-    """``faa``, ``ff``, ``task_il`` (the Task-IL FAA) and ``wall_time_s`` (the run's training time,
-    resumed parts summed) of a results.json (None where it has none)."""
+    """``faa``, ``ff`` (of the accuracy the benchmark's scenario reports: the columns'; None for a
+    run that reports no such accuracy, PNN's Task-IL run on a Class-IL table), ``task_il`` (the
+    Task-IL FAA) and ``wall_time_s`` (the run's training time, resumed parts summed) of a
+    results.json (None where it has none)."""
     if results is None:
         return faa_metrics(None) | {"task_il": None, "wall_time_s": None}
-    extra = {"task_il": results.get("task_il_faa"), "wall_time_s": results.get("wall_time_s")}
-    return faa_metrics(results) | extra
+    return {
+        "faa": results.get("faa"),
+        "ff": results.get("ff"),
+        "task_il": results.get("task_il_faa"),
+        "wall_time_s": results.get("wall_time_s"),
+    }
 
 
 class MetricCell(TypedDict):
