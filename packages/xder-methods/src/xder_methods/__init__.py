@@ -54,6 +54,7 @@ from xder_methods.core.protocols import (
     TaskView,
     Transform,
     Transforms,
+    require_scenario,
 )
 from xder_methods.core.registry import (
     check_schedule,
@@ -413,6 +414,7 @@ __all__ = [
     "regular_simplex",
     "replay_exemplars",
     "reptile_update",
+    "require_scenario",
     "rescale_logits",
     "reservoir_slots",
     "ring_slots",

@@ -67,10 +67,12 @@ from xder_data import (
 )
 from xder_data import benchmark_options as benchmark_option_defaults
 from xder_methods import (
+    MethodBase,
     TrainingProtocol,
     TrainingSchedule,
     check_schedule,
     list_methods,
+    method_class,
     method_config_class,
     protocol_fields,
     protocol_values,
@@ -438,8 +440,13 @@ def build_plan(config: Mapping[str, Mapping[str, Any]]) -> RunPlan[Any]:
             raise SettingError(f"the configuration has no run.{required}")
     settings = RunSettings(**run)
     benchmark_defaults(settings.benchmark, settings.protocol)  # an unknown one is the user's to fix
+    scenario = benchmark_scenario(settings.benchmark)
     if settings.scenario != "benchmark":  # said before any data is read (load_data applies it)
-        check_scenario(settings.benchmark, benchmark_scenario(settings.benchmark), settings.scenario)
+        check_scenario(settings.benchmark, scenario, settings.scenario)
+        scenario = settings.scenario
+    method_cls = method_class(settings.method)
+    if issubclass(method_cls, MethodBase):  # a method that refuses it, before any data is read
+        method_cls.check_scenario(scenario)
     benchmark = benchmark_settings(settings.benchmark, config.get("benchmark", {}))
     schedule = TrainingSchedule(
         **validate_section("train", config.get("train", {}), TrainingSchedule, what="[train]")

@@ -18,6 +18,7 @@ from xder_methods.core.protocols import (
     TaskBudget,
     TaskData,
     Transforms,
+    require_scenario,
 )
 from xder_methods.core.registry import registered_name
 
@@ -82,10 +83,7 @@ class MethodBase(nn.Module, Generic[ConfigT]):
         config: ConfigT,
         generator: torch.Generator | None = None,
     ) -> None:
-        why = self.refused_scenarios.get(setting.scenario)
-        if why is not None:
-            runs = tuple(s for s in SCENARIOS if s not in self.refused_scenarios)
-            setting.require(registered_name(type(self)), runs, why)
+        type(self).check_scenario(setting.scenario)
         super().__init__()
         self.net = net
         self.setting = setting
@@ -166,6 +164,16 @@ class MethodBase(nn.Module, Generic[ConfigT]):
         whose loss is None, nor for a method with :attr:`manual_optimization`. Returns extra
         detached scalar terms to log with the step's (None: none)."""
         return None
+
+    @classmethod
+    def check_scenario(cls, scenario: Scenario) -> None:
+        """Refuse ``scenario`` if the class declares it in :attr:`refused_scenarios`, with its
+        reason (:func:`~xder_methods.core.protocols.require_scenario`); the constructor calls it,
+        and a run's plan before any data is read."""
+        why = cls.refused_scenarios.get(scenario)
+        if why is not None:
+            runs = tuple(s for s in SCENARIOS if s not in cls.refused_scenarios)
+            require_scenario(registered_name(cls), scenario, runs, why)
 
     def step(self, loss: Tensor, *, accumulate: bool = False) -> None:
         """One optimiser step on ``loss`` for a method with :attr:`manual_optimization`, as the

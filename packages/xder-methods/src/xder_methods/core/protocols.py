@@ -165,13 +165,17 @@ class ContinualSetting:
         return torch.repeat_interleave(torch.arange(self.n_tasks), counts).to(device)
 
     def require(self, method: str, allowed: tuple[Scenario, ...], why: str) -> None:
-        """Refuse a scenario ``method`` cannot run in: raise
-        :class:`~xder_methods.MethodConfigError` naming the scenario, the method and ``why``
-        unless ``self.scenario`` is in ``allowed`` (a method calls it when it is built)."""
-        if self.scenario not in allowed:
-            raise MethodConfigError(
-                f"{method} cannot run a {self.scenario} benchmark: {why} (it runs {', '.join(allowed)})"
-            )
+        """Refuse a scenario ``method`` cannot run in (a method calls it when it is built):
+        :func:`require_scenario` of ``self.scenario``."""
+        require_scenario(method, self.scenario, allowed, why)
+
+
+def require_scenario(method: str, scenario: Scenario, allowed: tuple[Scenario, ...], why: str) -> None:
+    """Raise :class:`~xder_methods.MethodConfigError` naming the scenario, the method and ``why``
+    unless ``scenario`` is in ``allowed``: the one line a method refusing a benchmark gives."""
+    if scenario not in allowed:
+        runs = ", ".join(allowed)
+        raise MethodConfigError(f"{method} cannot run a {scenario} benchmark: {why} (it runs {runs})")
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ from xder_cli.runs.published import (
 )
 from xder_cli.runs.scheduler import PlannedRun
 from xder_cli.runs.settings import takes_buffer
-from xder_data import DEFAULT_PROTOCOL, list_benchmarks
+from xder_data import DEFAULT_PROTOCOL, Scenario, benchmark_scenario, list_benchmarks
 from xder_eval import PublishedResult
-from xder_methods import list_methods
+from xder_methods import MethodBase, list_methods, method_class
 
 __all__ = ["TableEntry", "plan_table", "rows_text", "table_entries", "table_paper"]
 
@@ -127,7 +127,9 @@ def table_entries(
       the paper's order, variants included.
     * On another paper (``paper``, or the X-DER paper's Table 1 where nothing is published): every
       registered method of that paper's table (:func:`xder_cli.runs.published.paper_methods`; not
-      its variants, which are preset entries of its own benchmarks), at any buffer size.
+      its variants, which are preset entries of its own benchmarks) that runs in the benchmark's
+      scenario (a method that refuses it, named in ``methods``, refuses in one line), at any
+      buffer size.
 
     ``methods`` picks rows by entry name, and may name any registered method or any entry of the
     benchmark's published table besides: the table's rows come first in its order, the others
@@ -147,9 +149,10 @@ def table_entries(
     if chosen == benchmark_paper(benchmark):
         published = published_table(benchmark, buffer_size)  # raises where there is none at that size
         candidates = [(p.entry, p.method) for p in published] or _preset_rows(benchmark, buffer_size, chosen)
-    else:
+    else:  # the paper's methods that run in the benchmark's scenario (a Domain-IL one: no LwF)
         published = published_at(benchmark, buffer_size)
-        candidates = [(m, m) for m in paper_methods(chosen)]
+        scenario = benchmark_scenario(benchmark)
+        candidates = [(m, m) for m in paper_methods(chosen) if _runs_in(m, scenario)]
     cells = {p.entry: p for p in published}
     kinds = dict(candidates) | {name: p.method for name, p in cells.items() if name not in dict(candidates)}
     registered = list_methods()
@@ -169,6 +172,13 @@ def table_entries(
         preset = None if name == method else _variant_preset(benchmark, buffer_size, name, method, protocol)
         entries.append(TableEntry(name, method, preset, takes_buffer(method), cells.get(name)))
     return entries
+
+
+def _runs_in(method: str, scenario: Scenario) -> bool:
+    """Whether ``method`` runs in ``scenario`` as far as its class says
+    (:attr:`xder_methods.MethodBase.refused_scenarios`; a plugin's own class: yes)."""
+    cls = method_class(method)
+    return not (issubclass(cls, MethodBase) and scenario in cls.refused_scenarios)
 
 
 def plan_table(
