@@ -271,6 +271,7 @@ def test_a_required_benchmark_option_names_the_set_flag(tmp_path: Path, monkeypa
 
     loader = (load, {"full": benchmark_defaults("seq-digits")})
     monkeypatch.setitem(data_registry._REGISTRY, "lab-images", loader)
+    monkeypatch.setitem(data_registry._SCENARIOS, "lab-images", "class-il")
     assert main(["train", "--benchmark", "lab-images", "--method", "sgd", "--out", str(tmp_path)]) == 2
     assert _error(capsys) == (
         "xder-run train: error: benchmark 'lab-images' needs benchmark.classes: "
