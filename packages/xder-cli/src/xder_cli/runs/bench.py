@@ -77,6 +77,7 @@ from xder_data import (
 from xder_methods import (
     ContinualSetting,
     FitState,
+    MethodBase,
     NonFiniteLossError,
     OpCounter,
     StepGraphs,
@@ -219,15 +220,17 @@ def bench_plan(name: str, options: BenchOptions) -> RunPlan[Any]:
     for key, value in options.settings:
         if key.startswith("train.") or key.removeprefix("method.") in fields:
             overrides[key] = value
+    method_cls = method_class(name)  # a method that refuses class-il (PNN) is measured as task-il
+    if issubclass(method_cls, MethodBase) and "class-il" in method_cls.refused_scenarios:
+        overrides["run.scenario"] = "task-il"
     protocol = options.protocol or DEFAULT_PROTOCOL
     return resolve_run(name, options.benchmark, preset="none", protocol=protocol, overrides=overrides)
 
 
 @dataclass(frozen=True)
 class _SyntheticTask:
-    """The bench's one task as the training loop's epoch reads a stream (``train_x``,
-    ``train_y``; ``classes_per_task`` and ``scenario`` for :class:`xder_methods.FitState`'s
-    setting)."""
+    """The bench's one task as the loop's epoch reads a stream (``train_x``, ``train_y``; the
+    shape and ``scenario`` for :class:`xder_methods.FitState`'s setting)."""
 
     train_x: torch.Tensor
     train_y: torch.Tensor
@@ -279,10 +282,9 @@ def method_at_task(name: str, options: BenchOptions, device: torch.device) -> Me
         Normalize(mean, std),
         StrongAugment(image, mean, std),
     )
-    # A method that refuses class-il (PNN: it needs the task at test time) is measured as task-il.
-    task_il = "class-il" in getattr(method_class(name), "refused_scenarios", {})
-    setting = ContinualSetting((per_task,) * n_tasks, shape, scenario="task-il" if task_il else "class-il")
     plan = bench_plan(name, options)
+    task_il = plan.settings.scenario == "task-il"
+    setting = ContinualSetting((per_task,) * n_tasks, shape, scenario="task-il" if task_il else "class-il")
     net = build_network(plan, num_classes, device)
     generator = run_generator(plan, device)
     method: Any = build_method(plan, net, setting, transforms, generator)
