@@ -54,6 +54,8 @@ from xder_methods.core.protocols import (
     TaskView,
     Transform,
     Transforms,
+    reports_class_il,
+    reports_task_il,
     require_scenario,
 )
 from xder_methods.core.registry import (
@@ -413,6 +415,8 @@ __all__ = [
     "registered_name",
     "regular_simplex",
     "replay_exemplars",
+    "reports_class_il",
+    "reports_task_il",
     "reptile_update",
     "require_scenario",
     "rescale_logits",

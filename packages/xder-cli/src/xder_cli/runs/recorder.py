@@ -32,13 +32,14 @@ from xder_eval import (
 from xder_methods import (
     SCENARIO_ACCURACY,
     Callback,
-    ContinualSetting,
     EpochRecord,
     FitState,
     History,
     Scenario,
     TaskRecord,
     ThreadPolicy,
+    reports_class_il,
+    reports_task_il,
 )
 
 __all__ = ["RunRecorder", "ThreadNews", "ThreadShare", "ignore_news", "summarize"]
@@ -74,9 +75,8 @@ def summarize(
     scenario does not report is null, and so are its metrics: Task-IL in ``domain-il`` and
     ``general`` (every class is the task's own), Class-IL in ``task-il``.
     """
-    setting = ContinualSetting((1,), (1,), scenario=scenario)  # what the scenario reports
-    cil = history.class_il if setting.reports_class_il else None
-    til = history.task_il if setting.reports_task_il else None
+    cil = history.class_il if reports_class_il(scenario) else None
+    til = history.task_il if reports_task_il(scenario) else None
     out: dict[str, object] = {
         "scenario": scenario,
         "accuracy_matrix": cil,
@@ -90,8 +90,8 @@ def summarize(
     if til is not None and len(til) >= 2 and history.random_init_task_il is not None:
         out["fwt"] = forward_transfer(til, history.random_init_task_il)
     if history.val_class_il:
-        val_cil = history.val_class_il if setting.reports_class_il else None
-        val_til = history.val_task_il if setting.reports_task_il else None
+        val_cil = history.val_class_il if reports_class_il(scenario) else None
+        val_til = history.val_task_il if reports_task_il(scenario) else None
         out["val_accuracy_matrix"] = val_cil
         out["val_task_il_accuracy_matrix"] = val_til
         out |= _matrix_metrics(val_cil or [], "val_")

@@ -58,7 +58,7 @@ from xder_eval import (
     report_dict,
     report_markdown,
 )
-from xder_methods import SCENARIO_ACCURACY, SCENARIOS, ContinualSetting, MethodError
+from xder_methods import SCENARIO_ACCURACY, SCENARIOS, MethodError, reports_class_il, reports_task_il
 from xder_models import UnknownBackboneError
 
 __all__ = [
@@ -181,16 +181,15 @@ def report_analyses(
 
 def report_scenarios() -> dict[str, ScenarioFacts]:
     """What a report shows of each scenario (:data:`xder_methods.SCENARIOS`, in their order): its
-    own accuracy's name (:data:`xder_methods.SCENARIO_ACCURACY`), the accuracies its setting
-    reports (:class:`xder_methods.ContinualSetting`), and forgetting but in a general stream, one
-    task to the learner."""
+    own accuracy's name (:data:`xder_methods.SCENARIO_ACCURACY`), the accuracies it reports
+    (:func:`xder_methods.reports_class_il`, :func:`~xder_methods.reports_task_il`), and
+    forgetting but in a general stream, one task to the learner."""
     facts: dict[str, ScenarioFacts] = {}
     for scenario in SCENARIOS:
-        setting = ContinualSetting((1,), (1,), scenario=scenario)  # what the scenario reports
         facts[scenario] = ScenarioFacts(
             SCENARIO_ACCURACY[scenario],
-            class_il=setting.reports_class_il,
-            task_il=setting.reports_task_il,
+            class_il=reports_class_il(scenario),
+            task_il=reports_task_il(scenario),
             forgetting=scenario != "general",  # one task to the learner: nothing to forget
         )
     return facts

@@ -102,6 +102,18 @@ SCENARIO_ACCURACY: dict[Scenario, str] = {
 argmax inside the task's classes): the name reports and tables give it."""
 
 
+def reports_class_il(scenario: Scenario) -> bool:
+    """Whether the argmax over the classes seen is an accuracy of ``scenario`` (Class-IL,
+    Domain-IL, the general stream's): all but ``task-il``."""
+    return scenario != "task-il"
+
+
+def reports_task_il(scenario: Scenario) -> bool:
+    """Whether Task-IL accuracy means something in ``scenario``: ``class-il`` (beside Class-IL)
+    and ``task-il``; in ``domain-il`` and ``general`` a task's classes are all the classes."""
+    return scenario in ("class-il", "task-il")
+
+
 @dataclass(frozen=True)
 class ContinualSetting:
     """The shape of a continual problem, as a method sees it.
@@ -137,15 +149,13 @@ class ContinualSetting:
 
     @property
     def reports_class_il(self) -> bool:
-        """Whether the argmax over the classes seen is an accuracy of the scenario (Class-IL,
-        Domain-IL, the general stream's): all but ``task-il``."""
-        return self.scenario != "task-il"
+        """:func:`reports_class_il` of the setting's scenario."""
+        return reports_class_il(self.scenario)
 
     @property
     def reports_task_il(self) -> bool:
-        """Whether Task-IL accuracy means something: ``class-il`` (beside Class-IL) and
-        ``task-il``; in ``domain-il`` and ``general`` a task's classes are all the classes."""
-        return self.scenario in ("class-il", "task-il")
+        """:func:`reports_task_il` of the setting's scenario."""
+        return reports_task_il(self.scenario)
 
     def class_range(self, task: int) -> tuple[int, int]:
         """Labels ``[start, end)`` of ``task``."""

@@ -80,7 +80,7 @@ from xder_cli.runs.settings import Notify, ignore
 from xder_data import DEFAULT_PROTOCOL, benchmark_scenario
 from xder_eval import PublishedResult, compare_to_published
 from xder_eval.plots import new_figure, save_figure
-from xder_methods import SCENARIO_ACCURACY, ContinualSetting, Scenario
+from xder_methods import SCENARIO_ACCURACY, Scenario, reports_task_il
 
 __all__ = [
     "TABLE_CSV",
@@ -91,7 +91,6 @@ __all__ = [
     "no_task_il_line",
     "plan_table",
     "plot_table",
-    "reports_task_il",
     "summarize_table",
     "table_csv",
     "table_entries",
@@ -144,12 +143,6 @@ TABLE_CSV_COLUMNS = (
     "wall_time_s_mean",
 )
 """The header of ``table.csv``: one line per entry (empty cells where a value is undefined)."""
-
-
-def reports_task_il(scenario: Scenario) -> bool:
-    """Whether a table of a ``scenario`` benchmark has a Task-IL column: ``class-il`` and
-    ``task-il`` (:attr:`xder_methods.ContinualSetting.reports_task_il`)."""
-    return ContinualSetting((1,), (1,), scenario=scenario).reports_task_il
 
 
 def no_task_il_line(benchmark: str, scenario: Scenario) -> str | None:
