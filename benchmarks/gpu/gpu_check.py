@@ -29,10 +29,13 @@ Phases:
    ``--bench-plan``) names: float32, bf16 + channels-last, ``graphs`` (those two with the
    backbone compiled into CUDA graphs, DER++ and X-DER only, torch's recompile and CUDA-graph
    notes in ``bench.log``), ``stepgraph`` (bf16 + channels-last with whole steps replayed as
-   CUDA graphs, ``train.step_graph``) and ``stepgraph-joint`` (the same with DER++'s and X-DER's
-   stream and buffer batches in one forward pass, ``--set method.replay_forward=joint``: not the
-   authors' code, so a full run takes it only when ``--full-run-mode`` names it); seconds per
-   step, the floor, peak memory, the projected full protocol.
+   CUDA graphs, ``train.step_graph``), ``stepgraph-grouped`` (the same with DER++'s and X-DER's
+   stream and buffer batches, and X-DER's future-preparation views, in one forward pass in which
+   BatchNorm keeps each batch apart, ``--set method.replay_forward=grouped``: the authors'
+   computation) and ``stepgraph-joint`` (those batches in one forward pass, BatchNorm over them
+   together, ``--set method.replay_forward=joint``: not the authors' code, so a full run takes it
+   only when ``--full-run-mode`` names it); seconds per step, the floor, peak memory, the
+   projected full protocol.
 5. ``step_graph``: whole training steps recorded as CUDA graphs (``train.step_graph``): DER++ on
    Split CIFAR-10 (paper shapes, float32, deterministic algorithms), 1 epoch of 2 tasks, once
    eagerly and once with its steps replayed; the accuracy matrices compared (the replays draw the

@@ -40,12 +40,15 @@ MIN_COSINE = {"tf32": 0.99, "bf16": 0.95}
 CPU_STEPS: dict[tuple[str, int], tuple[float, dict[str, float], torch.Tensor]] = {}
 
 
-def options(name: str, device: torch.device, width: int, precision: str = "fp32") -> BenchOptions:
+def options(
+    name: str, device: torch.device, width: int, precision: str = "fp32", replay_forward: str | None = None
+) -> BenchOptions:
     """The DER paper's Split CIFAR-10 shapes (ResNet-18 of ``width``, batch and replay batch 32,
-    buffer 200), method ``name`` at task 1."""
+    buffer 200), method ``name`` at task 1 (with ``method.replay_forward`` where given)."""
+    forward = () if replay_forward is None else (("method.replay_forward", replay_forward),)
     bench = BenchOptions(
         methods=(name,), benchmark="seq-cifar10", protocol="full", width=width, buffer_size=200,
-        device=str(device), settings=(("train.precision", precision),),
+        device=str(device), settings=(("train.precision", precision), *forward),
     )  # fmt: skip
     return with_protocol(bench, benchmark_defaults("seq-cifar10", "full"))
 
@@ -97,9 +100,35 @@ def test_a_training_step_on_the_device_computes_the_cpu_s(
         assert cosine >= MIN_COSINE[mode]
 
 
-@pytest.mark.parametrize("name", ["sgd", "er", "derpp", "xder"])
-def test_a_training_step_makes_no_host_sync(name: str, device: torch.device, width: int) -> None:
-    at = method_at_task(name, options(name, device, width), device)
+@pytest.mark.parametrize("name", ["derpp", "xder"])
+def test_a_grouped_step_on_the_device_computes_the_separate_one(
+    name: str, device: torch.device, width: int
+) -> None:
+    """``method.replay_forward = grouped`` (one pass, BatchNorm per batch) against the authors'
+    separate passes on the same device, strict float32: the same loss and terms, the gradients
+    within the float32 tolerance above (the convolutions run over other batch sizes)."""
+    steps = []
+    with tf32(False):
+        for mode in ("separate", "grouped"):
+            at = method_at_task(name, options(name, device, width, replay_forward=mode), device)
+            out = at.step()
+            assert out.loss is not None
+            grads = torch.cat([p.grad.flatten() for p in at.net.parameters() if p.grad is not None])
+            steps.append((float(out.loss), {k: float(v) for k, v in out.terms.items()}, grads.double().cpu()))
+    (loss, terms, grads), (grouped_loss, grouped_terms, grouped_grads) = steps
+    assert abs(grouped_loss - loss) <= LOSS_TOLERANCE["fp32"] * abs(loss), (grouped_loss, loss)
+    assert grouped_terms.keys() == terms.keys()
+    assert float((grouped_grads - grads).norm() / grads.norm()) <= FP32_GRAD_TOLERANCE
+
+
+@pytest.mark.parametrize(
+    ("name", "replay_forward"),
+    [("sgd", None), ("er", None), ("derpp", None), ("xder", None), ("xder", "grouped")],
+)
+def test_a_training_step_makes_no_host_sync(
+    name: str, replay_forward: str | None, device: torch.device, width: int
+) -> None:
+    at = method_at_task(name, options(name, device, width, replay_forward=replay_forward), device)
     at.step(), at.step()
     with OpCounter() as counter:
         at.step()
@@ -150,13 +179,24 @@ def test_a_run_killed_and_resumed_ends_as_the_run_left_alone(
     assert matrices(tmp_path / "cut") == matrices(tmp_path / "whole")
 
 
-@pytest.mark.parametrize("name", ["sgd", "er", "derpp", "xder"])
+@pytest.mark.parametrize(
+    ("name", "settings"),
+    [
+        ("sgd", ()),
+        ("er", ()),
+        ("derpp", ()),
+        ("xder", ()),
+        ("xder", ("--set", "method.replay_forward=grouped")),
+    ],
+)
 def test_steps_replayed_as_cuda_graphs_end_as_the_eager_run(
-    name: str, device: torch.device, tmp_path: Path
+    name: str, settings: tuple[str, ...], device: torch.device, tmp_path: Path
 ) -> None:
-    eager = train(tmp_path / "eager", device, "--method", name)
+    eager = train(tmp_path / "eager", device, "--method", name, *settings)
     assert eager.returncode == 0, eager.stderr[-2000:]
-    replayed = train(tmp_path / "replayed", device, "--method", name, "--set", "train.step_graph=true")
+    replayed = train(
+        tmp_path / "replayed", device, "--method", name, *settings, "--set", "train.step_graph=true"
+    )
     assert replayed.returncode == 0, replayed.stderr[-2000:]
     assert "could not be captured" not in replayed.stderr
     (run_dir,) = [p for p in (tmp_path / "replayed").iterdir() if p.is_dir()]

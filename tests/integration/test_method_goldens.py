@@ -190,3 +190,12 @@ def test_the_step_op_counts_stay_golden(tmp_path: Path) -> None:
     assert sorted(counts) == list_methods()
     for name, value in counts.items():
         check("bench", name, value)
+
+
+@pytest.mark.parametrize("name", ["der", "derpp", "derpp_ace", "xder"])
+def test_grouped_replay_forward_has_the_golden_matrices_of_separate(name: str) -> None:
+    """``replay_forward = "grouped"`` is ``separate``'s computation in one pass: its golden
+    accuracy matrices (checked against a run above) are those of the default, ``separate``."""
+    matrices = golden_file()["matrices"]
+    assert matrices[f"{name} replay_forward=grouped seed 0"] == matrices[f"{name} defaults seed 0"]
+    assert matrices[f"{name} replay_forward=joint seed 0"] != matrices[f"{name} defaults seed 0"]

@@ -298,8 +298,9 @@ def test_online_update_probability_is_one_over_k(stream, transforms, tiny_net, s
     for k in range(1, 5):
         fresh = torch.full((n, 6), float(k))
         before = method.buffer.logits[:n, 2:].clone()
+        coin = torch.rand(n, generator=method.generator)
         method._update_future_past(
-            index, keep, method.buffer.logits[:n].clone(), fresh, torch.zeros(n, dtype=torch.long), 1, 6
+            index, keep, coin, method.buffer.logits[:n].clone(), fresh, torch.zeros(n, dtype=torch.long), 1, 6
         )
         changed = (method.buffer.logits[:n, 2:] != before).any(dim=1)
         updated_per_visit.append(float(changed.float().mean()))
@@ -313,10 +314,11 @@ def test_online_update_probability_is_one_over_k(stream, transforms, tiny_net, s
 def test_online_update_on_the_kth_visit_takes_a_coin_below_one_over_k(
     stream, transforms, tiny_net, setting_of
 ) -> None:
-    """On its k-th visit a row is updated iff the method's generator draws a coin < 1/k. torch.rand
-    draws multiples of 2^-24 in [0, 1): exactly 2^24 / k of them are below 1/k (k a power of 2), so
-    the probability is exactly 1/k, and a coin of exactly 1/k must not update. Seed 354891 draws
-    exactly 0.5 as its 86th uniform (found by search): row 85, on its second visit, stays."""
+    """On its k-th visit a row is updated iff its coin (drawn by the step from the method's
+    generator) is < 1/k. torch.rand draws multiples of 2^-24 in [0, 1): exactly 2^24 / k of them
+    are below 1/k (k a power of 2), so the probability is exactly 1/k, and a coin of exactly 1/k
+    must not update. Seed 354891 draws exactly 0.5 as its 86th uniform (found by search): row 85,
+    on its second visit, stays."""
     n, seed = 86, 354891
     method = make_xder(stream, transforms, tiny_net, setting_of, buffer_size=n)
     stored = torch.full((n, 6), 100.0)  # the ground truth (100) is far above the fresh values: no attenuation
@@ -330,12 +332,12 @@ def test_online_update_on_the_kth_visit_takes_a_coin_below_one_over_k(
     method.buffer.set_size(n)
     method.begin_task(1)
     method.visits[:n] = 1.0  # every row visited once already in this task: this is visit k = 2
-    method.generator = torch.Generator().manual_seed(seed)
     coins = torch.rand(n, generator=torch.Generator().manual_seed(seed))
     assert float(coins[85]) == 0.5
     method._update_future_past(
         torch.arange(n),
         torch.ones(n, dtype=torch.bool),
+        coins,
         stored.clone(),
         torch.full((n, 6), 3.0),
         torch.zeros(n, dtype=torch.long),
@@ -355,7 +357,7 @@ def test_duplicated_buffer_draws_count_as_one_visit(stream, transforms, tiny_net
     index = torch.tensor([5, 5, 7])
     keep = first_occurrence(index)
     method._update_future_past(
-        index, keep, torch.ones(3, 6), torch.ones(3, 6), torch.zeros(3, dtype=torch.long), 1, 6
+        index, keep, torch.rand(3), torch.ones(3, 6), torch.ones(3, 6), torch.zeros(3, dtype=torch.long), 1, 6
     )
     assert method.visits[5] == 1
     assert method.visits[7] == 1
@@ -364,20 +366,23 @@ def test_duplicated_buffer_draws_count_as_one_visit(stream, transforms, tiny_net
 # ------------------------------------------------------------------------ future preparation
 
 
+@pytest.mark.parametrize(("mode", "updates"), [("separate", 3), ("grouped", 3), ("joint", 1)])
 def test_future_preparation_leaves_batchnorm_statistics_alone(
-    stream, transforms, tiny_net, setting_of
+    mode, updates, stream, transforms, tiny_net, setting_of
 ) -> None:
-    method = make_xder(stream, transforms, tiny_net, setting_of)
+    """A task-1 step updates the running statistics once per pass of the stream and buffer
+    batches (three passes, or one joint one), never for the strong views of future preparation,
+    which are normalised with their own batch statistics all the same."""
+    method = make_xder(stream, transforms, tiny_net, setting_of, replay_forward=mode)
     method.end_task(0, task_data(stream, 0))
     method.begin_task(1)
     bn = method.net.body[2]
-    before = (bn.running_mean.clone(), bn.running_var.clone(), int(bn.num_batches_tracked))
-    loss = method._future_preparation(batch(stream, transforms, 1), 1, 6)
-    assert float(loss.detach()) > 0
-    assert torch.equal(bn.running_mean, before[0])
-    assert torch.equal(bn.running_var, before[1])
-    assert int(bn.num_batches_tracked) == before[2]
+    before = int(bn.num_batches_tracked)
+    out = method.observe(batch(stream, transforms, 1))
+    assert float(out.terms["future_preparation"]) > 0
+    assert int(bn.num_batches_tracked) - before == updates
     assert bn.track_running_stats  # restored afterwards
+    assert "forward" not in vars(bn)
 
 
 def test_frozen_batchnorm_stats_still_uses_batch_statistics(tiny_net) -> None:

@@ -23,6 +23,12 @@ MODES: dict[str, tuple[str, ...]] = {
         "train.precision=bf16", "train.channels_last=true", "train.step_graph=true",
         "method.replay_forward=joint",
     ),
+    # the same with those batches and X-DER's future-preparation views in one forward pass in which
+    # BatchNorm keeps each batch apart (the authors' computation), DER++ and X-DER only
+    "stepgraph-grouped": (
+        "train.precision=bf16", "train.channels_last=true", "train.step_graph=true",
+        "method.replay_forward=grouped",
+    ),
     # the backbone compiled in torch's default mode, bf16 (the compile phase)
     "compile": ("train.precision=bf16", "train.compile=true"),
 }  # fmt: skip
@@ -33,7 +39,7 @@ COMPILED_MODES = {"compile", "graphs"}
 # run takes one only when --full-run-mode names it.
 NOT_THE_AUTHORS = {"stepgraph-joint"}
 # The modes benched with DER++ and X-DER only: compiling, and changes to the replay's passes.
-REPLAYING_METHODS_ONLY = COMPILED_MODES | NOT_THE_AUTHORS
+REPLAYING_METHODS_ONLY = COMPILED_MODES | NOT_THE_AUTHORS | {"stepgraph-grouped"}
 
 
 def settings_args(mode: str) -> list[str]:

@@ -179,7 +179,7 @@ from xder_methods.parts.losses import (
     separated_cross_entropy,
     violation_mean,
 )
-from xder_methods.parts.networks import eval_features, frozen_batchnorm_stats, frozen_copy
+from xder_methods.parts.networks import batchnorm_per_part, eval_features, frozen_batchnorm_stats, frozen_copy
 from xder_methods.parts.replay import (
     DarkReplayConfig,
     ExemplarReplay,
@@ -337,6 +337,7 @@ __all__ = [
     "at_least_float32",
     "autocast",
     "batch_bounds",
+    "batchnorm_per_part",
     "begin_step",
     "bias_correct",
     "bic_distillation_loss",

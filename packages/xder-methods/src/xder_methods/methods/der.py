@@ -23,8 +23,9 @@ class DERConfig(DarkReplayConfig):
     """Attributes:
     alpha: weight of the logit-matching term (0.3: paper App. "Hyperparameter Choice", Split
         CIFAR-100, M = 500 and 2000).
-    replay_forward: ``separate`` (the authors' code) or ``joint`` forward passes of the stream
-        and buffer batches (see :class:`~xder_methods.parts.replay.DarkReplayConfig`).
+    replay_forward: ``separate`` (the authors' code), ``joint`` or ``grouped`` (the authors'
+        computation in one pass) forward passes of the stream and buffer batches (see
+        :class:`~xder_methods.parts.replay.DarkReplayConfig`).
     """
 
     alpha: float = 0.3
@@ -43,7 +44,8 @@ class DER(ER[DERConfigT]):
     outputs, future heads included, as in the authors' code. The squared error is averaged over
     classes as well as items (``F.mse_loss``; see :func:`logit_matching_loss`). The stream and
     buffer batches go through the network one pass each, as in the authors' code, or as one
-    concatenated pass with ``replay_forward="joint"``.
+    concatenated pass with ``replay_forward="joint"`` (BatchNorm over them together) or
+    ``"grouped"`` (BatchNorm per batch: the authors' computation).
     """
 
     @property

@@ -20,8 +20,9 @@ class DERppConfig(DERConfig):
     """Attributes:
     alpha: logit-matching weight (0.1: paper App. "Hyperparameter Choice", Split CIFAR-100).
     beta: weight of the cross-entropy on a second, independent buffer batch (0.5, same table).
-    replay_forward: ``separate`` (the authors' code) or ``joint`` forward passes of the stream
-        and both buffer batches (see :class:`~xder_methods.parts.replay.DarkReplayConfig`).
+    replay_forward: ``separate`` (the authors' code), ``joint`` or ``grouped`` (the authors'
+        computation in one pass) forward passes of the stream and both buffer batches (see
+        :class:`~xder_methods.parts.replay.DarkReplayConfig`).
     """
 
     alpha: float = 0.1

@@ -71,8 +71,10 @@ class XDERConfig(DarkReplayConfig):
             buffer batches each go through the network alone, so BatchNorm normalises the
             stream batch with the statistics of the current task's classes) or ``joint`` (one
             pass over the three, BatchNorm statistics over the mixed batch); see
-            :class:`~xder_methods.parts.replay.DarkReplayConfig`. The future-preparation views are always
-            a pass of their own (with frozen running statistics).
+            :class:`~xder_methods.parts.replay.DarkReplayConfig`, or ``grouped`` (the
+            computation of ``separate`` in one pass, BatchNorm per batch). The future-preparation
+            views are a pass of their own that leaves the running statistics alone, or, under
+            ``grouped``, a batch of that one pass that does.
     """
 
     alpha: float = 0.3
@@ -255,12 +257,31 @@ class XDER(MethodBase[XDERConfig]):
         available = self.heads_available(t) * c
         past, seen = t * c, (t + 1) * c
         has_future = available > seen
+        prepare = has_future and cfg.future_heads == "supcon"
+        # Every draw first, in the order of the authors' step (two buffer batches and their weak
+        # views, the visits' coins, the future preparation's items and strong views), so that the
+        # forward passes can be one (replay_forward = "grouped").
         samples = []
         if len(self.buffer):
             samples = [self.buffer.sample(cfg.minibatch_size, self.generator) for _ in range(2)]
         views = [self.transforms.train(sample.examples, self.generator) for sample in samples]
-        out, *buffer_outs = (
-            part[:, :available] for part in forward_parts(self.logits, [batch.x, *views], cfg.replay_forward)
+        coin = None
+        if samples and cfg.memory_update:
+            drawn = sum(sample.index.shape[0] for sample in samples)
+            coin = torch.rand(drawn, generator=self.generator, device=self.device)
+        parts = [batch.x, *views]
+        if prepare:
+            strong, strong_labels = self._strong_views(batch)
+            parts.append(strong)
+        out, *outputs = (
+            part[:, :available]
+            for part in forward_parts(
+                self.logits,
+                parts,
+                cfg.replay_forward,
+                network=self.net,
+                frozen=[False] * (1 + len(views)) + [True] * prepare,
+            )
         )
         ce_end = available if cfg.future_heads == "ce" else seen
         loss = separated_cross_entropy(out, batch.y, past, ce_end)
@@ -269,7 +290,7 @@ class XDER(MethodBase[XDERConfig]):
 
         buffer_out = buffer_labels = keep = None
         if samples:
-            (first, second), (out1, out2) = samples, buffer_outs
+            (first, second), (out1, out2) = samples, outputs[:2]
             assert first.logits is not None
             assert second.logits is not None
             columns = torch.arange(available, device=out1.device)
@@ -284,14 +305,20 @@ class XDER(MethodBase[XDERConfig]):
             buffer_out = torch.cat([out1, out2])
             buffer_labels = torch.cat([first.labels, second.labels])
             keep = first_occurrence(index)
-            if cfg.memory_update:
+            if coin is not None:
                 stored = torch.cat([first.logits, second.logits])
                 self._update_future_past(
-                    index, keep, stored, buffer_out.detach(), buffer_labels, t, available
+                    index, keep, coin, stored, buffer_out.detach(), buffer_labels, t, available
                 )
 
-        if has_future and cfg.future_heads == "supcon":
-            fp = cfg.lambda_ * self._future_preparation(batch, t, available)
+        if prepare:
+            fp = cfg.lambda_ * future_preparation_loss(
+                outputs[-1].view(strong_labels.shape[0], cfg.n_views, available),
+                strong_labels,
+                head_size=c,
+                first_future_head=t + 1,
+                tau=cfg.tau,
+            )
             loss = loss + fp
             terms["future_preparation"] = fp.detach()
         if t >= 1:
@@ -319,7 +346,9 @@ class XDER(MethodBase[XDERConfig]):
             terms["future_constraint"] = fc.detach()
         return StepOutput(loss, terms, groups)
 
-    def _future_preparation(self, batch: Batch, task: int, available: int) -> Tensor:
+    def _strong_views(self, batch: Batch) -> tuple[Tensor, Tensor]:
+        """Future preparation's inputs: ``n_views`` strong views (consecutive rows) of up to
+        ``simclr_batch_size`` buffer items followed by as many stream items, and their labels."""
         cfg = self.config
         items, labels = batch.x_raw[: cfg.simclr_batch_size], batch.y[: cfg.simclr_batch_size]
         if len(self.buffer):
@@ -327,33 +356,25 @@ class XDER(MethodBase[XDERConfig]):
             items = torch.cat([drawn.examples, items])
             labels = torch.cat([drawn.labels, labels])
         assert self.transforms.strong is not None
-        views = self.transforms.strong(items.repeat_interleave(cfg.n_views, dim=0), self.generator)
-        with frozen_batchnorm_stats(self.net):
-            out = self.logits(views)[:, :available]
-        return future_preparation_loss(
-            out.view(labels.shape[0], cfg.n_views, available),
-            labels,
-            head_size=self.head_size,
-            first_future_head=task + 1,
-            tau=cfg.tau,
-        )
+        return self.transforms.strong(items.repeat_interleave(cfg.n_views, dim=0), self.generator), labels
 
     def _update_future_past(
         self,
         index: Tensor,
         keep: Tensor,
+        coin: Tensor,
         stored: Tensor,
         fresh: Tensor,
         labels: Tensor,
         task: int,
         available: int,
     ) -> None:
-        """Online "future past" update (docs/xder.md, step 4): the k-th visit updates with probability 1/k."""
+        """Online "future past" update (docs/xder.md, step 4): the k-th visit updates with probability
+        1/k, when its ``coin`` (uniform in [0, 1), one per row of ``index``) is below 1/k."""
         with torch.no_grad():
             scratch = self.buffer.capacity
             visited = torch.where(keep, index, torch.full_like(index, scratch))
             self.visits.index_add_(0, visited, torch.ones_like(index, dtype=self.visits.dtype))
-            coin = torch.rand(index.shape[0], generator=self.generator, device=index.device)
             chosen = keep & (coin * self.visits[index] < 1)
             full = F.pad(fresh, (0, stored.shape[1] - available))
             updated = rescale_logits(

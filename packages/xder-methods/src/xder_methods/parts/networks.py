@@ -1,10 +1,11 @@
-"""Network helpers: frozen copies, BatchNorm statistics left untouched, features in eval mode."""
+"""Network helpers: frozen copies, BatchNorm statistics left untouched or kept per part of a
+batch, features in eval mode."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import cast
 
 import torch
@@ -13,7 +14,7 @@ from torch import Tensor, nn
 from xder_methods.core.protocols import Backbone, Transform
 from xder_methods.parts.losses import at_least_float32
 
-__all__ = ["eval_features", "frozen_batchnorm_stats", "frozen_copy"]
+__all__ = ["batchnorm_per_part", "eval_features", "frozen_batchnorm_stats", "frozen_copy"]
 
 
 @contextlib.contextmanager
@@ -29,6 +30,60 @@ def frozen_batchnorm_stats(module: nn.Module) -> Iterator[None]:
     finally:
         for m, value in zip(layers, saved, strict=True):
             m.track_running_stats = value
+
+
+class _PartForward:
+    """A BatchNorm layer's forward over the concatenation of parts: the layer's own forward on
+    each part in order (``frozen`` parts without touching the running statistics), the results
+    concatenated. In eval mode, the layer's own forward on the whole."""
+
+    def __init__(self, layer: nn.modules.batchnorm._BatchNorm, sizes: list[int], frozen: list[bool]) -> None:
+        self.layer, self.sizes, self.frozen = layer, sizes, frozen
+
+    def __call__(self, x: Tensor) -> Tensor:
+        layer, forward = self.layer, type(self.layer).forward
+        if not layer.training:
+            return forward(layer, x)
+        tracking = layer.track_running_stats
+        outputs = []
+        for part, frozen in zip(x.split(self.sizes), self.frozen, strict=True):
+            layer.track_running_stats = tracking and not frozen
+            try:
+                outputs.append(forward(layer, part))
+            finally:
+                layer.track_running_stats = tracking
+        return torch.cat(outputs)
+
+
+@contextlib.contextmanager
+def batchnorm_per_part(module: nn.Module, sizes: Sequence[int], frozen: Sequence[bool]) -> Iterator[None]:
+    """Inside the block, a pass of ``module`` over the concatenation of parts of ``sizes`` rows
+    (in order) computes what one pass per part computes: every BatchNorm layer in train mode
+    normalises each part with that part's own batch statistics and updates its running
+    statistics part after part, but not for the parts whose ``frozen`` flag is set (as under
+    :func:`frozen_batchnorm_stats`); every other layer runs once over all the rows.
+
+    The outputs and running statistics are those of the separate passes (to the bit on a CPU,
+    where a convolution's result for a row does not depend on the batch around it); the
+    gradients differ by the order in which their sums are rounded. Exact only for networks whose
+    BatchNorm layers are their only layers that mix rows (dropout draws its random numbers in
+    another order). On a GPU it pays: one pass of large kernels where the separate passes make
+    several of small ones."""
+    sizes, flags = list(sizes), list(frozen)
+    if len(flags) != len(sizes):
+        raise ValueError(f"batchnorm_per_part: {len(sizes)} parts but {len(flags)} frozen flags")
+    layers = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    saved = [m.__dict__.get("forward") for m in layers]
+    for m in layers:
+        m.forward = _PartForward(m, sizes, flags)  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        for m, previous in zip(layers, saved, strict=True):
+            if previous is None:
+                del m.forward
+            else:
+                m.forward = previous  # type: ignore[method-assign]
 
 
 def frozen_copy(net: nn.Module, finetune: Callable[[nn.Module], object] | None = None) -> nn.Module:

@@ -15,6 +15,7 @@ from xder_methods.core.errors import MethodConfigError
 from xder_methods.core.protocols import Batch, MethodConfig, TaskData, Transform
 from xder_methods.core.schedule import batch_bounds, check_protocol_fields
 from xder_methods.parts.buffer import Buffer, BufferSample
+from xder_methods.parts.networks import batchnorm_per_part, frozen_batchnorm_stats
 
 __all__ = [
     "DarkReplayConfig",
@@ -51,7 +52,7 @@ class ReplayConfig(MethodConfig):
         check_protocol_fields(self)
 
 
-ReplayForward = Literal["separate", "joint"]
+ReplayForward = Literal["separate", "joint", "grouped"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,16 +67,22 @@ class DarkReplayConfig(ReplayConfig):
             current task's classes only) and updates its running statistics once per batch.
             ``joint``: one pass over their concatenation, as ER's: BatchNorm statistics over
             the mixed batch, one running-statistics update, one forward instead of two or
-            three. Without BatchNorm the two are the same computation.
+            three. ``grouped``: ``separate``'s computation in one pass over the concatenation,
+            in which each BatchNorm layer normalises (and updates its running statistics with)
+            each batch on its own, in order
+            (:func:`~xder_methods.parts.networks.batchnorm_per_part`): the outputs and running
+            statistics of ``separate`` (to the bit on a CPU), the gradients rounded in another
+            order; faster on a GPU (one pass of large kernels), not on a CPU. Without
+            BatchNorm the three are the same computation.
     """
 
     replay_forward: ReplayForward = "separate"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.replay_forward not in ("separate", "joint"):
+        if self.replay_forward not in ("separate", "joint", "grouped"):
             raise MethodConfigError(
-                f"method.replay_forward must be separate or joint, got {self.replay_forward!r}"
+                f"method.replay_forward must be separate, joint or grouped, got {self.replay_forward!r}"
             )
 
 
@@ -173,14 +180,51 @@ def replay_exemplars(
 
 
 def forward_parts(
-    forward: Callable[[Tensor], Tensor], parts: Sequence[Tensor], mode: ReplayForward
+    forward: Callable[[Tensor], Tensor],
+    parts: Sequence[Tensor],
+    mode: ReplayForward,
+    *,
+    network: nn.Module | None = None,
+    frozen: Sequence[bool] = (),
 ) -> list[Tensor]:
-    """Outputs of ``forward`` on each of ``parts``: one call each (``separate``) or one call on
-    their concatenation split back into the parts (``joint``); see
-    :class:`DarkReplayConfig`."""
-    if mode == "joint" and len(parts) > 1:
-        return list(forward(torch.cat(list(parts))).split([part.shape[0] for part in parts]))
-    return [forward(part) for part in parts]
+    """Outputs of ``forward`` on each of ``parts`` (see :class:`DarkReplayConfig`).
+
+    ``frozen`` marks, by position (the parts beyond it unmarked), the parts whose pass leaves
+    the BatchNorm running statistics of ``network`` (default: ``forward`` itself) alone
+    (:func:`~xder_methods.parts.networks.frozen_batchnorm_stats`).
+
+    * ``separate``: one call per part, the unmarked parts first, in order.
+    * ``joint``: one call on the concatenation of the unmarked parts, split back; each marked
+      part a call of its own.
+    * ``grouped``: one call on the concatenation of every part, in which ``network``'s
+      BatchNorm layers normalise each part on its own
+      (:func:`~xder_methods.parts.networks.batchnorm_per_part`): ``separate``'s computation.
+
+    Raises:
+        ValueError: BatchNorm layers to split or freeze, but no ``network`` and ``forward`` is
+            not a module.
+    """
+    flags = [*frozen, *[False] * (len(parts) - len(frozen))]
+    module = network if network is not None else forward if isinstance(forward, nn.Module) else None
+    if module is None and (any(flags) or (mode == "grouped" and len(parts) > 1)):
+        raise ValueError("forward_parts: give the network whose BatchNorm layers to split or freeze")
+    sizes = [part.shape[0] for part in parts]
+    if mode == "grouped" and len(parts) > 1:
+        assert module is not None
+        with batchnorm_per_part(module, sizes, flags):
+            return list(forward(torch.cat(list(parts))).split(sizes))
+    live = [i for i, flag in enumerate(flags) if not flag]
+    outputs: dict[int, Tensor] = {}
+    if mode == "joint" and len(live) > 1:
+        joined = forward(torch.cat([parts[i] for i in live])).split([sizes[i] for i in live])
+        outputs.update(zip(live, joined, strict=True))
+    else:
+        outputs.update((i, forward(parts[i])) for i in live)
+    for i in (i for i, flag in enumerate(flags) if flag):
+        assert module is not None
+        with frozen_batchnorm_stats(module):
+            outputs[i] = forward(parts[i])
+    return [outputs[i] for i in range(len(parts))]
 
 
 def join_replay(
