@@ -201,24 +201,28 @@ def colour_transforms(
     grey = torch.outer(
         torch.ones(3, device=device, dtype=torch.float32), luma
     )  # x -> (luma . x) in every channel
-    scale_b = brightness[:, None, None] * eye
-    scale_s = saturation[:, None, None] * eye + (1 - saturation)[:, None, None] * grey
-    rotate = hue_rotation(2 * math.pi * hue)
+    # Each operation's matrix, (B, 4, 3, 3) in the order of ``order``'s codes; contrast also adds
+    # (1 - c) m to the offset, m the image's mean grey level at its turn.
+    maps = torch.stack(
+        [
+            brightness[:, None, None] * eye,
+            contrast[:, None, None] * eye,
+            saturation[:, None, None] * eye + (1 - saturation)[:, None, None] * grey,
+            hue_rotation(2 * math.pi * hue),
+        ],
+        dim=1,
+    )
+    chosen = maps[torch.arange(batch, device=device)[:, None], order]  # (B, 4, 3, 3) in each sample's order
+    contrast_shift = (order == 1) * (1 - contrast)[:, None]  # (B, 4): 1 - c at contrast's turn, else 0
     matrix = eye.clone()
-    offset = torch.zeros(batch, 3, device=device, dtype=torch.float32)
+    offset = torch.zeros(batch, 3, 1, device=device, dtype=torch.float32)
     for stage in range(4):
-        op = order[:, stage]
-        mean_now = torch.einsum("bij,bj->bi", matrix, mean_rgb) + offset  # image mean at this point
-        m = (mean_now * luma).sum(dim=1)
-        candidates = (
-            (torch.bmm(scale_b, matrix), brightness[:, None] * offset),
-            (contrast[:, None, None] * matrix, contrast[:, None] * offset + ((1 - contrast) * m)[:, None]),
-            (torch.bmm(scale_s, matrix), torch.einsum("bij,bj->bi", scale_s, offset)),
-            (torch.bmm(rotate, matrix), torch.einsum("bij,bj->bi", rotate, offset)),
-        )
-        matrix = torch.stack([c[0] for c in candidates])[op, torch.arange(batch, device=device)]
-        offset = torch.stack([c[1] for c in candidates])[op, torch.arange(batch, device=device)]
-    return matrix, offset
+        step = chosen[:, stage]
+        mean_now = torch.bmm(matrix, mean_rgb[:, :, None]) + offset  # image mean at this point
+        m = (mean_now[:, :, 0] * luma).sum(dim=1)
+        matrix = torch.bmm(step, matrix)
+        offset = torch.bmm(step, offset) + (contrast_shift[:, stage] * m)[:, None, None]
+    return matrix, offset[:, :, 0]
 
 
 def _per_sample(values: Tensor, x: Tensor) -> Tensor:
