@@ -29,7 +29,8 @@ Phases:
    ``--bench-plan``) names: float32, bf16 + channels-last, ``graphs`` (those two with the
    backbone compiled into CUDA graphs, DER++ and X-DER only, torch's recompile and CUDA-graph
    notes in ``bench.log``), ``stepgraph`` (bf16 + channels-last with whole steps replayed as
-   CUDA graphs, ``train.step_graph``), ``stepgraph-grouped`` (the same with DER++'s and X-DER's
+   CUDA graphs, ``train.step_graph``), ``stepgraph-fp32`` (the same in float32, torch's default
+   on a GPU: TF32 convolutions), ``stepgraph-grouped`` (the same with DER++'s and X-DER's
    stream and buffer batches, and X-DER's future-preparation views, in one forward pass in which
    BatchNorm keeps each batch apart, ``--set method.replay_forward=grouped``: the authors'
    computation) and ``stepgraph-joint`` (those batches in one forward pass, BatchNorm over them

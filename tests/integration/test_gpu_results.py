@@ -69,6 +69,21 @@ def test_the_queue_file_names_each_job_once_with_its_minutes_and_options() -> No
         assert all(isinstance(arg, str) for arg in job["args"])
 
 
+def test_the_queue_asks_for_modes_the_gpu_script_has() -> None:
+    """Each job's bench plan and full-run mode name modes of ``gpu_phases.modes.MODES`` (a typo
+    would cost a lent machine's call)."""
+    modes = load("gpu_phases.modes").MODES
+    for job in load("jobs").jobs():
+        args = job["args"]
+        asked = []
+        for flag, value in zip(args, args[1:], strict=False):
+            if flag == "--bench-plan":
+                asked += [pair.split(":")[1] for pair in value.split(",")]
+            elif flag == "--full-run-mode":
+                asked.append(value)
+        assert all(mode in modes for mode in asked), (job["name"], asked)
+
+
 def test_a_job_is_done_only_by_a_complete_result_on_a_gpu() -> None:
     jobs = load("jobs")
     job = {"name": "full", "minutes": 9, "args": []}

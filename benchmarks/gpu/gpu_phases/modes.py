@@ -17,6 +17,8 @@ MODES: dict[str, tuple[str, ...]] = {
     ),
     # whole training steps recorded as CUDA graphs and replayed, bf16 + channels-last
     "stepgraph": ("train.precision=bf16", "train.channels_last=true", "train.step_graph=true"),
+    # the same in float32 (the papers' precision; torch's default on a GPU: TF32 convolutions)
+    "stepgraph-fp32": ("train.channels_last=true", "train.step_graph=true"),
     # the same with DER's, DER++'s and X-DER's stream and buffer batches in one forward pass (not the
     # authors' code: BatchNorm sees them together), DER++ and X-DER only
     "stepgraph-joint": (
