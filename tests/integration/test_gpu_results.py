@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import itertools
 import json
 import re
 import sys
@@ -76,7 +77,7 @@ def test_the_queue_asks_for_modes_the_gpu_script_has() -> None:
     for job in load("jobs").jobs():
         args = job["args"]
         asked = []
-        for flag, value in zip(args, args[1:], strict=False):
+        for flag, value in itertools.pairwise(args):
             if flag == "--bench-plan":
                 asked += [pair.split(":")[1] for pair in value.split(",")]
             elif flag == "--full-run-mode":

@@ -55,6 +55,9 @@ class _PartForward:
         return torch.cat(outputs)
 
 
+_PART_FORWARD = "_xder_part_forward"  # where a BatchNorm layer keeps its _PartForward
+
+
 @contextlib.contextmanager
 def batchnorm_per_part(module: nn.Module, sizes: Sequence[int], frozen: Sequence[bool]) -> Iterator[None]:
     """Inside the block, a pass of ``module`` over the concatenation of parts of ``sizes`` rows
@@ -75,7 +78,15 @@ def batchnorm_per_part(module: nn.Module, sizes: Sequence[int], frozen: Sequence
     layers = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     saved = [m.__dict__.get("forward") for m in layers]
     for m in layers:
-        m.forward = _PartForward(m, sizes, flags)  # type: ignore[method-assign,assignment]
+        # One forward object per layer, kept on it and reused from step to step: a compiled
+        # network (torch.compile) then meets the same object with the same sizes, not a new one
+        # to compile again each step.
+        part_forward = m.__dict__.get(_PART_FORWARD)
+        if not isinstance(part_forward, _PartForward):
+            part_forward = _PartForward(m, sizes, flags)
+            m.__dict__[_PART_FORWARD] = part_forward
+        part_forward.sizes, part_forward.frozen = sizes, flags
+        m.forward = part_forward  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
