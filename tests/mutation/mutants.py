@@ -90,6 +90,7 @@ def stage() -> None:
         sync(ROOT / folder, STAGE / folder)
     for name in ("conftest.py", "structure.py"):
         sync(ROOT / "tests" / name, STAGE / "tests" / name)
+    sync(ROOT / "docs", STAGE / "docs")  # pages some unit tests hold against the code
     only = [f"src/{pattern}" for pattern in SCOPE]
     pytest_options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     structure = [f"--ignore={folder}/test_structure.py" for folder in sorted(set(SCOPE.values()))]
