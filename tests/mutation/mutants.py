@@ -102,6 +102,7 @@ def stage() -> None:
                 'source_paths = ["src"]',
                 f"only_mutate = {json.dumps(only)}",
                 f"pytest_add_cli_args_test_selection = {json.dumps(sorted(set(SCOPE.values())))}",
+                'also_copy = ["docs"]',  # into mutmut's own copy of the stage, beside src and tests
                 # The structure tests read the sources, which mutmut rewrites; no cache files.
                 f"pytest_add_cli_args = {json.dumps([*structure, '-p', 'no:cacheprovider'])}",
                 # Workers forked from a process that never imported torch (mutmut's advice for torch).
