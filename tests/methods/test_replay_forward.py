@@ -221,21 +221,3 @@ def test_forward_parts_joint_with_one_part_forwards_the_part_itself() -> None:
     assert seen[0] is part
     assert len(out) == 1
     assert torch.equal(out[0], part * 2)
-
-
-def test_a_compiled_network_is_compiled_once_for_grouped_steps() -> None:
-    """Under ``torch.compile`` the grouped pass meets the same per-layer forward from step to
-    step: one graph for the grouped steps and one for the plain passes, however many steps."""
-    from torch._dynamo.utils import counters
-
-    torch._dynamo.reset()
-    counters.clear()
-    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2)).train()
-    net.compile(backend="eager")
-    x = torch.cat(parts())
-    for _ in range(4):
-        with batchnorm_per_part(net, [2, 3, 4], [False, False, True]):
-            net(x).sum().backward()
-        net(x).sum().backward()
-    assert counters["stats"]["unique_graphs"] == 2
-    torch._dynamo.reset()

@@ -46,8 +46,8 @@ class _PartForward:
             return forward(layer, x)
         tracking = layer.track_running_stats
         outputs = []
-        for part, frozen in zip(x.split(self.sizes), self.frozen, strict=True):
-            layer.track_running_stats = tracking and not frozen
+        for i, part in enumerate(x.split(self.sizes)):
+            layer.track_running_stats = tracking and not self.frozen[i]
             try:
                 outputs.append(forward(layer, part))
             finally:
