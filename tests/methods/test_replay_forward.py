@@ -181,6 +181,18 @@ def test_forward_parts_freezes_the_marked_parts_in_every_mode() -> None:
         forward_parts(lambda x: x, parts(), "separate", frozen=[True])
 
 
+def test_grouped_needs_a_network_only_to_split_several_parts() -> None:
+    """A forward that is not a module gets no network to split: refused for two parts or more;
+    one part goes through as it is, in every mode."""
+    for several in (parts(), parts()[:2]):
+        with pytest.raises(ValueError, match="network"):
+            forward_parts(lambda x: x * 2, several, "grouped")
+    part = parts()[0]
+    for mode in ("separate", "joint", "grouped"):
+        (out,) = forward_parts(lambda x: x * 2, [part], mode)
+        assert torch.equal(out, part * 2)
+
+
 @pytest.mark.parametrize("name", METHODS)
 def test_with_batchnorm_joint_updates_running_statistics_once_per_step(
     name, stream, transforms, in_second_task

@@ -217,7 +217,7 @@ def forward_parts(
     outputs: dict[int, Tensor] = {}
     if mode == "joint" and len(live) > 1:
         joined = forward(torch.cat([parts[i] for i in live])).split([sizes[i] for i in live])
-        outputs.update(zip(live, joined, strict=True))
+        outputs.update((i, joined[k]) for k, i in enumerate(live))
     else:
         outputs.update((i, forward(parts[i])) for i in live)
     for i in (i for i, flag in enumerate(flags) if flag):
