@@ -31,7 +31,7 @@ from torch import Tensor
 from xder_methods.core.protocols import Batch, Scenario
 from xder_methods.core.registry import register_method
 from xder_methods.methods.derpp import DERpp, DERppConfig
-from xder_methods.parts.losses import asymmetric_mask, masked_cross_entropy
+from xder_methods.parts.losses import asymmetric_mask, asymmetric_refusals, masked_cross_entropy
 
 __all__ = ["DERppACE", "DERppACEConfig"]
 
@@ -54,16 +54,7 @@ class DERppACE(DERpp[DERppACEConfig]):
     plain DER++).
     """
 
-    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
-        "domain-il": (
-            "its asymmetric cross-entropy keeps the new classes' loss off the past classes' "
-            "logits, and a domain-il task brings no new classes"
-        ),
-        "general": (
-            "its asymmetric cross-entropy masks from the second task on, and a general stream is "
-            "one task, so it would be plain DER++"
-        ),
-    }
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = asymmetric_refusals("DER++")
 
     def stream_loss(self, logits: Tensor, batch: Batch) -> Tensor:
         """ER-ACE's masked cross-entropy (the buffer still stores the raw logits)."""

@@ -42,7 +42,12 @@ from typing import ClassVar
 from xder_methods.core.protocols import Batch, Scenario, StepOutput
 from xder_methods.core.registry import register_method
 from xder_methods.methods.er import ER
-from xder_methods.parts.losses import asymmetric_mask, masked_cross_entropy, seen_class_cross_entropy
+from xder_methods.parts.losses import (
+    asymmetric_mask,
+    asymmetric_refusals,
+    masked_cross_entropy,
+    seen_class_cross_entropy,
+)
 from xder_methods.parts.replay import ReplayConfig
 
 __all__ = ["ERACE", "ERACEConfig"]
@@ -66,16 +71,7 @@ class ERACE(ER[ERACEConfig]):
     (class-il, task-il).
     """
 
-    refused_scenarios: ClassVar[Mapping[Scenario, str]] = {
-        "domain-il": (
-            "its asymmetric cross-entropy keeps the new classes' loss off the past classes' "
-            "logits, and a domain-il task brings no new classes"
-        ),
-        "general": (
-            "its asymmetric cross-entropy masks from the second task on, and a general stream is "
-            "one task, so it would be plain ER"
-        ),
-    }
+    refused_scenarios: ClassVar[Mapping[Scenario, str]] = asymmetric_refusals("ER")
 
     def observe(self, batch: Batch) -> StepOutput:
         num_seen = self.seen_classes(batch.task)

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from xder_methods.core.protocols import Scenario
+
 __all__ = [
     "at_least_float32",
     "future_constraint",
@@ -252,6 +254,22 @@ def asymmetric_mask(labels: Tensor, num_classes: int, *, task: int, num_seen: in
         return torch.arange(num_classes, device=labels.device) < num_seen
     present = torch.zeros(num_classes, dtype=torch.bool, device=labels.device)
     return present.scatter(0, labels, True)
+
+
+def asymmetric_refusals(plain: str) -> dict[Scenario, str]:
+    """Why a method whose stream term is the asymmetric cross-entropy (ER-ACE, DER++-ACE)
+    refuses domain-il and general, for its ``refused_scenarios``; ``plain`` names the method it
+    would be without the mask (a general stream is one task)."""
+    return {
+        "domain-il": (
+            "its asymmetric cross-entropy keeps the new classes' loss off the past classes' "
+            "logits, and a domain-il task brings no new classes"
+        ),
+        "general": (
+            "its asymmetric cross-entropy masks from the second task on, and a general stream is "
+            f"one task, so it would be plain {plain}"
+        ),
+    }
 
 
 def masked_cross_entropy(logits: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
