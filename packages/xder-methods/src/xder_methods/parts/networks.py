@@ -37,8 +37,10 @@ class _PartForward:
     each part in order (``frozen`` parts without touching the running statistics), the results
     concatenated. In eval mode, the layer's own forward on the whole."""
 
-    def __init__(self, layer: nn.modules.batchnorm._BatchNorm, sizes: list[int], frozen: list[bool]) -> None:
-        self.layer, self.sizes, self.frozen = layer, sizes, frozen
+    def __init__(self, layer: nn.modules.batchnorm._BatchNorm) -> None:
+        self.layer = layer
+        self.sizes: list[int] = []
+        self.frozen: list[bool] = []
 
     def __call__(self, x: Tensor) -> Tensor:
         layer, forward = self.layer, type(self.layer).forward
@@ -70,8 +72,8 @@ def batchnorm_per_part(module: nn.Module, sizes: Sequence[int], frozen: Sequence
     where a convolution's result for a row does not depend on the batch around it); the
     gradients differ by the order in which their sums are rounded. Exact only for networks whose
     BatchNorm layers are their only layers that mix rows (dropout draws its random numbers in
-    another order). On a GPU it pays: one pass of large kernels where the separate passes make
-    several of small ones."""
+    another order). It is meant for a GPU (one pass of large kernels where the separate passes
+    make several of small ones; not measured there yet); on a CPU it is slower."""
     sizes, flags = list(sizes), list(frozen)
     if len(flags) != len(sizes):
         raise ValueError(f"batchnorm_per_part: {len(sizes)} parts but {len(flags)} frozen flags")
@@ -83,7 +85,7 @@ def batchnorm_per_part(module: nn.Module, sizes: Sequence[int], frozen: Sequence
         # to compile again each step.
         part_forward = m.__dict__.get(_PART_FORWARD)
         if not isinstance(part_forward, _PartForward):
-            part_forward = _PartForward(m, sizes, flags)
+            part_forward = _PartForward(m)
             m.__dict__[_PART_FORWARD] = part_forward
         part_forward.sizes, part_forward.frozen = sizes, flags
         m.forward = part_forward  # type: ignore[method-assign,assignment]

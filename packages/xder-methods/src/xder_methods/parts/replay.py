@@ -72,7 +72,8 @@ class DarkReplayConfig(ReplayConfig):
             each batch on its own, in order
             (:func:`~xder_methods.parts.networks.batchnorm_per_part`): the outputs and running
             statistics of ``separate`` (to the bit on a CPU), the gradients rounded in another
-            order; faster on a GPU (one pass of large kernels), not on a CPU. Without
+            order; meant for a GPU (one pass of large kernels; not measured there yet),
+            slower on a CPU. Without
             BatchNorm the three are the same computation.
     """
 
